@@ -73,7 +73,7 @@ build_bin() {
 # running one of our tools; it is filled in a temp dir and renamed, so a
 # directory that exists is complete.
 extract_crds() {
-	local name=$1 ver=$2 mod=$3 src=$4
+	local name=$1 ver=$2 mod=$3 src=$4 only=${5:-*.yaml}
 	local out="$CACHE/crds/$name-$ver"
 	if [ -d "$out" ]; then
 		echo "tools: crds/$name $ver cached"
@@ -83,29 +83,57 @@ extract_crds() {
 	rm -rf "$tmp" && mkdir -p "$tmp"
 	if [[ $src == bin:* ]]; then
 		local tool=${src#bin:}
-		"$CACHE/bin/$tool-$(version_of "$tool")" "$tmp"
+		# (set -e does not apply here: main calls us in an || list.)
+		"$CACHE/bin/$tool-$(version_of "$tool")" "$tmp" || {
+			echo "tools: crds/$name $ver: $tool failed" >&2
+			rm -rf "$tmp"
+			return 1
+		}
 	else
 		local moddir
 		moddir=$(cd / && go mod download -json "$mod@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-		cp "$moddir/$src"/*.yaml "$tmp/"
-		chmod u+w "$tmp"/*.yaml
+		[ -n "$moddir" ] && copy_crds "$moddir/$src" "$only" "$tmp" || {
+			echo "tools: crds/$name $ver: no CRD in $mod/$src/$only" >&2
+			rm -rf "$tmp"
+			return 1
+		}
 	fi
 	mv "$tmp" "$out"
 	echo "tools: crds/$name $ver extracted in $((SECONDS - start))s ($(ls "$out" | wc -l) files)"
 }
 
+# copy_crds copies the CRD files among the comma-separated globs in a
+# directory; a kustomization.yaml beside them is not for kubectl apply.
+copy_crds() {
+	local from=$1 only=$2 to=$3 pat f n=0
+	local IFS=,
+	for pat in $only; do
+		for f in "$from"/$pat; do
+			grep -q '^kind: CustomResourceDefinition' "$f" 2>/dev/null || continue
+			install -m 0644 "$f" "$to/" && n=$((n + 1))
+		done
+	done
+	[ $n -gt 0 ]
+}
+
 version_of() { awk -v n="$1" '$1 == "bin" && $2 == n { print $3 }' "$here/versions.txt"; }
 
-total=$SECONDS
-failed=0
-while read -r kind name ver dir pkg; do
-	case $kind in '' | '#'*) continue ;; esac
-	want "$name" || continue
-	case $kind in
-	bin) build_bin "$name" "$ver" "$dir" "$pkg" || failed=1 ;;
-	crds) extract_crds "$name" "$ver" "$dir" "$pkg" || failed=1 ;;
-	*) echo "tools: versions.txt: unknown kind $kind" >&2 && exit 2 ;;
-	esac
-done <"$here/versions.txt"
-echo "tools: done in $((SECONDS - total))s; cache $CACHE"
-exit $failed
+# main is one function so that the whole script is parsed before it runs:
+# editing build.sh while a long build runs cannot derail that build.
+main() {
+	local total=$SECONDS failed=0 kind name ver dir pkg only
+	while read -r kind name ver dir pkg only; do
+		case $kind in '' | '#'*) continue ;; esac
+		want "$name" || continue
+		case $kind in
+		bin) build_bin "$name" "$ver" "$dir" "$pkg" || failed=1 ;;
+		crds) extract_crds "$name" "$ver" "$dir" "$pkg" "$only" || failed=1 ;;
+		*) echo "tools: versions.txt: unknown kind $kind" >&2 && return 2 ;;
+		esac
+	done <"$here/versions.txt"
+	echo "tools: done in $((SECONDS - total))s; cache $CACHE"
+	return $failed
+}
+
+main "$@"
+exit
