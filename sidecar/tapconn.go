@@ -1,0 +1,351 @@
+package sidecar
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// chunksPerDirection bounds the bytes a lagging parser may hold per
+	// direction (chunks of up to 64 KiB); past it the tap gives up rather
+	// than slow the relay down.
+	chunksPerDirection = 128
+	// maxMessageBytes bounds what is buffered for one call's message; CSI
+	// controller messages are tiny, larger ones are relayed but not decoded.
+	maxMessageBytes = 4 << 20
+	// hpackTableBytes is deliberately larger than any table size a peer can
+	// negotiate by default: entries are indexed newest first, so a decoder
+	// with a larger table resolves every index the encoder can send.
+	hpackTableBytes = 1 << 20
+)
+
+// TapConn follows one relayed connection: one parser per direction, sharing
+// the table of calls in flight.
+type TapConn struct {
+	tap       *Tap
+	abandoned atomic.Bool
+	client    *direction
+	driver    *direction
+	wg        sync.WaitGroup
+
+	mu    sync.Mutex
+	calls map[uint32]*call
+}
+
+// call is one gRPC stream. Its two halves are parsed by two goroutines that
+// may run in either order, so whichever half completes it publishes it.
+type call struct {
+	method      string
+	start, end  time.Time
+	reqEnc      string
+	respEnc     string
+	req, resp   []byte
+	tooLarge    bool
+	requestDone bool // the client sent END_STREAM
+	reset       bool // either side reset the stream
+	statusKnown bool
+	code        codes.Code
+	message     string
+}
+
+// complete tells whether everything needed to publish the call is known.
+func (c *call) complete() bool {
+	return c.statusKnown && c.method != "" && (c.requestDone || c.reset)
+}
+
+// NewConn starts following a new relayed connection.
+func (t *Tap) NewConn() *TapConn {
+	tc := &TapConn{tap: t, calls: map[uint32]*call{}}
+	tc.client = &direction{conn: tc, fromClient: true, ch: make(chan chunk, chunksPerDirection)}
+	tc.driver = &direction{conn: tc, ch: make(chan chunk, chunksPerDirection)}
+	t.recorder.ConnectionTapped()
+	tc.wg.Add(2)
+	go tc.client.run()
+	go tc.driver.run()
+	return tc
+}
+
+// FromClient is the sink for bytes the client sent to the driver.
+func (tc *TapConn) FromClient() byteSink { return tc.client }
+
+// FromDriver is the sink for bytes the driver sent to the client.
+func (tc *TapConn) FromDriver() byteSink { return tc.driver }
+
+// Close ends the connection's parsing once everything fed is parsed. Calls
+// still open when a connection ends are reported as Unavailable: that is
+// what the client got.
+func (tc *TapConn) Close() {
+	close(tc.client.ch)
+	close(tc.driver.ch)
+	tc.wg.Wait()
+	if tc.abandoned.Load() {
+		return
+	}
+	tc.mu.Lock()
+	open := tc.calls
+	tc.calls = nil
+	tc.mu.Unlock()
+	now := time.Now()
+	for _, c := range open {
+		if c.method == "" {
+			continue // only a stray response half: nothing to report
+		}
+		if !c.statusKnown {
+			c.code, c.message, c.end = codes.Unavailable, "connection closed before the call finished", now
+		}
+		tc.publish(c)
+	}
+}
+
+// abandon stops following the connection for good; the relay is unaffected.
+func (tc *TapConn) abandon(reason string, err error) {
+	if tc.abandoned.Swap(true) {
+		return
+	}
+	klog.InfoS("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
+	tc.tap.recorder.ConnectionAbandoned(reason)
+}
+
+type chunk struct {
+	buf *[]byte
+	n   int
+	at  time.Time
+}
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// direction is one way of a connection: a bounded queue of byte chunks and
+// the io.Reader the HTTP/2 framer reads them through.
+type direction struct {
+	conn       *TapConn
+	fromClient bool
+	ch         chan chunk
+	cur        chunk
+	off        int
+}
+
+// Feed copies p for the parser; it never blocks. A full queue means the
+// parser cannot keep up, and a parser that misses bytes cannot resync, so
+// the connection is abandoned.
+func (d *direction) Feed(p []byte, at time.Time) {
+	if d.conn.abandoned.Load() {
+		return
+	}
+	for len(p) > 0 {
+		bp := chunkPool.Get().(*[]byte)
+		n := copy(*bp, p)
+		p = p[n:]
+		select {
+		case d.ch <- chunk{buf: bp, n: n, at: at}:
+		default:
+			chunkPool.Put(bp)
+			d.conn.abandon(AbandonBacklog, errors.New("parser queue full"))
+			return
+		}
+	}
+}
+
+// Read implements io.Reader over the queued chunks for the framer.
+func (d *direction) Read(p []byte) (int, error) {
+	for d.cur.buf == nil || d.off >= d.cur.n {
+		if d.cur.buf != nil {
+			chunkPool.Put(d.cur.buf)
+			d.cur = chunk{}
+		}
+		c, ok := <-d.ch
+		if !ok {
+			return 0, io.EOF
+		}
+		d.cur, d.off = c, 0
+	}
+	n := copy(p, (*d.cur.buf)[d.off:d.cur.n])
+	d.off += n
+	return n, nil
+}
+
+// now is when the byte last read crossed the relay.
+func (d *direction) now() time.Time { return d.cur.at }
+
+func (d *direction) run() {
+	defer d.conn.wg.Done()
+	defer d.drain()
+	defer func() {
+		if p := recover(); p != nil {
+			d.conn.abandon(AbandonPanic, fmt.Errorf("%v\n%s", p, debug.Stack()))
+		}
+	}()
+	if d.fromClient {
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(d, preface); err != nil {
+			return
+		}
+		if !bytes.Equal(preface, []byte(http2.ClientPreface)) {
+			d.conn.abandon(AbandonNotHTTP2, errors.New("client did not send the HTTP/2 preface"))
+			return
+		}
+	}
+	fr := http2.NewFramer(nil, d)
+	fr.ReadMetaHeaders = hpack.NewDecoder(hpackTableBytes, nil)
+	for !d.conn.abandoned.Load() {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				d.conn.abandon(AbandonFraming, err)
+			}
+			return
+		}
+		if err := d.conn.onFrame(f, d.fromClient, d.now()); err != nil {
+			d.conn.abandon(AbandonCompression, err)
+			return
+		}
+	}
+}
+
+// drain returns queued buffers after parsing stopped, until Close.
+func (d *direction) drain() {
+	if d.cur.buf != nil {
+		chunkPool.Put(d.cur.buf)
+		d.cur = chunk{}
+	}
+	for c := range d.ch {
+		chunkPool.Put(c.buf)
+	}
+}
+
+// onFrame applies one frame to the calls in flight and publishes the call it
+// completes, if any.
+func (tc *TapConn) onFrame(f http2.Frame, fromClient bool, at time.Time) error {
+	id := f.Header().StreamID
+	if id == 0 {
+		return nil
+	}
+	tc.mu.Lock()
+	c := tc.calls[id]
+	if c == nil {
+		c = &call{}
+		tc.calls[id] = c
+	}
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		if fromClient {
+			c.onRequestHeaders(f, at)
+		} else {
+			c.onResponseHeaders(f, at)
+		}
+	case *http2.DataFrame:
+		c.onData(f, fromClient)
+	case *http2.RSTStreamFrame:
+		c.onReset(f.ErrCode, fromClient, at)
+	}
+	done := c.complete()
+	if done {
+		delete(tc.calls, id)
+	}
+	tc.mu.Unlock()
+	if !done {
+		return nil
+	}
+	return tc.publish(c)
+}
+
+func (c *call) onRequestHeaders(f *http2.MetaHeadersFrame, at time.Time) {
+	c.method, c.start = f.PseudoValue("path"), at
+	for _, hf := range f.RegularFields() {
+		if hf.Name == "grpc-encoding" {
+			c.reqEnc = hf.Value
+		}
+	}
+	c.requestDone = c.requestDone || f.StreamEnded()
+}
+
+// onResponseHeaders handles both the response headers and the trailers; the
+// status is known when grpc-status arrives (trailers, or a trailers-only reply).
+func (c *call) onResponseHeaders(f *http2.MetaHeadersFrame, at time.Time) {
+	for _, hf := range f.RegularFields() {
+		switch hf.Name {
+		case "grpc-status":
+			code, err := strconv.ParseUint(hf.Value, 10, 32)
+			if err != nil {
+				code = uint64(codes.Unknown)
+			}
+			c.code, c.statusKnown, c.end = codes.Code(code), true, at
+		case "grpc-message":
+			c.message = decodeGRPCMessage(hf.Value)
+		case "grpc-encoding":
+			c.respEnc = hf.Value
+		}
+	}
+}
+
+func (c *call) onData(f *http2.DataFrame, fromClient bool) {
+	dst := &c.resp
+	if fromClient {
+		dst = &c.req
+		c.requestDone = c.requestDone || f.StreamEnded()
+	}
+	data := f.Data()
+	if len(*dst)+len(data) > maxMessageBytes {
+		c.tooLarge = true
+		return
+	}
+	*dst = append(*dst, data...)
+}
+
+// onReset ends the call with the code grpc-go reports to a caller whose
+// stream was reset, unless the status had already arrived.
+func (c *call) onReset(ec http2.ErrCode, fromClient bool, at time.Time) {
+	c.reset = true
+	if c.statusKnown {
+		return
+	}
+	code, who := codes.Internal, "driver"
+	if fromClient {
+		who = "client"
+	}
+	switch ec {
+	case http2.ErrCodeCancel:
+		code = codes.Canceled
+	case http2.ErrCodeRefusedStream:
+		code = codes.Unavailable
+	}
+	c.code, c.statusKnown, c.end = code, true, at
+	c.message = fmt.Sprintf("stream reset by %s: %v", who, ec)
+}
+
+// publish decodes the call's messages and hands the observation to the tap.
+// Compression cannot be followed, so it ends tapping rather than publish a
+// guess; other decoding trouble publishes the call without its fields.
+func (tc *TapConn) publish(c *call) error {
+	o := Observation{Method: c.method, Start: c.start, End: c.end, Code: c.code, Message: c.message}
+	if !c.tooLarge {
+		if err := decodeCall(&o, c.req, c.resp); err != nil {
+			if errors.Is(err, errCompressed) {
+				return err
+			}
+			klog.V(2).InfoS("Tap could not decode a call; publishing it without fields", "method", c.method, "err", err)
+		}
+	}
+	tc.tap.publish(o)
+	return nil
+}
+
+// decodeGRPCMessage undoes gRPC's percent-encoding of grpc-message.
+func decodeGRPCMessage(s string) string {
+	if m, err := url.PathUnescape(s); err == nil {
+		return m
+	}
+	return s
+}
