@@ -1,0 +1,80 @@
+// Package metrics is csi-clone-sidecar's Prometheus exposition: the standard
+// csi_sidecar_operations_seconds histogram for every call the tap sees, the
+// tap's own health counters, and the HTTP endpoint (metrics and /healthz)
+// that also serves the collectors other packages register.
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	cmetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Metrics implements sidecar.Recorder and owns the registries served on the
+// metrics path.
+type Metrics struct {
+	operations cmetrics.CSIMetricsManager
+	registry   *prometheus.Registry
+
+	tapped    prometheus.Counter
+	abandoned *prometheus.CounterVec
+	dropped   prometheus.Counter
+
+	driverOnce sync.Once
+}
+
+// New returns metrics with the tap's counters registered. The driver name is
+// "unknown-driver" until SetDriverName is called, as in csi-lib-utils.
+func New() *Metrics {
+	m := &Metrics{
+		operations: cmetrics.NewCSIMetricsManagerForSidecar(""),
+		registry:   prometheus.NewRegistry(),
+		tapped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "csi_clone_tap_connections_total",
+			Help: "Relayed CSI connections the tap started to follow.",
+		}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "csi_clone_tap_connections_abandoned_total",
+			Help: "Relayed CSI connections the tap stopped following (the relay went on untapped), by reason.",
+		}, []string{"reason"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "csi_clone_tap_observations_dropped_total",
+			Help: "Decoded CSI calls lost because the queue to the verdict engine was full or it failed.",
+		}),
+	}
+	m.registry.MustRegister(m.tapped, m.abandoned, m.dropped)
+	return m
+}
+
+// SetDriverName labels every later operation with the driver's name.
+func (m *Metrics) SetDriverName(name string) { m.operations.SetDriverName(name) }
+
+// Register adds a collector (e.g. the verdict collectors) to the endpoint.
+func (m *Metrics) Register(c prometheus.Collector) error { return m.registry.Register(c) }
+
+// Gatherer returns everything served on the metrics path.
+func (m *Metrics) Gatherer() prometheus.Gatherer {
+	return prometheus.Gatherers{m.operations.GetRegistry(), m.registry}
+}
+
+// CallFinished implements sidecar.Recorder with the labels csi-lib-utils uses.
+func (m *Metrics) CallFinished(method string, code codes.Code, d time.Duration) {
+	var err error
+	if code != codes.OK {
+		err = status.Error(code, "")
+	}
+	m.operations.RecordMetrics(method, err, d)
+}
+
+// ConnectionTapped implements sidecar.Recorder.
+func (m *Metrics) ConnectionTapped() { m.tapped.Inc() }
+
+// ConnectionAbandoned implements sidecar.Recorder.
+func (m *Metrics) ConnectionAbandoned(reason string) { m.abandoned.WithLabelValues(reason).Inc() }
+
+// ObservationDropped implements sidecar.Recorder.
+func (m *Metrics) ObservationDropped() { m.dropped.Inc() }

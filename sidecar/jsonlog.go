@@ -1,0 +1,39 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+
+	"k8s.io/klog/v2"
+)
+
+// Observers fans one observation out to several observers, in order.
+type Observers []Observer
+
+// Observe implements Observer.
+func (os Observers) Observe(o Observation) {
+	for _, ob := range os {
+		ob.Observe(o)
+	}
+}
+
+// JSONLines writes each observation as one JSON object per line: a debugging
+// and test aid (--observations-log). Observations hold no secrets, so neither
+// does the log.
+type JSONLines struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+// NewJSONLines writes observations to w.
+func NewJSONLines(w io.Writer) *JSONLines { return &JSONLines{enc: json.NewEncoder(w)} }
+
+// Observe implements Observer.
+func (j *JSONLines) Observe(o Observation) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.enc.Encode(o); err != nil {
+		klog.ErrorS(err, "Failed to write an observation to the observations log")
+	}
+}
