@@ -12,6 +12,9 @@ import (
 // mustRun are specs this driver must pass, not skip: the clone, snapshot,
 // expansion and pagination paths the sidecar cares about.
 var mustRun = []string{
+	"Identity Service GetPluginCapabilities should return appropriate capabilities",
+	"Identity Service Probe should return appropriate information",
+	"Identity Service GetPluginInfo should return appropriate information",
 	"Controller Service [Controller Server] CreateVolume should create volume from an existing source volume",
 	"Controller Service [Controller Server] CreateVolume should create volume from an existing source snapshot",
 	"Controller Service [Controller Server] CreateVolume should fail when requesting to create a volume with already existing name and different capacity",
@@ -62,6 +65,9 @@ func checkSpecs(t *testing.T, specs []sanityrun.Spec) {
 		state[s.Text] = s.State
 		if s.State == "skipped" && !s.Filtered() && allowedSkip(s.Text) == "" {
 			t.Errorf("unexpected skip: %s: %s", s.Text, s.Message)
+		}
+		if s.Filtered() && !strings.HasPrefix(s.Text, "Node Service") && !strings.HasPrefix(s.Text, "GroupController Service") {
+			t.Errorf("filtered out by the focus but neither Node nor GroupController: %s", s.Text)
 		}
 		if s.State == "skipped" && !s.Filtered() {
 			t.Logf("skipped: %s (%s)", s.Text, allowedSkip(s.Text))
