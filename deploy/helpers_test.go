@@ -1,0 +1,150 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Metric names the rules and the dashboard may use: the one place they are
+// listed on this side. Histograms are listed by their base name.
+var knownMetrics = map[string]bool{
+	// Tap (sidecar/, metrics/operations.go).
+	"csi_sidecar_operations_seconds":            true,
+	"csi_clone_tap_connections_total":           true,
+	"csi_clone_tap_connections_abandoned_total": true,
+	"csi_clone_tap_observations_dropped_total":  true,
+	// Verdicts (metrics/clones*.go, issue 4).
+	"csi_clone_worker_disks":                  true,
+	"csi_clone_factory_fetches_avoided_total": true,
+	"csi_clone_factory_fetches_total":         true,
+	"csi_clone_factory_bytes_avoided_total":   true,
+	"csi_clone_golden_info":                   true,
+	"csi_clone_golden_consumers":              true,
+	"csi_clone_bad_disks":                     true,
+	"csi_clone_duration_seconds":              true,
+}
+
+// tool returns the path of a command-line tool the tests drive. Without it
+// the test is skipped on a developer machine and fails in CI (CI=true), where
+// .ci/run must have installed it.
+func tool(t *testing.T, name, install string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s not found in PATH (%s); CI must install it", name, install)
+	}
+	t.Skipf("%s not found in PATH (%s)", name, install)
+	return ""
+}
+
+// run runs a command in dir and returns its combined output; a non-zero exit
+// is reported through err with that output.
+func run(dir, bin string, args ...string) (string, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// readYAML decodes one YAML document of path into a JSON-shaped value.
+func readYAML(t *testing.T, path string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
+}
+
+// splitDocs decodes a multi-document YAML stream (kustomize's output).
+func splitDocs(t *testing.T, stream string) []map[string]any {
+	t.Helper()
+	var docs []map[string]any
+	for _, part := range strings.Split("\n"+stream, "\n---\n") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		var v map[string]any
+		if err := yaml.Unmarshal([]byte(part), &v); err != nil {
+			t.Fatalf("decoding kustomize output: %v\n%s", err, part)
+		}
+		docs = append(docs, v)
+	}
+	return docs
+}
+
+// get walks a JSON-shaped value along keys (strings for maps, ints for
+// lists) and returns nil where the path does not exist.
+func get(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// named returns the element of a list of objects whose "name" (or other
+// key) equals want, or nil.
+func named(list any, key, want string) map[string]any {
+	l, _ := list.([]any)
+	for _, e := range l {
+		if m, ok := e.(map[string]any); ok && m[key] == want {
+			return m
+		}
+	}
+	return nil
+}
+
+// envValue is the value of a container's env entry, "" when absent.
+func envValue(container map[string]any, name string) string {
+	e := named(container["env"], "name", name)
+	if e == nil {
+		return ""
+	}
+	s, _ := e["value"].(string)
+	return s
+}
+
+// canonical renders a JSON-shaped value so that equal values compare equal
+// as strings (map keys sorted by encoding/json).
+func canonical(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// repoFile is a path relative to the repository root (the tests run in deploy/).
+func repoFile(parts ...string) string {
+	return filepath.Join(append([]string{".."}, parts...)...)
+}
