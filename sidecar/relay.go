@@ -228,12 +228,14 @@ func pump(dst, src *net.UnixConn, sink byteSink) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			// Feeding first means the tap has a request's bytes before the
+			// driver can possibly answer it; Feed only copies, it never waits.
+			sink.Feed(buf[:n], time.Now())
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				src.Close()
 				dst.Close()
 				return
 			}
-			sink.Feed(buf[:n], time.Now())
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {

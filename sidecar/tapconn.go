@@ -189,8 +189,9 @@ func (d *direction) run() {
 	}()
 	if d.fromClient {
 		preface := make([]byte, len(http2.ClientPreface))
-		if _, err := io.ReadFull(d, preface); err != nil {
-			return
+		n, err := io.ReadFull(d, preface)
+		if n == 0 && err != nil {
+			return // the client sent nothing at all
 		}
 		if !bytes.Equal(preface, []byte(http2.ClientPreface)) {
 			d.conn.abandon(AbandonNotHTTP2, errors.New("client did not send the HTTP/2 preface"))
