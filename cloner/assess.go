@@ -1,0 +1,116 @@
+package cloner
+
+import (
+	"encoding/json"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// evaluation is one pass of judgement over an inventory.
+type evaluation struct {
+	inv         *inventory
+	assessments []assessment
+	// malformed adds unreadable annotations to the inventory's unreadable objects.
+	malformed []malformedObject
+}
+
+// evaluate judges every worker disk of the inventory.
+func evaluate(inv *inventory, cfg Config, now time.Time) *evaluation {
+	ev := &evaluation{inv: inv, malformed: append([]malformedObject(nil), inv.malformed...)}
+	for _, d := range inv.disks {
+		if d.Kind == DiskHTTPImport {
+			ev.assessments = append(ev.assessments, judgeHTTP(d, inv.goldenForFlavor(d.Flavor)))
+			continue
+		}
+		ev.assessments = append(ev.assessments, judge(ev.factsOf(d), cfg, now, inv.snapshotOf))
+	}
+	return ev
+}
+
+// factsOf joins a clone disk with its golden, claim, volume and evidence.
+func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
+	inv := ev.inv
+	f := diskFacts{disk: d, golden: inv.goldenByRef[d.GoldenRef], pvc: inv.claimOf(d.Namespace, d.ClaimName)}
+	f.pv = inv.boundPV(f.pvc)
+	f.class = inv.classes.resolveClass(f.pvc, f.pv, d.RequestedClass, d.ContentType)
+	if f.pv != nil {
+		var tap VolumeEvidence
+		if ok, err := decodeAnnotation(f.pv, AnnCSIEvidence, &tap); err != nil {
+			ev.malformed = append(ev.malformed, malformedAnnotation(f.pv, "PersistentVolume", err))
+		} else if ok && tap.created() {
+			f.tap = &tap
+		} else if ok {
+			f.partial = &tap
+		}
+	}
+	if f.pvc != nil {
+		var de DriverError
+		if ok, err := decodeAnnotation(f.pvc, AnnDriverError, &de); err != nil {
+			ev.malformed = append(ev.malformed, malformedAnnotation(f.pvc, "PersistentVolumeClaim", err))
+		} else if ok {
+			f.drvErr = &de
+		}
+	}
+	return f
+}
+
+// goldenForFlavor is the trusted golden of a flavor (the first by name).
+func (inv *inventory) goldenForFlavor(f Flavor) *Golden {
+	for _, g := range inv.goldens {
+		if g.Flavor == f && g.Trusted() {
+			return g
+		}
+	}
+	return nil
+}
+
+func malformedAnnotation(obj interface {
+	GetNamespace() string
+	GetName() string
+	GetResourceVersion() string
+}, kind string, err error) malformedObject {
+	m := malformedObject{Kind: kind, APIVersion: "v1", Namespace: obj.GetNamespace(), Name: obj.GetName(),
+		ResourceVersion: obj.GetResourceVersion(), Err: clip(err.Error(), 300)}
+	switch o := obj.(type) {
+	case *corev1.PersistentVolume:
+		m.UID = o.UID
+	case *corev1.PersistentVolumeClaim:
+		m.UID = o.UID
+	}
+	return m
+}
+
+// importFetches is how many times an import DataVolume fetched from the
+// Factory: once when its import started, plus every restart of the importer.
+func importFetches(phase string, restarts int32) int64 {
+	switch phase {
+	case "", "Pending", "ImportScheduled", "WaitForFirstConsumer", "PVCBound", "PendingPopulation", "Unknown":
+		if restarts == 0 {
+			return 0
+		}
+	}
+	return 1 + int64(restarts)
+}
+
+// readRecord reads the verdict record persisted on a worker PVC.
+func readRecord(pvc *corev1.PersistentVolumeClaim) (*Record, error) {
+	if pvc == nil {
+		return nil, nil
+	}
+	var r Record
+	ok, err := decodeAnnotation(pvc, AnnCloneEvidence, &r)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only our own plain structs are marshalled: this cannot happen.
+		panic(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,101 @@
+package cloner
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// How a class was resolved, in the order the rules are tried.
+const (
+	ClassFromBoundPV   = "bound-pv"     // the PV the disk is bound to: frozen
+	ClassFromClaim     = "claim"        // the PVC CDI created (class already filled in)
+	ClassRequested     = "requested"    // spelled out on the DataVolume
+	ClassVirtDefault   = "virt-default" // storageclass.kubevirt.io/is-default-virt-class
+	ClassK8sDefault    = "default"      // storageclass.kubernetes.io/is-default-class
+	ClassUnresolved    = "unresolved"   // empty, and no default exists
+	defaultAnnotationV = "true"
+)
+
+// ClassResolution is a resolved StorageClass name and the rule that gave it.
+type ClassResolution struct {
+	Name string `json:"name"`
+	How  string `json:"how"`
+}
+
+// Resolved reports whether a class name was found; comparisons only happen
+// between two resolved classes.
+func (r ClassResolution) Resolved() bool { return r.How != ClassUnresolved }
+
+// classIndex answers "which class is the default" the way CDI and Kubernetes do.
+type classIndex struct {
+	byName      map[string]*storagev1.StorageClass
+	virtDefault string
+	k8sDefault  string
+}
+
+func newClassIndex(classes []*storagev1.StorageClass) classIndex {
+	ci := classIndex{byName: make(map[string]*storagev1.StorageClass, len(classes))}
+	for _, sc := range classes {
+		ci.byName[sc.Name] = sc
+	}
+	ci.virtDefault = newestDefault(classes, AnnDefaultVirtClass)
+	ci.k8sDefault = newestDefault(classes, AnnDefaultClass)
+	return ci
+}
+
+// newestDefault picks among the classes carrying the annotation the newest
+// by creationTimestamp, ties broken by name ascending: Kubernetes' own rule
+// for several defaults, which CDI follows too.
+func newestDefault(classes []*storagev1.StorageClass, annotation string) string {
+	var best *storagev1.StorageClass
+	for _, sc := range classes {
+		if sc.Annotations[annotation] != defaultAnnotationV {
+			continue
+		}
+		if best == nil {
+			best = sc
+			continue
+		}
+		bt, st := best.CreationTimestamp.UnixNano(), sc.CreationTimestamp.UnixNano()
+		if st > bt || (st == bt && sc.Name < best.Name) {
+			best = sc
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Name
+}
+
+// resolveRequested resolves a class as CDI does when it renders the claim: a
+// nil class falls back to the virtualization default for content type
+// kubevirt (the default content type), then to the Kubernetes default. An
+// explicit "" is not a fallback: CDI looks up a class named "" and keeps "",
+// which Kubernetes reads as "no class".
+func (ci classIndex) resolveRequested(requested *string, contentType string) ClassResolution {
+	if requested != nil {
+		return ClassResolution{Name: *requested, How: ClassRequested}
+	}
+	if (contentType == "" || contentType == contentTypeKubeVirt) && ci.virtDefault != "" {
+		return ClassResolution{Name: ci.virtDefault, How: ClassVirtDefault}
+	}
+	if ci.k8sDefault != "" {
+		return ClassResolution{Name: ci.k8sDefault, How: ClassK8sDefault}
+	}
+	return ClassResolution{How: ClassUnresolved}
+}
+
+// resolveClass gives the class a volume really has or will have. A bound
+// volume keeps the class it was bound with, whatever the default becomes
+// later; a claim CDI already created carries the class CDI resolved; only a
+// DataVolume with no claim yet is resolved from today's defaults.
+func (ci classIndex) resolveClass(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
+	requested *string, contentType string) ClassResolution {
+	if pv != nil && pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
+		return ClassResolution{Name: pv.Spec.StorageClassName, How: ClassFromBoundPV}
+	}
+	if pvc != nil && pvc.Spec.StorageClassName != nil {
+		return ClassResolution{Name: *pvc.Spec.StorageClassName, How: ClassFromClaim}
+	}
+	return ci.resolveRequested(requested, contentType)
+}

@@ -1,0 +1,257 @@
+package cloner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
+)
+
+const (
+	indexByHandle   = "volumeHandle"
+	indexByUID      = "uid"
+	indexBySnapshot = "snapshotHandle"
+	// minPassInterval spaces verdict passes under a burst of object changes.
+	minPassInterval = time.Second
+	// flushInterval bounds how long evidence waits when no PV event comes.
+	flushInterval = 2 * time.Second
+)
+
+// Controller is the cloner: every replica feeds it observations (Observe)
+// and runs RunEvidence; the leader also runs RunVerdicts.
+type Controller struct {
+	cfg     Config
+	clients Clients
+
+	obs     chan sidecar.Observation
+	dropped atomic.Int64
+	expired atomic.Int64
+	book    *evidenceBook
+
+	started  atomic.Bool
+	coreSync []cache.InformerSynced
+	pvcInf   cache.SharedIndexInformer
+	pvInf    cache.SharedIndexInformer
+	scInf    cache.SharedIndexInformer
+	dvInf    atomic.Pointer[cache.SharedIndexInformer]
+	vscInf   atomic.Pointer[cache.SharedIndexInformer]
+	dvReady  chan struct{}
+
+	wake  chan struct{} // a verdict pass is due
+	flush chan struct{} // an evidence flush is due
+
+	mu        sync.Mutex
+	snap      *Snapshot
+	malformed *malformedTracker
+	emitted   map[string]bool // event keys emitted by this process
+}
+
+// New validates the configuration and builds a Controller; nothing runs
+// until Start.
+func New(cfg Config, clients Clients) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := clients.validate(); err != nil {
+		return nil, err
+	}
+	return &Controller{
+		cfg: cfg, clients: clients,
+		obs:       make(chan sidecar.Observation, cfg.EvidenceQueue),
+		book:      newEvidenceBook(cfg.EvidenceTTL),
+		dvReady:   make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		flush:     make(chan struct{}, 1),
+		malformed: newMalformedTracker(),
+		emitted:   map[string]bool{},
+	}, nil
+}
+
+// Observe takes one finished CSI call. It never blocks: when the queue is
+// full the observation is dropped and counted
+// (csi_clone_evidence_dropped_total).
+func (c *Controller) Observe(o sidecar.Observation) {
+	select {
+	case c.obs <- o:
+	default:
+		c.dropped.Add(1)
+	}
+}
+
+var _ sidecar.Observer = (*Controller)(nil)
+
+// Start starts the informers for the life of ctx and returns at once.
+// DataVolumes and VolumeSnapshotContents are watched as soon as their CRDs
+// are served: a missing CDI must not stop the sidecar (it sits in the CSI
+// data path), it only delays the verdicts.
+func (c *Controller) Start(ctx context.Context) {
+	if !c.started.CompareAndSwap(false, true) {
+		return
+	}
+	f := informers.NewSharedInformerFactory(c.clients.Kube, c.cfg.ResyncPeriod)
+	c.pvcInf = f.Core().V1().PersistentVolumeClaims().Informer()
+	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
+	c.scInf = f.Storage().V1().StorageClasses().Informer()
+	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
+	must(c.pvcInf.AddIndexers(cache.Indexers{indexByUID: uidIndex}))
+	c.onChange(c.pvcInf, c.nudgeVerdicts)
+	c.onChange(c.pvInf, func() { c.nudgeVerdicts(); nudge(c.flush) })
+	c.onChange(c.scInf, c.nudgeVerdicts)
+	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
+	f.Start(ctx.Done())
+	go c.watchCRDs(ctx)
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err) // adding indexers before start cannot fail
+	}
+}
+
+func (c *Controller) onChange(inf cache.SharedIndexInformer, fn func()) {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { fn() },
+		UpdateFunc: func(any, any) { fn() },
+		DeleteFunc: func(any) { fn() },
+	})
+	must(err)
+}
+
+func nudge(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) nudgeVerdicts() { nudge(c.wake) }
+
+// watchCRDs starts the dynamic informers once their resources are served.
+func (c *Controller) watchCRDs(ctx context.Context) {
+	f := dynamicinformer.NewDynamicSharedInformerFactory(c.clients.Dynamic, c.cfg.ResyncPeriod)
+	t := time.NewTicker(c.cfg.ResyncPeriod)
+	defer t.Stop()
+	for {
+		if c.vscInf.Load() == nil && c.served(VolumeSnapshotContentGVR) {
+			inf := f.ForResource(VolumeSnapshotContentGVR).Informer()
+			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: snapshotHandleIndex}))
+			c.vscInf.Store(&inf)
+			f.Start(ctx.Done())
+		}
+		if c.dvInf.Load() == nil && c.served(DataVolumeGVR) {
+			inf := f.ForResource(DataVolumeGVR).Informer()
+			c.onChange(inf, c.nudgeVerdicts)
+			f.Start(ctx.Done())
+			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+				c.dvInf.Store(&inf)
+				close(c.dvReady)
+			}
+		}
+		if c.dvInf.Load() != nil && c.vscInf.Load() != nil {
+			return
+		}
+		if c.dvInf.Load() == nil {
+			klog.V(2).InfoS("DataVolumes are not served yet (is CDI installed?); verdicts wait", "resource", DataVolumeGVR.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// served asks discovery whether a resource exists.
+func (c *Controller) served(gvr schema.GroupVersionResource) bool {
+	list, err := c.clients.Kube.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil || list == nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == gvr.Resource {
+			return true
+		}
+	}
+	return false
+}
+
+func pvHandleIndex(obj any) ([]string, error) {
+	if pv, ok := obj.(*corev1.PersistentVolume); ok {
+		if h := csiHandle(pv); h != "" {
+			return []string{h}, nil
+		}
+	}
+	return nil, nil
+}
+
+func uidIndex(obj any) ([]string, error) {
+	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		return []string{string(pvc.UID)}, nil
+	}
+	return nil, nil
+}
+
+func snapshotHandleIndex(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	if h, _, err := unstructured.NestedString(u.Object, "status", "snapshotHandle"); err == nil && h != "" {
+		return []string{h}, nil
+	}
+	return nil, nil
+}
+
+// waitCore waits for the core informers.
+func (c *Controller) waitCore(ctx context.Context) error {
+	if !c.started.Load() {
+		return errors.New("cloner: Start must be called before RunEvidence/RunVerdicts")
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.coreSync...) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// objectsFromCaches copies what the informers hold.
+func (c *Controller) objectsFromCaches() objects {
+	var o objects
+	for _, x := range c.pvcInf.GetStore().List() {
+		o.Claims = append(o.Claims, x.(*corev1.PersistentVolumeClaim))
+	}
+	for _, x := range c.pvInf.GetStore().List() {
+		o.Volumes = append(o.Volumes, x.(*corev1.PersistentVolume))
+	}
+	for _, x := range c.scInf.GetStore().List() {
+		o.Classes = append(o.Classes, x.(*storagev1.StorageClass))
+	}
+	if p := c.dvInf.Load(); p != nil {
+		o.DataVolumes = unstructuredList((*p).GetStore().List())
+	}
+	if p := c.vscInf.Load(); p != nil {
+		o.SnapshotContents = unstructuredList((*p).GetStore().List())
+	}
+	return o
+}
+
+func unstructuredList(xs []any) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, len(xs))
+	for _, x := range xs {
+		if u, ok := x.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}

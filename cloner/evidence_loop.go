@@ -1,0 +1,161 @@
+package cloner
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// RunEvidence turns observations into annotations until ctx ends. Every
+// replica runs it: the CSI calls reach whichever replica's relay the active
+// csi-provisioner uses, not necessarily the leader's.
+func (c *Controller) RunEvidence(ctx context.Context) error {
+	if err := c.waitCore(ctx); err != nil {
+		return err
+	}
+	t := time.NewTicker(flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case o := <-c.obs:
+			c.book.apply(o)
+			c.drain()
+			c.flushEvidence(ctx)
+		case <-c.flush:
+			c.flushEvidence(ctx)
+		case <-t.C:
+			c.flushEvidence(ctx)
+		}
+	}
+}
+
+// drain applies what else is queued, so a burst costs one flush.
+func (c *Controller) drain() {
+	for {
+		select {
+		case o := <-c.obs:
+			c.book.apply(o)
+		default:
+			return
+		}
+	}
+}
+
+// flushEvidence writes pending evidence onto PVs and driver errors onto
+// target PVCs; what has no object yet waits, up to EvidenceTTL.
+func (c *Controller) flushEvidence(ctx context.Context) {
+	b := c.book
+	for handle, p := range b.volumes {
+		pv := c.pvByHandle(handle)
+		if pv == nil {
+			continue
+		}
+		ev := p.ev
+		if ev.SourceSnapshot != "" && ev.SnapshotOf == "" {
+			ev.SnapshotOf = c.snapshotSource(ev.SourceSnapshot)
+		}
+		if err := c.persistVolumeEvidence(ctx, pv, &ev); err != nil {
+			klog.V(2).InfoS("Evidence not written yet, will retry", "pv", pv.Name, "err", err)
+			continue
+		}
+		delete(b.volumes, handle)
+	}
+	now := c.cfg.now()
+	for claim, pe := range b.errors {
+		// A retry with the same error refreshes the annotation at most once
+		// a minute; a new error is written at once.
+		if !pe.dirty || (!pe.changed() && now.Sub(pe.written) < driverErrorRefresh) {
+			continue
+		}
+		pvc := c.targetClaim(claim)
+		if pvc == nil {
+			continue
+		}
+		if err := c.patchPVC(ctx, pvc, "", map[string]*string{AnnDriverError: ptrTo(mustJSON(pe.err))}); err != nil {
+			klog.V(2).InfoS("Driver error not written yet, will retry", "claim", claim, "err", err)
+			continue
+		}
+		pe.dirty, pe.written, pe.lastWritten = false, now, pe.err.Code+"\x00"+pe.err.Message
+	}
+	b.expire(now)
+	c.expired.Store(b.expired)
+}
+
+// changed reports whether the error differs from the one last written.
+func (pe *pendingError) changed() bool { return pe.lastWritten != pe.err.Code+"\x00"+pe.err.Message }
+
+// persistVolumeEvidence merges the evidence with what the PV already carries
+// and writes it, guarded by the PV's resourceVersion.
+func (c *Controller) persistVolumeEvidence(ctx context.Context, pv *corev1.PersistentVolume, ev *VolumeEvidence) error {
+	var onPV VolumeEvidence
+	ok, err := decodeAnnotation(pv, AnnCSIEvidence, &onPV)
+	if err != nil {
+		// Unreadable evidence is replaced by what this replica saw; the
+		// verdict pass reports the object.
+		ok = false
+	}
+	merged := *ev
+	if ok {
+		merged = onPV
+		merged.merge(ev)
+	}
+	val := mustJSON(merged)
+	if pv.Annotations[AnnCSIEvidence] == val {
+		return nil
+	}
+	return c.patchPV(ctx, pv, map[string]*string{AnnCSIEvidence: &val})
+}
+
+func (c *Controller) pvByHandle(handle string) *corev1.PersistentVolume {
+	objs, err := c.pvInf.GetIndexer().ByIndex(indexByHandle, handle)
+	if err != nil || len(objs) == 0 {
+		return nil
+	}
+	return objs[0].(*corev1.PersistentVolume)
+}
+
+// targetClaim is the PVC a failed CreateVolume's error belongs on: the
+// target of CDI's tmp-pvc-<uid>, or the claim itself.
+func (c *Controller) targetClaim(claim string) *corev1.PersistentVolumeClaim {
+	uid, ref := targetOfClaim(claim)
+	if uid != "" {
+		objs, err := c.pvcInf.GetIndexer().ByIndex(indexByUID, string(uid))
+		if err != nil || len(objs) == 0 {
+			return nil
+		}
+		return objs[0].(*corev1.PersistentVolumeClaim)
+	}
+	return c.claim(ref)
+}
+
+func (c *Controller) claim(ref types.NamespacedName) *corev1.PersistentVolumeClaim {
+	obj, ok, err := c.pvcInf.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj.(*corev1.PersistentVolumeClaim)
+}
+
+// snapshotSource is the volume a snapshot was cut from: what this replica
+// saw CreateSnapshot do, else the VolumeSnapshotContent while it exists.
+func (c *Controller) snapshotSource(snapshot string) string {
+	if s, ok := c.book.snapshots[snapshot]; ok {
+		return s.source
+	}
+	p := c.vscInf.Load()
+	if p == nil {
+		return ""
+	}
+	objs, err := (*p).GetIndexer().ByIndex(indexBySnapshot, snapshot)
+	if err != nil || len(objs) == 0 {
+		return ""
+	}
+	src, _, _ := unstructured.NestedString(objs[0].(*unstructured.Unstructured).Object, "spec", "source", "volumeHandle")
+	return src
+}

@@ -1,0 +1,385 @@
+package cloner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The ledger is a ConfigMap in the sidecar's namespace holding the counters
+// that must never count twice: per flavor totals, and the UIDs of the live
+// DataVolumes already counted. The leader marks a UID and raises the total
+// in one write guarded by resourceVersion, so a restart, a second replica or
+// two overlapping leaders can never count a disk twice. UIDs are never
+// reused, so a UID is forgotten once its DataVolume is confirmed gone.
+//
+// Data keys (all JSON except format):
+//
+//	format          "1"
+//	flavors.json    {"<schematicID>/<version>": FlavorTotals}
+//	counted.json    {"<DataVolume UID>": {"r":"ns/name","f":fetches,"a":avoided,"t":timed}}
+//	durations.json  {"<verdict>": DurationTotals}
+const (
+	ledgerFormat       = "1"
+	ledgerKeyFormat    = "format"
+	ledgerKeyFlavors   = "flavors.json"
+	ledgerKeyCounted   = "counted.json"
+	ledgerKeyDurations = "durations.json"
+	ledgerWriteTries   = 5
+	ledgerPrunePerPass = 20
+)
+
+// Kinds of Factory fetch.
+const (
+	FetchGoldenImport = "golden-import"
+	FetchWorkerImport = "worker-import"
+)
+
+// DurationBuckets are the upper bounds (seconds) of csi_clone_duration_seconds.
+var DurationBuckets = []float64{1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}
+
+// FlavorTotals are one flavor's counters.
+type FlavorTotals struct {
+	FetchesAvoided int64 `json:"fetchesAvoided"`
+	GoldenImports  int64 `json:"goldenImports"`
+	WorkerImports  int64 `json:"workerImports"`
+	BytesAvoided   int64 `json:"bytesAvoided"`
+}
+
+// DurationTotals is one verdict's clone-duration histogram. Buckets maps an
+// upper bound ("%g" seconds) to the observations in (previous bound, bound];
+// observations above the last bound only count in Count and Sum.
+type DurationTotals struct {
+	Count   uint64            `json:"count"`
+	Sum     float64           `json:"sum"`
+	Buckets map[string]uint64 `json:"buckets,omitempty"`
+}
+
+// mark records what was counted for one DataVolume UID.
+type mark struct {
+	Ref     string `json:"r"`
+	Fetches int64  `json:"f,omitempty"`
+	Avoided bool   `json:"a,omitempty"`
+	Timed   bool   `json:"t,omitempty"`
+}
+
+// Ledger is the decoded ledger ConfigMap.
+type Ledger struct {
+	Flavors   map[string]*FlavorTotals
+	Durations map[string]*DurationTotals
+	counted   map[string]*mark
+	rv        string
+	exists    bool
+}
+
+func newLedger() *Ledger {
+	return &Ledger{Flavors: map[string]*FlavorTotals{}, Durations: map[string]*DurationTotals{}, counted: map[string]*mark{}}
+}
+
+// decodeLedger reads a ledger ConfigMap; an unreadable one is an error, never
+// silently reset (that would count everything again).
+func decodeLedger(cm *corev1.ConfigMap) (*Ledger, error) {
+	l := newLedger()
+	if cm == nil {
+		return l, nil
+	}
+	l.rv, l.exists = cm.ResourceVersion, true
+	if f := cm.Data[ledgerKeyFormat]; f != "" && f != ledgerFormat {
+		return nil, fmt.Errorf("ledger %s/%s has format %q, this sidecar reads %q", cm.Namespace, cm.Name, f, ledgerFormat)
+	}
+	for key, dst := range map[string]any{ledgerKeyFlavors: &l.Flavors, ledgerKeyCounted: &l.counted, ledgerKeyDurations: &l.Durations} {
+		if raw := cm.Data[key]; raw != "" {
+			if err := json.Unmarshal([]byte(raw), dst); err != nil {
+				return nil, fmt.Errorf("ledger %s/%s key %s is unreadable: %w", cm.Namespace, cm.Name, key, err)
+			}
+		}
+	}
+	if l.Flavors == nil {
+		l.Flavors = map[string]*FlavorTotals{}
+	}
+	if l.counted == nil {
+		l.counted = map[string]*mark{}
+	}
+	if l.Durations == nil {
+		l.Durations = map[string]*DurationTotals{}
+	}
+	return l, nil
+}
+
+func (l *Ledger) encode() map[string]string {
+	return map[string]string{
+		ledgerKeyFormat:    ledgerFormat,
+		ledgerKeyFlavors:   mustJSON(l.Flavors),
+		ledgerKeyCounted:   mustJSON(l.counted),
+		ledgerKeyDurations: mustJSON(l.Durations),
+	}
+}
+
+// ledgerFact is what one DataVolume has earned so far.
+type ledgerFact struct {
+	uid      types.UID
+	ref      string
+	flavor   string
+	kind     string // FetchGoldenImport, FetchWorkerImport, or "" for a clone
+	fetches  int64
+	avoided  bool
+	bytes    int64
+	verdict  string
+	duration time.Duration
+	timed    bool
+}
+
+func (l *Ledger) flavor(key string) *FlavorTotals {
+	t := l.Flavors[key]
+	if t == nil {
+		t = &FlavorTotals{}
+		l.Flavors[key] = t
+	}
+	return t
+}
+
+// apply counts what the facts add beyond what is already marked, and marks
+// it, in memory; it reports whether anything changed.
+func (l *Ledger) apply(facts []ledgerFact) bool {
+	changed := false
+	for _, f := range facts {
+		m := l.counted[string(f.uid)]
+		if m == nil {
+			if f.fetches == 0 && !f.avoided && !f.timed {
+				continue
+			}
+			m = &mark{Ref: f.ref}
+			l.counted[string(f.uid)] = m
+		}
+		if f.fetches > m.Fetches {
+			d := f.fetches - m.Fetches
+			if f.kind == FetchGoldenImport {
+				l.flavor(f.flavor).GoldenImports += d
+			} else {
+				l.flavor(f.flavor).WorkerImports += d
+			}
+			m.Fetches, changed = f.fetches, true
+		}
+		if f.avoided && !m.Avoided {
+			t := l.flavor(f.flavor)
+			t.FetchesAvoided++
+			t.BytesAvoided += f.bytes
+			m.Avoided, changed = true, true
+		}
+		if f.timed && !m.Timed {
+			l.observe(f.verdict, f.duration)
+			m.Timed, changed = true, true
+		}
+	}
+	return changed
+}
+
+func (l *Ledger) observe(verdict string, d time.Duration) {
+	t := l.Durations[verdict]
+	if t == nil {
+		t = &DurationTotals{Buckets: map[string]uint64{}}
+		l.Durations[verdict] = t
+	}
+	if t.Buckets == nil {
+		t.Buckets = map[string]uint64{}
+	}
+	s := d.Seconds()
+	t.Count++
+	t.Sum += s
+	for _, b := range DurationBuckets {
+		if s <= b {
+			t.Buckets[strconv.FormatFloat(b, 'g', -1, 64)]++
+			return
+		}
+	}
+}
+
+// Cumulative returns the histogram as Prometheus wants it: upper bound ->
+// observations <= bound.
+func (t *DurationTotals) Cumulative() map[float64]uint64 {
+	out := make(map[float64]uint64, len(DurationBuckets))
+	var run uint64
+	for _, b := range DurationBuckets {
+		run += t.Buckets[strconv.FormatFloat(b, 'g', -1, 64)]
+		out[b] = run
+	}
+	return out
+}
+
+// prune forgets the UIDs whose DataVolume is confirmed gone. live holds the
+// UIDs the informer knows; gone asks the API server, so a stale cache can
+// never make the ledger forget, and later recount, a live disk.
+func (l *Ledger) prune(live map[types.UID]types.NamespacedName, gone func(ref string, uid types.UID) bool) bool {
+	var stale []string
+	for uid := range l.counted {
+		if _, ok := live[types.UID(uid)]; !ok {
+			stale = append(stale, uid)
+		}
+	}
+	sort.Strings(stale)
+	changed := false
+	for i, uid := range stale {
+		if i >= ledgerPrunePerPass {
+			break
+		}
+		if gone(l.counted[uid].Ref, types.UID(uid)) {
+			delete(l.counted, uid)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// splitFlavorKey undoes Flavor.Key.
+func splitFlavorKey(k string) Flavor {
+	sid, ver, _ := strings.Cut(k, "/")
+	return Flavor{SchematicID: sid, Version: ver}
+}
+
+// readLedger reads the ledger straight from the API server (not a cache):
+// counting must start from the newest version.
+func (c *Controller) readLedger(ctx context.Context) (*Ledger, error) {
+	cm, err := c.clients.Kube.CoreV1().ConfigMaps(c.cfg.LedgerNamespace).Get(ctx, c.cfg.LedgerName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return newLedger(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading ledger %s/%s: %w", c.cfg.LedgerNamespace, c.cfg.LedgerName, err)
+	}
+	return decodeLedger(cm)
+}
+
+// writeLedger creates or updates the ledger; the update carries the
+// resourceVersion it was read at.
+func (c *Controller) writeLedger(ctx context.Context, l *Ledger) error {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.cfg.LedgerName, Namespace: c.cfg.LedgerNamespace, ResourceVersion: l.rv,
+			Labels: map[string]string{LabelLedger: "true", "app.kubernetes.io/name": "csi-clone-sidecar"},
+		},
+		Data: l.encode(),
+	}
+	cms := c.clients.Kube.CoreV1().ConfigMaps(c.cfg.LedgerNamespace)
+	var out *corev1.ConfigMap
+	var err error
+	if l.exists {
+		out, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: eventSourceComponent})
+	} else {
+		out, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: eventSourceComponent})
+	}
+	if err != nil {
+		return err
+	}
+	l.rv, l.exists = out.ResourceVersion, true
+	return nil
+}
+
+// updateLedger adds the facts to the ledger, retrying on a lost race from a
+// fresh read each time, and returns the ledger as written (or as read when
+// nothing changed).
+func (c *Controller) updateLedger(ctx context.Context, facts []ledgerFact, live map[types.UID]types.NamespacedName) (*Ledger, error) {
+	goneCache := map[types.UID]bool{}
+	gone := func(ref string, uid types.UID) bool {
+		if v, ok := goneCache[uid]; ok {
+			return v
+		}
+		v := c.dataVolumeGone(ctx, ref, uid)
+		goneCache[uid] = v
+		return v
+	}
+	for try := 0; try < ledgerWriteTries; try++ {
+		l, err := c.readLedger(ctx)
+		if err != nil {
+			return nil, err
+		}
+		changed := l.apply(facts)
+		if l.prune(live, gone) {
+			changed = true
+		}
+		if !changed {
+			return l, nil
+		}
+		err = c.writeLedger(ctx, l)
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("writing ledger %s/%s: %w", c.cfg.LedgerNamespace, c.cfg.LedgerName, err)
+		}
+		return l, nil
+	}
+	return nil, fmt.Errorf("writing ledger %s/%s: still conflicting after %d tries", c.cfg.LedgerNamespace, c.cfg.LedgerName, ledgerWriteTries)
+}
+
+// dataVolumeGone asks the API server whether the DataVolume a UID belonged
+// to is gone (absent, or replaced by one with another UID).
+func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.UID) bool {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return false
+	}
+	u, err := c.clients.Dynamic.Resource(DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	return err == nil && u.GetUID() != uid
+}
+
+// ledgerFacts turns one evaluation into what each DataVolume has earned:
+// imports fetched (goldens and HTTP workers, restarts included) and, for a
+// finished disk cloned from a trusted golden, one fetch avoided. Nothing is
+// counted for an untrusted golden's flavor: its labels cannot be trusted.
+func ledgerFacts(ev *evaluation, cfg Config) []ledgerFact {
+	var out []ledgerFact
+	for _, g := range ev.inv.goldens {
+		if !g.Trusted() {
+			continue
+		}
+		if n := importFetches(g.Phase, g.RestartCount); n > 0 {
+			out = append(out, ledgerFact{uid: g.UID, ref: g.Ref().String(), flavor: g.Flavor.Key(), kind: FetchGoldenImport, fetches: n})
+		}
+	}
+	for _, a := range ev.assessments {
+		d := a.disk
+		f := ledgerFact{uid: d.UID, ref: d.Ref().String()}
+		switch {
+		case d.Kind == DiskHTTPImport:
+			f.flavor, f.kind, f.fetches = d.Flavor.Key(), FetchWorkerImport, importFetches(d.Phase, d.RestartCount)
+		case a.golden != nil && a.golden.Trusted() && d.Finished() && providedFromGolden(a.record.Verdict):
+			f.flavor, f.avoided, f.bytes = a.golden.Flavor.Key(), true, bytesPerFetch(a.golden, cfg)
+			f.verdict, f.duration, f.timed = a.record.Verdict, a.duration, a.timed
+		default:
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// providedFromGolden: the verdicts of a disk whose bytes came from the
+// golden, whatever moved them; each such disk is one Factory fetch avoided.
+func providedFromGolden(verdict string) bool {
+	switch verdict {
+	case VerdictCSIClone, VerdictSnapshotClone, VerdictHostAssisted, VerdictUnknown:
+		return true
+	}
+	return false
+}
+
+// bytesPerFetch is --factory-image-bytes when set, else the golden volume's
+// size: the image the golden imported is at most that large.
+func bytesPerFetch(g *Golden, cfg Config) int64 {
+	if cfg.FactoryImageBytes > 0 {
+		return cfg.FactoryImageBytes
+	}
+	return g.SizeBytes()
+}

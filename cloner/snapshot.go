@@ -1,0 +1,151 @@
+package cloner
+
+import (
+	"sort"
+	"time"
+)
+
+// Snapshot is the read-only view the metrics collector turns into series at
+// scrape time. The verdict part (Leader true) exists only on the replica
+// running RunVerdicts: the others report nothing, so a sum over replicas
+// never counts a disk twice.
+type Snapshot struct {
+	Leader bool
+	Taken  time.Time
+	// Goldens is the catalog with each golden's consumers.
+	Goldens []GoldenStatus
+	// Disks counts worker disks per flavor and verdict.
+	Disks []DiskCount
+	// BadDisks counts bad worker disks per namespace, pool, flavor and reason.
+	BadDisks []BadDiskCount
+	// Flavors are the ledger's per-flavor counters.
+	Flavors []FlavorCounters
+	// Durations are the ledger's clone-duration histograms per verdict.
+	Durations map[string]DurationTotals
+	// Malformed counts unreadable objects seen by this process, per kind.
+	Malformed map[string]int64
+	// EvidenceDropped counts observations dropped because the queue was
+	// full; EvidenceExpired evidence that waited too long for its object.
+	// These two are this replica's own and are set on every replica.
+	EvidenceDropped, EvidenceExpired int64
+}
+
+// GoldenStatus is one golden as metrics and the report show it.
+type GoldenStatus struct {
+	Namespace, Name string
+	Flavor          Flavor
+	StorageClass    string
+	Phase           string
+	SizeBytes       int64
+	Consumers       int
+	Trusted         bool
+	Problems        []string
+}
+
+// DiskCount is the number of worker disks of a flavor with a verdict.
+type DiskCount struct {
+	Flavor  Flavor
+	Verdict string
+	Count   int
+}
+
+// BadDiskCount is the number of disks of a pool with a bad reason.
+type BadDiskCount struct {
+	Namespace, Pool string
+	Flavor          Flavor
+	Reason          string
+	Count           int
+}
+
+// FlavorCounters are one flavor's ledger totals.
+type FlavorCounters struct {
+	Flavor Flavor
+	FlavorTotals
+}
+
+// Snapshot returns the latest view; never nil.
+func (c *Controller) Snapshot() *Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &Snapshot{}
+	if c.snap != nil {
+		cp := *c.snap
+		s = &cp
+	}
+	s.EvidenceDropped, s.EvidenceExpired = c.dropped.Load(), c.expired.Load()
+	return s
+}
+
+func (c *Controller) setSnapshot(s *Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s != nil {
+		s.Malformed = c.malformed.snapshot()
+	}
+	c.snap = s
+}
+
+// buildSnapshot summarises one pass and the ledger as last read or written.
+func (c *Controller) buildSnapshot(ev *evaluation, l *Ledger) *Snapshot {
+	s := &Snapshot{Leader: true, Taken: c.cfg.now()}
+	cons := ev.inv.consumers()
+	for _, g := range ev.inv.goldens {
+		s.Goldens = append(s.Goldens, GoldenStatus{Namespace: g.Namespace, Name: g.Name, Flavor: g.Flavor,
+			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
+			Trusted: g.Trusted(), Problems: g.Problems})
+	}
+	disks := map[DiskCount]int{}
+	bad := map[BadDiskCount]int{}
+	for _, a := range ev.assessments {
+		f := Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}
+		disks[DiskCount{Flavor: f, Verdict: a.record.Verdict}]++
+		seen := map[string]bool{}
+		for _, r := range a.record.BadReasons() {
+			if !seen[r] {
+				seen[r] = true
+				bad[BadDiskCount{Namespace: a.disk.Namespace, Pool: a.disk.Pool, Flavor: f, Reason: r}]++
+			}
+		}
+	}
+	for k, n := range disks {
+		k.Count = n
+		s.Disks = append(s.Disks, k)
+	}
+	for k, n := range bad {
+		k.Count = n
+		s.BadDisks = append(s.BadDisks, k)
+	}
+	sortSnapshot(s)
+	if l != nil {
+		s.Flavors, s.Durations = ledgerCounters(l)
+	}
+	return s
+}
+
+func ledgerCounters(l *Ledger) ([]FlavorCounters, map[string]DurationTotals) {
+	var fl []FlavorCounters
+	for k, t := range l.Flavors {
+		fl = append(fl, FlavorCounters{Flavor: splitFlavorKey(k), FlavorTotals: *t})
+	}
+	sort.Slice(fl, func(i, j int) bool { return fl[i].Flavor.Key() < fl[j].Flavor.Key() })
+	d := make(map[string]DurationTotals, len(l.Durations))
+	for k, t := range l.Durations {
+		d[k] = *t
+	}
+	return fl, d
+}
+
+func sortSnapshot(s *Snapshot) {
+	sort.Slice(s.Disks, func(i, j int) bool {
+		a, b := s.Disks[i], s.Disks[j]
+		if a.Flavor.Key() != b.Flavor.Key() {
+			return a.Flavor.Key() < b.Flavor.Key()
+		}
+		return a.Verdict < b.Verdict
+	})
+	sort.Slice(s.BadDisks, func(i, j int) bool {
+		a, b := s.BadDisks[i], s.BadDisks[j]
+		return a.Namespace+"\x00"+a.Pool+"\x00"+a.Flavor.Key()+"\x00"+a.Reason <
+			b.Namespace+"\x00"+b.Pool+"\x00"+b.Flavor.Key()+"\x00"+b.Reason
+	})
+}

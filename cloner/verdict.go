@@ -1,0 +1,384 @@
+package cloner
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Record is the verdict of one worker disk and the evidence behind it,
+// written as compact JSON on the disk's PVC (AnnCloneEvidence; the verdict
+// word alone goes to AnnCloneVerdict).
+type Record struct {
+	Verdict string `json:"verdict"`
+	// Source says where the mechanism came from: csi-tap, cdi-annotations,
+	// datavolume-spec or none.
+	Source      string `json:"source"`
+	Message     string `json:"message,omitempty"`
+	Golden      string `json:"golden,omitempty"`
+	SchematicID string `json:"schematicID,omitempty"`
+	Version     string `json:"version,omitempty"`
+	Pool        string `json:"pool,omitempty"`
+	// Volume is the disk's volume handle, GoldenVolume the golden's;
+	// ContentSource what the driver was asked to copy ("volume:<h>",
+	// "snapshot:<h>", "none").
+	Volume        string `json:"volume,omitempty"`
+	GoldenVolume  string `json:"goldenVolume,omitempty"`
+	ContentSource string `json:"contentSource,omitempty"`
+	Class         string `json:"class,omitempty"`
+	GoldenClass   string `json:"goldenClass,omitempty"`
+	// DiskBytes is the DataVolume's size, GoldenBytes the golden's,
+	// CapacityBytes the volume's final capacity.
+	DiskBytes       int64     `json:"diskBytes,omitempty"`
+	GoldenBytes     int64     `json:"goldenBytes,omitempty"`
+	CapacityBytes   int64     `json:"capacityBytes,omitempty"`
+	CDICloneType    string    `json:"cdiCloneType,omitempty"`
+	FallbackReason  string    `json:"fallbackReason,omitempty"`
+	DriverError     string    `json:"driverError,omitempty"`
+	DurationSeconds float64   `json:"durationSeconds,omitempty"`
+	Findings        []Finding `json:"findings,omitempty"`
+	// Since is when this verdict and these findings were first decided.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// Finding is one problem found on top of the verdict.
+type Finding struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// BadReasons lists the disk's bad reasons: its verdict's, then its findings'.
+func (r *Record) BadReasons() []string {
+	var out []string
+	if b := badVerdict(r.Verdict); b != "" {
+		out = append(out, b)
+	}
+	for _, f := range r.Findings {
+		out = append(out, f.Reason)
+	}
+	return out
+}
+
+// messageFor is the message of a bad reason on this record.
+func (r *Record) messageFor(reason string) string {
+	if reason == badVerdict(r.Verdict) {
+		return r.Message
+	}
+	for _, f := range r.Findings {
+		if f.Reason == reason {
+			return f.Message
+		}
+	}
+	return ""
+}
+
+// sameAs reports whether two records say the same thing; Since is ignored
+// so an unchanged verdict is never rewritten.
+func (r *Record) sameAs(o *Record) bool {
+	if o == nil {
+		return false
+	}
+	a, b := *r, *o
+	a.Since, b.Since = time.Time{}, time.Time{}
+	return fmt.Sprint(mustJSON(a)) == fmt.Sprint(mustJSON(b))
+}
+
+// assessment is one judged worker disk.
+type assessment struct {
+	disk   *WorkerDisk
+	golden *Golden
+	record *Record
+	// finalAt is when the disk reached its final capacity (csi-tap only);
+	// duration is first CreateVolume to then.
+	duration time.Duration
+	timed    bool
+}
+
+// diskFacts is everything one verdict is decided from.
+type diskFacts struct {
+	disk    *WorkerDisk
+	golden  *Golden
+	pvc     *corev1.PersistentVolumeClaim
+	pv      *corev1.PersistentVolume
+	tap     *VolumeEvidence // nil unless the tap saw the CreateVolume
+	partial *VolumeEvidence // expansions seen without the CreateVolume
+	drvErr  *DriverError
+	class   ClassResolution
+}
+
+// judge decides the verdict and findings of one worker disk. The rules, in
+// order: a failed DataVolume is failed; a finished one is judged by what the
+// storage layer did (the tap's record, else CDI's annotation); an unfinished
+// one is pending while its golden imports, stuck once a requested clone has
+// waited --stuck-after, pending before that.
+func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string) assessment {
+	d, g := f.disk, f.golden
+	r := &Record{Verdict: VerdictPending, Source: SourceNone, Pool: d.Pool, Golden: d.GoldenRef.String(),
+		DiskBytes: d.RequestedBytes, Class: f.class.Name}
+	describeGolden(r, g)
+	describeVolume(r, f)
+	a := assessment{disk: d, golden: g, record: r}
+	switch {
+	case d.Failed():
+		r.Verdict, r.Message = VerdictFailed, "CDI marked the DataVolume Failed: "+orNone(d.FailMessage)
+	case d.Finished() && f.pv != nil:
+		judgeMechanism(r, f, snapshotOf)
+		a.duration, a.timed = cloneDuration(r, f)
+	case g == nil || !g.Imported():
+		r.Message = "waiting for the golden's import"
+	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter:
+		// No "ago" in the message: it must not change on every pass, or the
+		// record would be rewritten on every resync.
+		r.Verdict = VerdictStuck
+		r.Message = fmt.Sprintf("clone requested at %s and not finished after %s (phase %s); last driver error: %s",
+			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, orNone(d.Phase), orNone(r.DriverError))
+	default:
+		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
+	}
+	r.Findings = findings(r, f, snapshotOf)
+	return a
+}
+
+// cloneRequestedAt is when CDI could start the clone: the later of the
+// disk's creation and the golden's import finishing.
+func cloneRequestedAt(d *WorkerDisk, g *Golden) time.Time {
+	if g.ReadySince.After(d.Created) {
+		return g.ReadySince
+	}
+	return d.Created
+}
+
+func describeGolden(r *Record, g *Golden) {
+	if g == nil {
+		return
+	}
+	r.SchematicID, r.Version = g.Flavor.SchematicID, g.Flavor.Version
+	r.GoldenVolume, r.GoldenClass, r.GoldenBytes = g.VolumeHandle, g.Class.Name, g.RequestedBytes
+	if r.GoldenBytes == 0 {
+		r.GoldenBytes = g.SizeBytes()
+	}
+}
+
+func describeVolume(r *Record, f diskFacts) {
+	if f.pvc != nil {
+		r.CDICloneType = f.pvc.Annotations[AnnCDICloneType]
+		r.FallbackReason = clip(f.pvc.Annotations[AnnCDIFallbackReason], maxMessageBytes)
+	}
+	if f.pv != nil {
+		r.Volume = csiHandle(f.pv)
+		if q, ok := f.pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+			r.CapacityBytes = q.Value()
+		}
+	}
+	if f.drvErr != nil {
+		// Attempts and times stay on the PVC's own annotation: they change on
+		// every retry and would make the record churn.
+		r.DriverError = fmt.Sprintf("%s %s: %s", f.drvErr.Method, f.drvErr.Code, f.drvErr.Message)
+	}
+}
+
+// judgeMechanism decides how a finished disk was made. The tap's record of
+// the CreateVolume is the authority; CDI's cloneType is used only for a
+// volume created while no sidecar watched, and the record says so.
+func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
+	if f.tap != nil {
+		r.Source = SourceCSITap
+		switch {
+		case f.tap.SourceVolume != "":
+			r.Verdict, r.ContentSource = VerdictCSIClone, "volume:"+f.tap.SourceVolume
+			r.Message = "CSI clone of volume " + f.tap.SourceVolume
+		case f.tap.SourceSnapshot != "":
+			r.Verdict, r.ContentSource = VerdictSnapshotClone, "snapshot:"+f.tap.SourceSnapshot
+			r.Message = fmt.Sprintf("CSI restore of snapshot %s of volume %s", f.tap.SourceSnapshot,
+				orNone(snapshotSource(f.tap, snapshotOf)))
+		default:
+			r.Verdict, r.ContentSource = VerdictHostAssisted, "none"
+			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + orNone(r.FallbackReason)
+		}
+		if c, _ := f.tap.finalCapacity(); c > 0 {
+			r.CapacityBytes = max(r.CapacityBytes, c)
+		}
+		return
+	}
+	r.Source = SourceCDI
+	r.Verdict = verdictOfCloneType(r.CDICloneType)
+	switch r.Verdict {
+	case VerdictUnknown:
+		r.Message = "the volume was made while no sidecar watched and CDI left no cloneType annotation"
+	case VerdictHostAssisted:
+		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + orNone(r.FallbackReason)
+	default:
+		r.Message = "from CDI's cloneType " + r.CDICloneType + " (volume made while no sidecar watched)"
+	}
+}
+
+func verdictOfCloneType(t string) string {
+	switch t {
+	case cdiCloneTypeCSIClone:
+		return VerdictCSIClone
+	case cdiCloneTypeSnapshot:
+		return VerdictSnapshotClone
+	case cdiCloneTypeHostAssis:
+		return VerdictHostAssisted
+	}
+	return VerdictUnknown
+}
+
+func snapshotSource(ev *VolumeEvidence, snapshotOf map[string]string) string {
+	if ev.SnapshotOf != "" {
+		return ev.SnapshotOf
+	}
+	return snapshotOf[ev.SourceSnapshot]
+}
+
+// cloneDuration is first CreateVolume to final capacity, known only when the
+// tap saw the CreateVolume.
+func cloneDuration(r *Record, f diskFacts) (time.Duration, bool) {
+	if f.tap == nil || f.tap.FirstAttempt.IsZero() {
+		return 0, false
+	}
+	_, at := f.tap.finalCapacity()
+	d := at.Sub(f.tap.FirstAttempt)
+	if d < 0 {
+		return 0, false
+	}
+	r.DurationSeconds = d.Seconds()
+	return d, true
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// findings are the problems found on top of the verdict, each independent.
+func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
+	var out []Finding
+	add := func(reason, msg string) {
+		out = append(out, Finding{Reason: reason, Message: msg})
+	}
+	g := f.golden
+	if g == nil {
+		add(ReasonUnknownGolden, fmt.Sprintf("golden %s is not in the catalog: no golden DataVolume of that name exists", r.Golden))
+		return out
+	}
+	if !g.Trusted() {
+		add(ReasonInvalidGolden, fmt.Sprintf("golden %s breaks the naming rules: %s", r.Golden, joinProblems(g.Problems)))
+	}
+	if g.Phase == "Failed" {
+		add(ReasonFailedGolden, fmt.Sprintf("golden %s failed to import; this disk cannot be cloned from it", r.Golden))
+	}
+	if f.class.Resolved() && g.Class.Resolved() && f.class.Name != g.Class.Name {
+		add(ReasonClassMismatch, fmt.Sprintf("disk StorageClass %q (%s) differs from golden %s's %q (%s)",
+			f.class.Name, f.class.How, r.Golden, g.Class.Name, g.Class.How))
+	}
+	if gb := goldenSize(g); gb > 0 && f.disk.RequestedBytes > 0 && f.disk.RequestedBytes < gb {
+		add(ReasonTooSmall, fmt.Sprintf("disk size %d bytes is smaller than golden %s's %d bytes", f.disk.RequestedBytes, r.Golden, gb))
+	}
+	if msg := resizeMissing(r, f); msg != "" {
+		add(ReasonResizeMissing, msg)
+	}
+	if msg := cdiDisagrees(r, f); msg != "" {
+		add(ReasonCDIDisagrees, msg)
+	}
+	if msg := wrongSource(r, f, snapshotOf); msg != "" {
+		add(ReasonWrongSource, msg)
+	}
+	return out
+}
+
+// goldenSize is the golden's size as the platform's render compares it: the
+// DataVolume's requested size, else its capacity.
+func goldenSize(g *Golden) int64 {
+	if g.RequestedBytes > 0 {
+		return g.RequestedBytes
+	}
+	return g.SizeBytes()
+}
+
+// resizeMissing: a finished clone whose volume is smaller than its claim
+// asked (the golden-sized clone was never expanded). A host-assisted copy is
+// created at the target size, so only clones are checked.
+func resizeMissing(r *Record, f diskFacts) string {
+	if r.Verdict != VerdictCSIClone && r.Verdict != VerdictSnapshotClone {
+		return ""
+	}
+	want := claimRequest(f.pvc)
+	if want == 0 || r.CapacityBytes >= want {
+		return ""
+	}
+	msg := fmt.Sprintf("volume capacity %d bytes is below the %d bytes the claim asks", r.CapacityBytes, want)
+	ev := f.tap
+	if ev == nil {
+		ev = f.partial
+	}
+	if ev != nil {
+		if ok, failed := ev.expandedTo(want); !ok && failed != nil {
+			return msg + fmt.Sprintf("; ControllerExpandVolume failed: %s %s", failed.Code, failed.Message)
+		} else if !ok && len(ev.Expansions) == 0 {
+			return msg + "; no ControllerExpandVolume reached the driver"
+		}
+	}
+	return msg
+}
+
+// cdiDisagrees: CDI's cloneType annotation says one mechanism, the driver
+// was asked for another. The storage layer wins; the verdict already follows it.
+func cdiDisagrees(r *Record, f diskFacts) string {
+	if r.Source != SourceCSITap || r.CDICloneType == "" {
+		return ""
+	}
+	cdi := verdictOfCloneType(r.CDICloneType)
+	if cdi == VerdictUnknown || cdi == r.Verdict {
+		return ""
+	}
+	return fmt.Sprintf("CDI annotated cloneType %q but the driver was asked for %s (content source %s); the storage layer's record wins, the verdict is %s",
+		r.CDICloneType, r.Verdict, r.ContentSource, r.Verdict)
+}
+
+// wrongSource: the driver copied a volume or snapshot that is not the golden's.
+func wrongSource(r *Record, f diskFacts, snapshotOf map[string]string) string {
+	if f.tap == nil || f.golden.VolumeHandle == "" {
+		return ""
+	}
+	src := f.tap.SourceVolume
+	if src == "" && f.tap.SourceSnapshot != "" {
+		src = snapshotSource(f.tap, snapshotOf)
+	}
+	if src == "" || src == f.golden.VolumeHandle {
+		return ""
+	}
+	return fmt.Sprintf("the driver copied volume %s, not golden %s's volume %s", src, r.Golden, f.golden.VolumeHandle)
+}
+
+func joinProblems(p []string) string {
+	s := ""
+	for i, x := range p {
+		if i > 0 {
+			s += "; "
+		}
+		s += x
+	}
+	return s
+}
+
+// judgeHTTP decides an HTTP-import worker: it did fetch from the Factory.
+func judgeHTTP(d *WorkerDisk, g *Golden) assessment {
+	r := &Record{Verdict: VerdictPending, Source: SourceDataVolume, Pool: d.Pool,
+		SchematicID: d.Flavor.SchematicID, Version: d.Flavor.Version, DiskBytes: d.RequestedBytes}
+	if g != nil {
+		r.Golden = g.Ref().String()
+	}
+	switch {
+	case d.Failed():
+		r.Verdict, r.Message = VerdictFailed, "CDI marked the import Failed: "+orNone(d.FailMessage)
+	case d.Finished():
+		r.Verdict, r.Message = VerdictHTTPImport, fmt.Sprintf("imported from the Image Factory over HTTP (%d fetches)", importFetches(d.Phase, d.RestartCount))
+	default:
+		r.Message = "import in progress (phase " + orNone(d.Phase) + ")"
+	}
+	return assessment{disk: d, golden: g, record: r}
+}

@@ -1,0 +1,355 @@
+package cloner
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// Each test proves one rule of verdict.go; the rule's doc comment there
+// says the same in words.
+
+func TestCSICloneWithResizeIsCSIClone(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "md0-disk-0", "kubernetes-md0", g, 20*gi, ptrTo(testClass))
+	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
+	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	r := recs["md0-disk-0"]
+	if r.Verdict != VerdictCSIClone || r.Source != SourceCSITap {
+		t.Fatalf("verdict %s from %s, want csi-clone from csi-tap: %s", r.Verdict, r.Source, r.Message)
+	}
+	if len(r.BadReasons()) != 0 {
+		t.Fatalf("a good clone has bad reasons %v", r.Findings)
+	}
+	if r.ContentSource != "volume:"+gpv.Spec.CSI.VolumeHandle || r.CapacityBytes != 20*gi {
+		t.Fatalf("record %+v", r)
+	}
+	if a := ev.assessments[0]; !a.timed || a.duration != 5*time.Second {
+		t.Fatalf("duration %v timed %v, want 5s from first CreateVolume to the expansion", a.duration, a.timed)
+	}
+}
+
+func TestCSICloneAtGoldenSizeNeedsNoResize(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 6*gi, ptrTo(testClass))
+	w.cloned(dv, testClass, "csi-clone", 6*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if r := recs["d"]; r.Verdict != VerdictCSIClone || len(r.BadReasons()) != 0 {
+		t.Fatalf("got %s %v, want csi-clone with no findings", r.Verdict, r.BadReasons())
+	}
+}
+
+func TestCloneNeverExpandedIsResizeMissing(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.cloned(dv, testClass, "csi-clone", 6*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
+	dv2 := w.worker("tenant-a", "d2", "p", g, 20*gi, ptrTo(testClass))
+	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
+	ev.Expansions = []Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "ResourceExhausted", Message: "pool full"}}
+	w.cloned(dv2, testClass, "csi-clone", 6*gi, ev)
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if r := recs["d"]; !reasonsOf(r)[ReasonResizeMissing] || !strings.Contains(r.messageFor(ReasonResizeMissing), "no ControllerExpandVolume") {
+		t.Fatalf("d: %v %q", r.BadReasons(), r.messageFor(ReasonResizeMissing))
+	}
+	if r := recs["d2"]; !strings.Contains(r.messageFor(ReasonResizeMissing), "ResourceExhausted pool full") {
+		t.Fatalf("d2 should carry the failed expansion: %q", r.messageFor(ReasonResizeMissing))
+	}
+}
+
+func TestSnapshotRestoreIsSnapshotClone(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	h := gpv.Spec.CSI.VolumeHandle
+	mk := func(name, snap, snapOf string) {
+		dv := w.worker("tenant-a", name, "p", g, 20*gi, ptrTo(testClass))
+		ev := tapClone("", 6*gi, 20*gi)
+		ev.SourceSnapshot, ev.SnapshotOf = snap, snapOf
+		w.cloned(dv, testClass, "snapshot", 20*gi, ev)
+	}
+	mk("recorded", "snap-1", h) // the evidence loop saw CreateSnapshot
+	mk("via-vsc", "snap-2", "") // only the VolumeSnapshotContent knows
+	mk("elsewhere", "snap-3", "")
+	w.vscs = append(w.vscs, vsc("snap-2", h), vsc("snap-3", "some-other-volume"))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	for _, n := range []string{"recorded", "via-vsc"} {
+		if r := recs[n]; r.Verdict != VerdictSnapshotClone || len(r.BadReasons()) != 0 {
+			t.Fatalf("%s: %s %v", n, r.Verdict, r.Findings)
+		}
+	}
+	if r := recs["elsewhere"]; r.Verdict != VerdictSnapshotClone || !reasonsOf(r)[ReasonWrongSource] {
+		t.Fatalf("elsewhere: %s %v, want snapshot-clone + wrong-source", r.Verdict, r.BadReasons())
+	}
+}
+
+func vsc(snapHandle, source string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+		"metadata": map[string]any{"name": "snapcontent-" + snapHandle},
+		"spec":     map[string]any{"source": map[string]any{"volumeHandle": source}},
+		"status":   map[string]any{"snapshotHandle": snapHandle},
+	}}
+}
+
+func TestBlankVolumeIsHostAssistedWithCDIsReason(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	ev := tapClone("", 20*gi, 20*gi)
+	pvc, _ := w.cloned(dv, testClass, "copy", 20*gi, ev)
+	pvc.Annotations[AnnCDIFallbackReason] = "target storage class does not allow volume expansion"
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	r := recs["d"]
+	if r.Verdict != VerdictHostAssisted || r.ContentSource != "none" {
+		t.Fatalf("got %s (%s)", r.Verdict, r.ContentSource)
+	}
+	if !strings.Contains(r.Message, "does not allow volume expansion") || !reasonsOf(r)[ReasonHostAssisted] {
+		t.Fatalf("message %q reasons %v", r.Message, r.BadReasons())
+	}
+	if EventReason(ReasonHostAssisted) != "HostAssistedClone" || Fix(ReasonHostAssisted) == "" {
+		t.Fatal("host-assisted needs an event reason and a fix")
+	}
+}
+
+func TestWithoutTapTheVerdictComesFromCDIAndSaysSo(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	for name, ct := range map[string]string{"csi": "csi-clone", "snap": "snapshot", "copy": "copy", "none": ""} {
+		w.cloned(w.worker("tenant-a", name, "p", g, 20*gi, ptrTo(testClass)), testClass, ct, 20*gi, nil)
+	}
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	want := map[string]string{"csi": VerdictCSIClone, "snap": VerdictSnapshotClone, "copy": VerdictHostAssisted, "none": VerdictUnknown}
+	for name, v := range want {
+		if r := recs[name]; r.Verdict != v || r.Source != SourceCDI {
+			t.Errorf("%s: %s from %s, want %s from cdi-annotations", name, r.Verdict, r.Source, v)
+		}
+	}
+}
+
+func TestCDIDisagreeingWithTheDriverLosesToTheDriver(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.cloned(dv, testClass, "copy", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	r := recs["d"]
+	if r.Verdict != VerdictCSIClone || !reasonsOf(r)[ReasonCDIDisagrees] {
+		t.Fatalf("got %s %v, want csi-clone + cdi-disagrees", r.Verdict, r.BadReasons())
+	}
+	if !strings.Contains(r.messageFor(ReasonCDIDisagrees), "storage layer's record wins") {
+		t.Fatalf("message must say the storage layer wins: %q", r.messageFor(ReasonCDIDisagrees))
+	}
+}
+
+func TestGoldenStillImportingIsPendingNotStuck(t *testing.T) {
+	var w world
+	g, _ := w.dataVolume(DefaultGoldenNamespace, goldenName(testSID, testVer), 6*gi, ptrTo(testClass)), 0
+	g.Status.Phase = cdiv1.ImportInProgress
+	w.claim(g, testClass, 6*gi, 0, "")
+	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.class(testClass, nil, t0)
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(48*time.Hour))
+	if r := recs["d"]; r.Verdict != VerdictPending || len(r.BadReasons()) != 0 {
+		t.Fatalf("got %s %v, want pending with nothing flagged", r.Verdict, r.BadReasons())
+	}
+}
+
+func TestUnfinishedCloneIsStuckAfterStuckAfterWithTheDriverError(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	pvc, _ := w.claim(dv, testClass, 20*gi, 0, "")
+	pvc.Annotations[AnnDriverError] = mustJSON(DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
+		Message: "context deadline exceeded", Claim: "cozy-public/tmp-pvc-x", Attempts: 4})
+	cfg := testConfig()
+	if r, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter-time.Second)); r["d"].Verdict != VerdictPending {
+		t.Fatalf("before --stuck-after: %s", r["d"].Verdict)
+	}
+	recs, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter))
+	r := recs["d"]
+	if r.Verdict != VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
+		t.Fatalf("got %s %q", r.Verdict, r.Message)
+	}
+}
+
+func TestStuckClockStartsWhenTheGoldenIsReady(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	succeed(g, t0.Add(30*time.Minute)) // imported long after the worker was created
+	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(35*time.Minute))
+	if recs["d"].Verdict != VerdictPending {
+		t.Fatalf("5 minutes after the golden became ready: %s", recs["d"].Verdict)
+	}
+}
+
+func TestFailedDataVolumeIsFailed(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.Failed
+	dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning, Message: "clone source gone"}}
+	recs, _ := w.judgeAll(t, testConfig(), t0)
+	if r := recs["d"]; r.Verdict != VerdictFailed || !strings.Contains(r.Message, "clone source gone") {
+		t.Fatalf("got %s %q", r.Verdict, r.Message)
+	}
+}
+
+func TestFailedGoldenFlagsItsWorkers(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	g.Status.Phase = cdiv1.Failed
+	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if r := recs["d"]; r.Verdict != VerdictPending || !reasonsOf(r)[ReasonFailedGolden] {
+		t.Fatalf("got %s %v", r.Verdict, r.BadReasons())
+	}
+}
+
+func TestUnknownGolden(t *testing.T) {
+	var w world
+	w.golden(testSID, testVer)
+	ghost := &cdiv1.DataVolume{}
+	ghost.Namespace, ghost.Name = DefaultGoldenNamespace, goldenName("abc", "v9.9.9")
+	w.worker("tenant-a", "d", "p", ghost, 20*gi, ptrTo(testClass))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if r := recs["d"]; !reasonsOf(r)[ReasonUnknownGolden] {
+		t.Fatalf("got %v", r.BadReasons())
+	}
+}
+
+func TestGoldenBreakingTheNamingRulesIsNotTrusted(t *testing.T) {
+	var w world
+	g, _ := w.golden("ABC", "1.2")
+	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if ev.inv.goldens[0].Trusted() || len(ev.inv.goldens[0].Problems) != 2 {
+		t.Fatalf("problems %v", ev.inv.goldens[0].Problems)
+	}
+	if r := recs["d"]; !reasonsOf(r)[ReasonInvalidGolden] {
+		t.Fatalf("got %v", r.BadReasons())
+	}
+}
+
+func TestClassMismatchIsFlaggedBeforeAndAfterTheClone(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	w.worker("tenant-a", "pending", "p", g, 20*gi, ptrTo("fast"))
+	done := w.worker("tenant-a", "done", "p", g, 20*gi, ptrTo("fast"))
+	w.cloned(done, "fast", "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
+	for _, n := range []string{"pending", "done"} {
+		if r := recs[n]; !reasonsOf(r)[ReasonClassMismatch] || !strings.Contains(r.messageFor(ReasonClassMismatch), `"fast"`) {
+			t.Fatalf("%s: %v", n, r.BadReasons())
+		}
+	}
+}
+
+func TestEmptyClassIsResolvedBeforeComparing(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		virt     string // class carrying the virtualization default, "" for none
+		k8s      string // class carrying the Kubernetes default
+		mismatch bool
+	}{
+		{"virt default is the golden's", testClass, "local", false},
+		{"no virt default, k8s default is the golden's", "", testClass, false},
+		{"virt default elsewhere wins over k8s default", "local", testClass, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var w world
+			g, _ := w.golden(testSID, testVer)
+			w.worker("tenant-a", "d", "p", g, 20*gi, nil)
+			for _, n := range []string{testClass, "local"} {
+				ann := map[string]string{}
+				if n == tc.virt {
+					ann[AnnDefaultVirtClass] = "true"
+				}
+				if n == tc.k8s {
+					ann[AnnDefaultClass] = "true"
+				}
+				w.class(n, ann, t0)
+			}
+			recs, _ := w.judgeAll(t, testConfig(), t0)
+			if got := reasonsOf(recs["d"])[ReasonClassMismatch]; got != tc.mismatch {
+				t.Fatalf("class-mismatch %v, want %v (%v)", got, tc.mismatch, recs["d"].Findings)
+			}
+		})
+	}
+}
+
+func TestBoundDiskKeepsItsClassWhenTheDefaultMoves(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, nil)
+	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
+	w.class(testClass, nil, t0)
+	w.class("local", map[string]string{AnnDefaultClass: "true", AnnDefaultVirtClass: "true"}, t0.Add(time.Hour))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(2*time.Hour))
+	if r := recs["d"]; len(r.BadReasons()) != 0 || r.Class != testClass {
+		t.Fatalf("class %q reasons %v", r.Class, r.BadReasons())
+	}
+}
+
+func TestDiskSmallerThanGoldenIsTooSmall(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	w.worker("tenant-a", "d", "p", g, 4*gi, ptrTo(testClass))
+	recs, _ := w.judgeAll(t, testConfig(), t0)
+	if r := recs["d"]; !reasonsOf(r)[ReasonTooSmall] {
+		t.Fatalf("got %v", r.BadReasons())
+	}
+}
+
+func TestCloneOfAnotherVolumeIsWrongSource(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("not-the-golden", 6*gi, 20*gi))
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if r := recs["d"]; r.Verdict != VerdictCSIClone || !reasonsOf(r)[ReasonWrongSource] {
+		t.Fatalf("got %s %v", r.Verdict, r.BadReasons())
+	}
+}
+
+func TestFactoryImportOfAKnownFlavorIsHTTPImport(t *testing.T) {
+	var w world
+	w.golden(testSID, testVer)
+	url := "https://factory.talos.dev/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"
+	done := w.dataVolume("tenant-b", "http-done", 20*gi, nil)
+	done.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}}
+	done.Annotations[AnnPool] = "md1"
+	succeed(done, t0)
+	running := w.dataVolume("tenant-b", "http-running", 20*gi, nil)
+	running.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}}
+	running.Status.Phase = cdiv1.ImportInProgress
+	other := w.dataVolume("tenant-b", "other-image", 20*gi, nil)
+	other.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/abc/v1.0.0/x.raw.xz"}}
+	recs, _ := w.judgeAll(t, testConfig(), t0)
+	if r := recs["http-done"]; r.Verdict != VerdictHTTPImport || r.SchematicID != testSID || r.Pool != "md1" {
+		t.Fatalf("http-done: %+v", r)
+	}
+	if r := recs["http-running"]; r.Verdict != VerdictPending {
+		t.Fatalf("http-running: %s", r.Verdict)
+	}
+	if _, ok := recs["other-image"]; ok {
+		t.Fatal("an import of a flavor no golden has is not a worker disk")
+	}
+}
+
+func TestCloneOfAnUnrelatedPVCIsNotAWorkerDisk(t *testing.T) {
+	var w world
+	w.golden(testSID, testVer)
+	dv := w.dataVolume("tenant-a", "vm-disk", 20*gi, nil)
+	dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "images", Name: "ubuntu"}}
+	recs, _ := w.judgeAll(t, testConfig(), t0)
+	if len(recs) != 0 {
+		t.Fatalf("judged %v", recs)
+	}
+}
