@@ -28,7 +28,7 @@ func TestGoldenFlavorFromNameAndAnnotations(t *testing.T) {
 
 func TestFactoryFlavorReadsOnlyWellFormedURLs(t *testing.T) {
 	for url, want := range map[string]Flavor{
-		"https://factory.talos.dev/image/abc123/v1.13.2/openstack-amd64.raw.xz":   {"abc123", "v1.13.2"},
+		"https://factory.talos.dev/image/abc123/v1.13.2/openstack-amd64.raw.xz":  {"abc123", "v1.13.2"},
 		"http://mirror.local:8080/talos/image/abc123/v1.2.3/metal-amd64.raw.zst": {"abc123", "v1.2.3"},
 		"https://factory.talos.dev/image/ABC/v1.13.2/x.raw.xz":                   {},
 		"https://factory.talos.dev/image/abc123/latest/x.raw.xz":                 {},
