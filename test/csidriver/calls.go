@@ -122,7 +122,7 @@ func (f *faultInjector) intercept(ctx context.Context, req any, info *grpc.Unary
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, status.FromContextError(contextEnd(ctx)).Err()
 		}
 	}
 	if code, ok := f.faults.Fail[method]; ok {

@@ -236,6 +236,9 @@ func ParseCode(s string) (codes.Code, error) {
 		return codes.Code(n), nil
 	}
 	want := strings.ToLower(strings.ReplaceAll(s, "_", ""))
+	if want == "ok" {
+		return 0, fmt.Errorf("code OK is not a failure")
+	}
 	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
 		if strings.ToLower(c.String()) == want {
 			return c, nil

@@ -2,6 +2,7 @@ package csidriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -181,10 +182,26 @@ func (d *Driver) refuseCrossPool(ctx context.Context, want volume) error {
 	}
 	klog.InfoS("clone into node-local pool waits for a source it will never get", "volume", want.ID, "source", src, "pool", want.Pool)
 	<-ctx.Done()
-	err := ctx.Err()
+	err := contextEnd(ctx)
 	klog.ErrorS(err, "failed to create volume", "volume", want.ID, "source", src, "pool", want.Pool)
 	return status.FromContextError(fmt.Errorf("%s: %w", msg, err)).Err()
 }
+
+// contextEnd says why a call's context ended. When the caller's deadline
+// passes, the gRPC client resets the stream a moment before the server's own
+// copy of the deadline fires, so the server sees "canceled"; a cancel at the
+// deadline is reported as what it is, an expired deadline.
+func contextEnd(ctx context.Context) error {
+	err := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && errors.Is(err, context.Canceled) && time.Until(dl) < deadlineSlack {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// deadlineSlack covers the transit time between the client's deadline and
+// the server's.
+const deadlineSlack = 250 * time.Millisecond
 
 // DeleteVolume removes a volume; an unknown volume is already deleted.
 func (c *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
