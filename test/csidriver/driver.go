@@ -119,6 +119,9 @@ func Start(cfg Config) (*Driver, error) {
 	for _, p := range cfg.Pools {
 		d.pools[p.Name] = p
 	}
+	if err := d.checkStatePools(); err != nil {
+		return nil, err
+	}
 	d.faults = newFaultInjector(cfg.Faults, d.exitAfter)
 	lis, err := listenUnix(path)
 	if err != nil {
@@ -220,6 +223,25 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return lis, nil
+}
+
+// checkStatePools refuses a state directory holding volumes or snapshots in
+// pools the configuration no longer has: they could be neither expanded nor
+// accounted for.
+func (d *Driver) checkStatePools() error {
+	for _, v := range d.store.volumes {
+		if _, ok := d.pools[v.Pool]; !ok {
+			return fmt.Errorf("state directory %s holds volume %s in pool %q, which is not configured (pools: %s)",
+				d.cfg.StateDir, v.ID, v.Pool, poolSummary(d.cfg.Pools))
+		}
+	}
+	for _, sn := range d.store.snapshots {
+		if _, ok := d.pools[sn.Pool]; !ok {
+			return fmt.Errorf("state directory %s holds snapshot %s in pool %q, which is not configured (pools: %s)",
+				d.cfg.StateDir, sn.ID, sn.Pool, poolSummary(d.cfg.Pools))
+		}
+	}
+	return nil
 }
 
 // pool returns the pool a request's parameters select.

@@ -166,6 +166,16 @@ func TestRestartKeepsState(t *testing.T) {
 	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
 		t.Errorf("leftover data file without metadata survived the restart: %v", err)
 	}
+
+	h.stop()
+	cfg := h.cfg
+	cfg.Pools = []csidriver.Pool{{Name: "replicated"}}
+	if d, err := csidriver.Start(cfg); err == nil || !strings.Contains(err.Error(), `pool "other"`) {
+		if d != nil {
+			d.Stop()
+		}
+		t.Errorf("start without the pool the state uses: %v, want an error naming pool \"other\"", err)
+	}
 }
 
 // TestErrorCodes covers the CSI error codes and idempotency rules the sidecar

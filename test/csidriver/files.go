@@ -63,7 +63,7 @@ func cloneData(src, dst string, size int64) (copyMethod, error) {
 // reflinkUnsupported is true for the errors FICLONE gives when the filesystem
 // (ext4, tmpfs) or the pair of files cannot share extents.
 func reflinkUnsupported(err error) bool {
-	for _, e := range []error{unix.EOPNOTSUPP, unix.ENOTSUP, unix.EXDEV, unix.EINVAL, unix.ENOTTY, unix.ENOSYS, unix.EBADF} {
+	for _, e := range []error{unix.EOPNOTSUPP, unix.ENOTSUP, unix.EXDEV, unix.EINVAL, unix.ENOTTY, unix.ENOSYS} {
 		if errors.Is(err, e) {
 			return true
 		}
