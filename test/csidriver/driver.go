@@ -83,6 +83,9 @@ type Config struct {
 	NodeLocalClone CloneMode
 	// Faults are injected on every call of the named methods.
 	Faults Faults
+	// Interceptor, if set, sees every call after the driver answered it:
+	// tests use it to record exactly what the driver received.
+	Interceptor grpc.UnaryServerInterceptor
 	// OnExitAfter runs once Faults.ExitAfter calls have finished and the
 	// server has stopped. The binary exits the process here; nil just stops.
 	OnExitAfter func()
@@ -127,7 +130,11 @@ func Start(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.server = grpc.NewServer(grpc.ChainUnaryInterceptor(d.logCall, d.faults.intercept))
+	chain := []grpc.UnaryServerInterceptor{d.logCall, d.faults.intercept}
+	if cfg.Interceptor != nil {
+		chain = append([]grpc.UnaryServerInterceptor{cfg.Interceptor}, chain...)
+	}
+	d.server = grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
 	csi.RegisterIdentityServer(d.server, &identityServer{d: d})
 	csi.RegisterControllerServer(d.server, &controllerServer{d: d})
 	csi.RegisterNodeServer(d.server, &nodeServer{d: d})

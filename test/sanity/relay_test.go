@@ -5,13 +5,20 @@ package sanity_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
+
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/csidriver"
+	"github.com/cozystack/csi-clone-sidecar/test/sanity"
 	"github.com/cozystack/csi-clone-sidecar/test/sanityrun"
 )
 
@@ -19,16 +26,25 @@ import (
 // it skips unless CSI_SANITY_ENDPOINT is set.
 func TestSanityAgainstEndpoint(t *testing.T) { sanityrun.AgainstEndpointFromEnv(t) }
 
+// secretValue is what sanity sends as every request's secrets; it must reach
+// the driver and never an observation.
+const secretValue = "s3cr3t-never-observed"
+
 // TestSanityDirectVsRelay runs the same sanity suites against one driver
 // directly and against a second, identical driver through the relay with its
-// tap on, and requires the same outcome for every spec and no failure.
+// tap on, and requires the same outcome for every spec and no failure. It
+// also checks that the tap observed exactly what the driver behind the relay
+// received, and no secret.
 func TestSanityDirectVsRelay(t *testing.T) {
 	dir := t.TempDir()
-	direct := startDriver(t, filepath.Join(dir, "direct"))
-	behind := startDriver(t, filepath.Join(dir, "behind-relay"))
+	t.Setenv(sanityrun.EnvSecrets, writeSecrets(t, dir))
+	direct := startDriver(t, filepath.Join(dir, "direct"), nil)
+	received := &sanity.Received{}
+	behind := startDriver(t, filepath.Join(dir, "behind-relay"), received.Interceptor)
 
 	var mu sync.Mutex
 	observed := map[string]int{}
+	var all []sidecar.Observation
 	relayPath := filepath.Join(dir, "relay.sock")
 	relay, err := sidecar.NewRelay(sidecar.Config{
 		ListenPath: relayPath,
@@ -38,6 +54,7 @@ func TestSanityDirectVsRelay(t *testing.T) {
 		Observer: sidecar.ObserverFunc(func(o sidecar.Observation) {
 			mu.Lock()
 			observed[o.Method]++
+			all = append(all, o)
 			mu.Unlock()
 		}),
 	})
@@ -68,13 +85,78 @@ func TestSanityDirectVsRelay(t *testing.T) {
 	if observed[sidecar.MethodCreateVolume] == 0 {
 		t.Errorf("the tap observed no CreateVolume during a sanity run that makes dozens")
 	}
+	compareWithDriver(t, received, all)
 }
 
-func startDriver(t *testing.T, dir string) *csidriver.Driver {
+// compareWithDriver requires the tap's decoded calls to be, as a multiset,
+// exactly the calls the driver received, clones and failures included.
+func compareWithDriver(t *testing.T, received *sanity.Received, observed []sidecar.Observation) {
+	t.Helper()
+	want, withSecrets := received.Calls()
+	if withSecrets == 0 {
+		t.Fatal("no request carried secrets: the secret check below would prove nothing")
+	}
+	var got []string
+	clones, snapshotRestores := 0, 0
+	for _, o := range observed {
+		if c, ok := sanity.FromObservation(o); ok {
+			got = append(got, c.String())
+			if c.Method == sidecar.MethodCreateVolume && c.SourceVolume != "" && c.Code == "OK" && c.RespVolumeID != "" {
+				clones++
+			}
+			if c.Method == sidecar.MethodCreateVolume && c.SourceSnapshot != "" && c.Code == "OK" {
+				snapshotRestores++
+			}
+		}
+		b, _ := json.Marshal(o)
+		if strings.Contains(string(b), secretValue) {
+			t.Errorf("observation carries a secret: %s", b)
+		}
+	}
+	var wantS []string
+	for _, c := range want {
+		wantS = append(wantS, c.String())
+	}
+	slices.Sort(got)
+	slices.Sort(wantS)
+	if !slices.Equal(got, wantS) {
+		t.Errorf("tap observed %d decoded calls, driver received %d; first difference:\n%s", len(got), len(wantS), firstDiff(got, wantS))
+	}
+	if clones == 0 || snapshotRestores == 0 {
+		t.Errorf("observed %d clones from a volume and %d restores from a snapshot; sanity makes both", clones, snapshotRestores)
+	}
+	t.Logf("tap and driver agree on %d decoded calls (%d clones, %d snapshot restores; %d requests carried secrets)", len(got), clones, snapshotRestores, withSecrets)
+}
+
+func firstDiff(a, b []string) string {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return "observed: " + a[i] + "\nreceived: " + b[i]
+		}
+	}
+	return "one list is a prefix of the other"
+}
+
+func writeSecrets(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerExpandVolumeSecret",
+		"CreateSnapshotSecret", "DeleteSnapshotSecret", "ControllerPublishVolumeSecret"} {
+		b.WriteString(k + ":\n  password: " + secretValue + "\n")
+	}
+	path := filepath.Join(dir, "secrets.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func startDriver(t *testing.T, dir string, interceptor grpc.UnaryServerInterceptor) *csidriver.Driver {
 	t.Helper()
 	d, err := csidriver.Start(csidriver.Config{
-		Endpoint: "unix://" + filepath.Join(dir, "csi.sock"),
-		StateDir: filepath.Join(dir, "state"),
+		Endpoint:    "unix://" + filepath.Join(dir, "csi.sock"),
+		StateDir:    filepath.Join(dir, "state"),
+		Interceptor: interceptor,
 	})
 	if err != nil {
 		t.Fatal(err)

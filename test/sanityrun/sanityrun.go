@@ -33,6 +33,9 @@ const (
 	EnvEndpoint = "CSI_SANITY_ENDPOINT"
 	EnvReport   = "CSI_SANITY_REPORT"
 	EnvPool     = "CSI_SANITY_POOL"
+	// EnvSecrets names a sanity secrets YAML file (sanity's SecretsFile),
+	// so the requests carry secrets; children inherit it from the parent.
+	EnvSecrets = "CSI_SANITY_SECRETS"
 	// TestName is the test a child process runs.
 	TestName = "TestSanityAgainstEndpoint"
 )
@@ -66,6 +69,7 @@ func Config(endpoint, pool string) sanity.TestConfig {
 	cfg.TestVolumeExpandSize = ExpandSize
 	cfg.TestVolumeParameters = map[string]string{csidriver.PoolParameter: pool}
 	cfg.TestSnapshotParameters = map[string]string{}
+	cfg.SecretsFile = os.Getenv(EnvSecrets)
 	return cfg
 }
 
