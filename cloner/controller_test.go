@@ -1,0 +1,234 @@
+package cloner
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
+)
+
+// clock is a settable test clock.
+type clock struct{ ns atomic.Int64 }
+
+func newClock(t time.Time) *clock { c := &clock{}; c.set(t); return c }
+func (c *clock) set(t time.Time)  { c.ns.Store(t.UnixNano()) }
+func (c *clock) now() time.Time   { return time.Unix(0, c.ns.Load()).UTC() }
+
+func (fc *fakeCluster) putDV(t *testing.T, dv *cdiv1.DataVolume) {
+	t.Helper()
+	if _, err := fc.dyn.Resource(DataVolumeGVR).Namespace(dv.Namespace).Update(context.Background(), toUnstructured(t, dv), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (fc *fakeCluster) putPVC(t *testing.T, pvc *corev1.PersistentVolumeClaim) {
+	t.Helper()
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims(pvc.Namespace).Update(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createVolume(name, claim, src string, size int64, volID string, at time.Time) sidecar.Observation {
+	ns, n, _ := strings.Cut(claim, "/")
+	return sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: at, End: at.Add(time.Second), Code: codes.OK,
+		Request: sidecar.Request{Name: name, RequiredBytes: size, SourceVolumeID: src, Block: true,
+			Parameters: map[string]string{ParamPVCName: n, ParamPVCNamespace: ns, "password": "hunter2"}},
+		Response: sidecar.Response{VolumeID: volID, CapacityBytes: size}}
+}
+
+func expandVolume(volID string, size int64, at time.Time) sidecar.Observation {
+	return sidecar.Observation{Method: sidecar.MethodControllerExpandVolume, Start: at, End: at.Add(time.Second), Code: codes.OK,
+		Request: sidecar.Request{VolumeID: volID, RequiredBytes: size}, Response: sidecar.Response{CapacityBytes: size}}
+}
+
+// TestPipelineCSICloneWithResize drives one clone as CDI and the
+// provisioner shape it: the tap's calls become PV evidence, the leader's
+// pass a csi-clone verdict, one fetch avoided, no warning; a restarted
+// controller changes nothing.
+func TestPipelineCSICloneWithResize(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, gpv := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
+	fc := newFakeCluster(t, &w)
+	clk := newClock(t0.Add(2 * time.Minute))
+	cfg := testConfig()
+	cfg.Now = clk.now
+	ctx, cancel := context.WithCancel(context.Background())
+	c := fc.controller(t, ctx, cfg)
+	go func() { _ = c.RunEvidence(ctx) }()
+
+	// The provisioner serves CDI's tmp-pvc-<target uid>; the PV appears after.
+	c.Observe(createVolume("pvc-tmp1", "cozy-public/tmp-pvc-"+string(target.UID), gpv.Spec.CSI.VolumeHandle, 6*gi, "vol-w0", t0))
+	c.Observe(expandVolume("vol-w0", 20*gi, t0.Add(3*time.Second)))
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-tmp1"}, Spec: corev1.PersistentVolumeSpec{
+		StorageClassName: testClass, Capacity: corev1.ResourceList{corev1.ResourceStorage: qty(20 * gi)},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{VolumeHandle: "vol-w0"}},
+		ClaimRef:               &corev1.ObjectReference{Namespace: "cozy-public", Name: "tmp-pvc-" + string(target.UID)}}}
+	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ev VolumeEvidence
+	eventually(t, "evidence on the PV", func() bool {
+		got, err := fc.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-tmp1", metav1.GetOptions{})
+		ok, _ := decodeAnnotation(got, AnnCSIEvidence, &ev)
+		return err == nil && ok && len(ev.Expansions) == 1 && ev.created()
+	})
+	if ev.SourceVolume != gpv.Spec.CSI.VolumeHandle || ev.Claim != "cozy-public/tmp-pvc-"+string(target.UID) {
+		t.Fatalf("evidence %+v", ev)
+	}
+
+	// CDI rebinds the PV to the target and finishes.
+	target.Spec.VolumeName, target.Status.Phase = "pvc-tmp1", corev1.ClaimBound
+	target.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: qty(20 * gi)}
+	target.Annotations[AnnCDICloneType] = "csi-clone"
+	fc.putPVC(t, target)
+	succeed(dv, t0.Add(time.Minute))
+	fc.putDV(t, dv)
+	fc.settle(t, c)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := fc.record(t, "tenant-a", "md0-0")
+	if r.Verdict != VerdictCSIClone || r.Source != SourceCSITap || len(r.BadReasons()) != 0 {
+		t.Fatalf("record %+v", r)
+	}
+	if v := fc.pvc(t, "tenant-a", "md0-0").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+		t.Fatalf("verdict annotation %q", v)
+	}
+	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
+	if d := fc.ledger(t, cfg).Durations[VerdictCSIClone]; d == nil || d.Count != 1 || d.Sum != 4 {
+		t.Fatalf("duration %+v, want one observation of 4s (first CreateVolume to the expansion)", d)
+	}
+	if n := len(fc.warnings(t)); n != 0 {
+		t.Fatalf("%d warnings for a good clone", n)
+	}
+	if strings.Contains(fc.everything(t), "hunter2") {
+		t.Fatal("a CreateVolume parameter reached the cluster")
+	}
+
+	// SIGKILL and restart: nothing in memory survives, nothing changes.
+	cancel()
+	before := fc.pvc(t, "tenant-a", "md0-0").Annotations[AnnCloneEvidence]
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	c2 := fc.controller(t, ctx2, cfg)
+	for i := 0; i < 2; i++ {
+		if err := c2.Pass(ctx2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
+	if after := fc.pvc(t, "tenant-a", "md0-0").Annotations[AnnCloneEvidence]; after != before {
+		t.Fatalf("restart rewrote the record:\n%s\n%s", before, after)
+	}
+	if s := c2.Snapshot(); !s.Leader || len(s.Flavors) != 1 || s.Flavors[0].FetchesAvoided != 1 {
+		t.Fatalf("snapshot %+v", s)
+	}
+}
+
+func assertTotals(t *testing.T, l *Ledger, want FlavorTotals) {
+	t.Helper()
+	got := l.Flavors[Flavor{testSID, testVer}.Key()]
+	if got == nil || *got != want {
+		t.Fatalf("ledger totals %+v, want %+v", got, want)
+	}
+}
+
+// TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes: the counters
+// equal a single clean run whatever happens to the leaders.
+func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	for _, n := range []string{"d1", "d2", "d3"} {
+		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	}
+	web := w.dataVolume("tenant-b", "http-0", 20*gi, nil)
+	web.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://f/image/" + testSID + "/" + testVer + "/a.raw.xz"}}
+	succeed(web, t0)
+	web.Status.RestartCount = 2 // three fetches
+	late := w.worker("tenant-a", "d4", "p", g, 20*gi, ptrTo(testClass))
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Hour)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := fc.controller(t, ctx, cfg), fc.controller(t, ctx, cfg)
+	for _, c := range []*Controller{a, b, a} { // two leaders overlapping
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, WorkerImports: 3, BytesAvoided: 18 * gi})
+
+	// d4 finishes; the other leader writes the same count first, so this
+	// leader's write conflicts and must re-read instead of adding again.
+	pvc, _ := w.cloned(late, testClass, "csi-clone", 20*gi, nil)
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, w.pvs[len(w.pvs)-1], metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fc.putDV(t, late)
+	fc.settle(t, a)
+	raced := injectRacingLedgerWrite(fc)
+	if err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !raced.Load() {
+		t.Fatal("the race was not exercised")
+	}
+	want := FlavorTotals{FetchesAvoided: 4, GoldenImports: 1, WorkerImports: 3, BytesAvoided: 24 * gi}
+	assertTotals(t, fc.ledger(t, cfg), want)
+
+	// A restarted controller and a deleted disk change no total.
+	if err := fc.dyn.Resource(DataVolumeGVR).Namespace("tenant-a").Delete(ctx, "d1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := fc.controller(t, ctx, cfg)
+	fc.settle(t, c)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := fc.ledger(t, cfg)
+	assertTotals(t, l, want)
+	if _, ok := l.counted[string(w.dvs[1].UID)]; ok {
+		t.Fatal("the deleted disk's UID was not pruned")
+	}
+	if len(l.counted) != 5 { // golden, d2, d3, d4, http-0
+		t.Fatalf("counted %d UIDs, want 5", len(l.counted))
+	}
+}
+
+// injectRacingLedgerWrite makes the next ledger update lose a race: another
+// leader stores the very same counts first.
+func injectRacingLedgerWrite(fc *fakeCluster) *atomic.Bool {
+	var done atomic.Bool
+	fc.kube.PrependReactor("update", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if done.Swap(true) {
+			return false, nil, nil
+		}
+		obj := a.(clienttesting.UpdateAction).GetObject().DeepCopyObject().(*corev1.ConfigMap)
+		obj.ResourceVersion = "99999"
+		if err := fc.kube.Tracker().Update(a.GetResource(), obj, obj.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), obj.Name, nil)
+	})
+	return &done
+}
