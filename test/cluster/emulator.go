@@ -1,0 +1,407 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+)
+
+// CDI's pod roles, from the value of the "cdi.kubevirt.io" label on its pods.
+const (
+	podRolePrep     = "cdi-populator-prep"
+	podRoleImporter = "importer"
+	podRoleUpload   = "cdi-upload-server"
+	podRoleSource   = "cdi-clone-source"
+	cdiRoleLabel    = "cdi.kubevirt.io"
+)
+
+// emulator stands in for the kubelet for the pods cdi-controller creates and
+// waits on. It never writes CDI's own objects: it only moves pods through the
+// states a kubelet would report (through the pod status subresource), and the
+// real cdi-controller turns those into PVC annotations and DataVolume phases.
+//
+//   - prep pod: Succeeded, as its one "echo" container would.
+//   - importer pod: Running, then it does the importer's network part for
+//     real (GET of IMPORTER_ENDPOINT, checksum if asked) and reports the
+//     outcome exactly as cdi-importer does: exit 0 with the JSON termination
+//     message "Import Complete"; exit 1 with "Unable to connect to http data
+//     source: ..." and a restart after a back-off; exit 0 with "Unable to
+//     process data: checksum mismatch" (fatal). No bytes reach the volume.
+//   - upload server pod (host-assisted clone target): Running and Ready.
+//   - clone source pod: Running, then Succeeded; its upload pod then
+//     Succeeded. No bytes move.
+//
+// A pod starts only once every PVC it mounts is Bound, as with a kubelet.
+type emulator struct {
+	c      *Cluster
+	log    *log.Logger
+	logf   *os.File
+	pods   corelisters.PodLister
+	pvcs   corelisters.PersistentVolumeClaimLister
+	http   *http.Client
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	state map[types.UID]*importState
+	noted map[types.UID]bool // pods of roles we do not emulate, logged once
+}
+
+// importState tracks one importer pod between ticks.
+type importState struct {
+	inFlight bool
+	restarts int32
+	next     time.Time // when the next attempt may start
+}
+
+// importBackoff mirrors the kubelet's crash-loop back-off, scaled down.
+func importBackoff(restarts int32) time.Duration {
+	d := time.Second << min(restarts, 4)
+	return min(d, 10*time.Second)
+}
+
+func (c *Cluster) startEmulator() error {
+	f, err := os.OpenFile(filepath.Join(c.logDir, "emulator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cdiRoleLabel }))
+	e := &emulator{
+		c: c, log: log.New(f, "", log.LstdFlags|log.Lmicroseconds), logf: f,
+		pods:   factory.Core().V1().Pods().Lister(),
+		http:   &http.Client{Timeout: 30 * time.Second},
+		cancel: cancel,
+		state:  map[types.UID]*importState{},
+		noted:  map[types.UID]bool{},
+	}
+	pvcFactory := informers.NewSharedInformerFactory(c.Client, 0)
+	e.pvcs = pvcFactory.Core().V1().PersistentVolumeClaims().Lister()
+	factory.Start(ctx.Done())
+	pvcFactory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	pvcFactory.WaitForCacheSync(ctx.Done())
+	c.emu = e
+	e.wg.Add(1)
+	go e.run(ctx)
+	return nil
+}
+
+// stop ends the loop and every in-flight import, then closes the log.
+func (e *emulator) stop() {
+	e.cancel()
+	e.wg.Wait()
+	e.http.CloseIdleConnections()
+	e.logf.Close()
+}
+
+func (e *emulator) run(ctx context.Context) {
+	defer e.wg.Done()
+	t := time.NewTicker(150 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pods, err := e.pods.List(labels.Everything())
+		if err != nil {
+			e.log.Printf("list pods: %v", err)
+			continue
+		}
+		for _, p := range pods {
+			if err := e.step(ctx, p); err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				e.log.Printf("%s/%s: %v", p.Namespace, p.Name, err)
+			}
+		}
+	}
+}
+
+// step moves one pod on by at most one state.
+func (e *emulator) step(ctx context.Context, p *corev1.Pod) error {
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	if !e.claimsBound(p) {
+		return nil
+	}
+	running := p.Status.Phase == corev1.PodRunning
+	switch role := p.Labels[cdiRoleLabel]; role {
+	case podRolePrep:
+		return e.finish(ctx, p, 0, "", corev1.PodSucceeded)
+	case podRoleImporter:
+		return e.importStep(ctx, p)
+	case podRoleUpload:
+		if !running {
+			return e.setRunning(ctx, p, 0, nil)
+		}
+		if e.sourceDone(p) {
+			return e.finish(ctx, p, 0, termJSON("Clone Complete"), corev1.PodSucceeded)
+		}
+	case podRoleSource:
+		if !running {
+			return e.setRunning(ctx, p, 0, nil)
+		}
+		return e.finish(ctx, p, 0, "", corev1.PodSucceeded)
+	default:
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if !e.noted[p.UID] {
+			e.noted[p.UID] = true
+			e.log.Printf("%s/%s: role %q is not emulated; it stays Pending", p.Namespace, p.Name, role)
+		}
+	}
+	return nil
+}
+
+// claimsBound is the kubelet's precondition: every mounted PVC is Bound.
+func (e *emulator) claimsBound(p *corev1.Pod) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := e.pvcs.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
+		if err != nil || pvc.Status.Phase != corev1.ClaimBound {
+			return false
+		}
+	}
+	return true
+}
+
+// sourceDone reports whether the clone source pod feeding this upload pod has
+// finished. The upload pod's PVC names the source pod and, in its clone
+// request, the source namespace.
+func (e *emulator) sourceDone(upload *corev1.Pod) bool {
+	for _, v := range upload.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := e.pvcs.PersistentVolumeClaims(upload.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
+		if err != nil {
+			continue
+		}
+		name := pvc.Annotations["cdi.kubevirt.io/storage.sourceClonePodName"]
+		srcNS, _, ok := strings.Cut(pvc.Annotations["k8s.io/CloneRequest"], "/")
+		if name == "" || !ok {
+			continue
+		}
+		src, err := e.pods.Pods(srcNS).Get(name)
+		if err == nil && src.Status.Phase == corev1.PodSucceeded {
+			return true
+		}
+	}
+	return false
+}
+
+// importStep runs the importer pod's life: start, fetch, report, restart.
+func (e *emulator) importStep(ctx context.Context, p *corev1.Pod) error {
+	e.mu.Lock()
+	st := e.state[p.UID]
+	if st == nil {
+		st = &importState{}
+		e.state[p.UID] = st
+	}
+	if st.inFlight || time.Now().Before(st.next) {
+		e.mu.Unlock()
+		return nil
+	}
+	st.inFlight = true
+	restarts := st.restarts
+	e.mu.Unlock()
+
+	var last *corev1.ContainerState
+	if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Terminated != nil {
+		last = &p.Status.ContainerStatuses[0].State
+	}
+	if err := e.setRunning(ctx, p, restarts, last); err != nil {
+		e.mu.Lock()
+		st.inFlight = false
+		e.mu.Unlock()
+		return err
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		exit, msg := e.runImport(ctx, p)
+		e.mu.Lock()
+		st.inFlight = false
+		if exit != 0 {
+			st.restarts++
+			st.next = time.Now().Add(importBackoff(st.restarts))
+		}
+		e.mu.Unlock()
+		phase := corev1.PodSucceeded
+		if exit != 0 {
+			phase = corev1.PodRunning // restartPolicy OnFailure: the kubelet restarts it
+		}
+		if err := e.finishWithRestarts(ctx, p, exit, msg, phase, restarts); err != nil && ctx.Err() == nil {
+			e.log.Printf("%s/%s: report import: %v", p.Namespace, p.Name, err)
+		}
+	}()
+	return nil
+}
+
+// runImport does what cdi-importer does on the network and returns the exit
+// code and termination message it would.
+func (e *emulator) runImport(ctx context.Context, p *corev1.Pod) (int32, string) {
+	env := map[string]string{}
+	for _, v := range p.Spec.Containers[0].Env {
+		env[v.Name] = v.Value
+	}
+	switch src := env["IMPORTER_SOURCE"]; src {
+	case "none": // blank image
+		return 0, termJSON("Import Complete")
+	case "http":
+	default:
+		e.log.Printf("%s/%s: import source %q not emulated: failing it", p.Namespace, p.Name, src)
+		return 1, fmt.Sprintf("Unknown data source: %s", src)
+	}
+	url := env["IMPORTER_ENDPOINT"]
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 1, fmt.Sprintf("Unable to connect to http data source: %v", err)
+	}
+	resp, err := e.http.Do(req)
+	if err != nil {
+		e.log.Printf("%s/%s: GET %s: %v", p.Namespace, p.Name, url, err)
+		return 1, fmt.Sprintf("Unable to connect to http data source: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		e.log.Printf("%s/%s: GET %s: %s", p.Namespace, p.Name, url, resp.Status)
+		return 1, fmt.Sprintf("Unable to connect to http data source: expected status code %d, got %d. Status: %s",
+			http.StatusOK, resp.StatusCode, resp.Status)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, resp.Body)
+	if err != nil {
+		return 1, fmt.Sprintf("Unable to process data: %v", err)
+	}
+	e.log.Printf("%s/%s: GET %s: %d bytes", p.Namespace, p.Name, url, n)
+	if want := env["IMPORTER_CHECKSUM"]; want != "" {
+		algo, hash, _ := strings.Cut(want, ":")
+		got := hex.EncodeToString(h.Sum(nil))
+		if algo != "sha256" || !strings.EqualFold(hash, got) {
+			// cdi-importer exits 0 with this JSON message; the controller marks it fatal.
+			return 0, termJSON(fmt.Sprintf("Unable to process data: checksum mismatch: expected %s, got sha256:%s", want, got))
+		}
+	}
+	return 0, termJSON("Import Complete")
+}
+
+// termJSON is cdi-importer's JSON termination message.
+func termJSON(msg string) string {
+	b, _ := json.Marshal(map[string]any{"message": msg, "preallocationApplied": false, "scratchSpaceRequired": false})
+	return string(b)
+}
+
+// setRunning reports every container running and ready.
+func (e *emulator) setRunning(ctx context.Context, p *corev1.Pod, restarts int32, last *corev1.ContainerState) error {
+	now := metav1.Now()
+	return e.updateStatus(ctx, p, func(s *corev1.PodStatus) {
+		s.Phase = corev1.PodRunning
+		s.StartTime = &now
+		s.Conditions = podConditions(now, true)
+		s.ContainerStatuses = nil
+		for _, ctr := range p.Spec.Containers {
+			cs := corev1.ContainerStatus{
+				Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image,
+				Ready: true, Started: ptr(true), RestartCount: restarts,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+			}
+			if last != nil {
+				cs.LastTerminationState = *last
+			}
+			s.ContainerStatuses = append(s.ContainerStatuses, cs)
+		}
+	})
+}
+
+// finish reports the first container terminated with exit and msg.
+func (e *emulator) finish(ctx context.Context, p *corev1.Pod, exit int32, msg string, phase corev1.PodPhase) error {
+	return e.finishWithRestarts(ctx, p, exit, msg, phase, 0)
+}
+
+func (e *emulator) finishWithRestarts(ctx context.Context, p *corev1.Pod, exit int32, msg string, phase corev1.PodPhase, restarts int32) error {
+	now := metav1.Now()
+	err := e.updateStatus(ctx, p, func(s *corev1.PodStatus) {
+		s.Phase = phase
+		if s.StartTime == nil {
+			s.StartTime = &now
+		}
+		s.Conditions = podConditions(now, false)
+		s.ContainerStatuses = nil
+		for i, ctr := range p.Spec.Containers {
+			term := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
+			if i == 0 {
+				term.ExitCode, term.Message = exit, msg
+				if exit != 0 {
+					term.Reason = "Error"
+				}
+			}
+			s.ContainerStatuses = append(s.ContainerStatuses, corev1.ContainerStatus{
+				Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image,
+				Started: ptr(false), RestartCount: restarts,
+				State: corev1.ContainerState{Terminated: term},
+			})
+		}
+	})
+	if err == nil {
+		e.log.Printf("%s/%s: %s exit=%d %s", p.Namespace, p.Name, phase, exit, msg)
+	}
+	return err
+}
+
+func podConditions(now metav1.Time, ready bool) []corev1.PodCondition {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: st, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: st, LastTransitionTime: now},
+	}
+}
+
+// updateStatus applies mutate to the pod's latest status and writes it
+// through the status subresource, retrying on conflicts.
+func (e *emulator) updateStatus(ctx context.Context, p *corev1.Pod, mutate func(*corev1.PodStatus)) error {
+	pods := e.c.Client.CoreV1().Pods(p.Namespace)
+	for range 5 {
+		cur, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.UID != p.UID || cur.DeletionTimestamp != nil {
+			return nil
+		}
+		mutate(&cur.Status)
+		_, err = pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("status of %s/%s: too many conflicts", p.Namespace, p.Name)
+}

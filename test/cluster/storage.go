@@ -1,0 +1,272 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
+)
+
+// DefaultDriverName is LINSTOR's CSI driver name: the test driver answers to
+// it so that CDI treats it as it treats LINSTOR (its StorageProfile knows the
+// access modes but not a clone strategy).
+const DefaultDriverName = "linstor.csi.linbit.com"
+
+// StorageClass is one StorageClass of the test driver, backed by one pool.
+type StorageClass struct {
+	Name string
+	// Pool is the driver's storage pool (default: Name).
+	Pool string
+	// NodeLocal makes the pool node-local (clones into it from another pool
+	// hang or fail, as on LINSTOR).
+	NodeLocal bool
+	// NoExpansion sets allowVolumeExpansion: false; CDI then copies
+	// host-assisted when a clone target is larger than its source.
+	NoExpansion bool
+	// Default and DefaultVirt set the Kubernetes / KubeVirt default-class
+	// annotations.
+	Default, DefaultVirt bool
+}
+
+// DefaultStorageClasses are "replicated" (the goldens' class, expandable) and
+// "replicated-fixed" (same driver, no expansion: a larger clone target there
+// is copied host-assisted).
+func DefaultStorageClasses() []StorageClass {
+	return []StorageClass{
+		{Name: "replicated", Pool: "replicated"},
+		{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
+	}
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// repoRoot is the checkout this package was compiled from.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// buildBinaries builds the sidecar and the test driver from this checkout,
+// once per process, into a temporary directory that RemoveBuilds deletes.
+func buildBinaries() (string, error) {
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "csi-clone-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", buildDir+"/",
+			"./cmd/csi-clone-sidecar", "./test/cmd/csi-test-driver")
+		cmd.Dir = repoRoot()
+		// No network in the test's namespace: fail at once, never wait on a proxy.
+		cmd.Env = append(os.Environ(), "GOPROXY=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build of the sidecar and test driver in %s: %v\n%s", cmd.Dir, err, out)
+		}
+	})
+	return buildDir, buildErr
+}
+
+// RemoveBuilds deletes what buildBinaries built; Main calls it at exit.
+func RemoveBuilds() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// startDriver starts the test CSI driver with one pool per StorageClass.
+func (c *Cluster) startDriver() error {
+	bins, err := buildBinaries()
+	if err != nil {
+		return err
+	}
+	sock := filepath.Join(c.Dir, "csi", "driver.sock")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return err
+	}
+	c.DriverSocket = sock
+	args := []string{
+		"--endpoint=unix://" + sock,
+		"--state-dir=" + filepath.Join(c.Dir, "driver"),
+		"--drivername=" + c.DriverName,
+	}
+	for _, sc := range c.opts.StorageClasses {
+		p := sc.pool()
+		if sc.NodeLocal {
+			p += ":node-local"
+		}
+		args = append(args, "--pool="+p)
+	}
+	args = append(args, c.opts.DriverArgs...)
+	if _, err := c.start("csi-test-driver", nil, filepath.Join(bins, "csi-test-driver"), args...); err != nil {
+		return err
+	}
+	c.onStop(func() error { return removeIfSocket(sock) })
+	return c.waitSocket("csi-test-driver", sock, 30*time.Second)
+}
+
+func (sc StorageClass) pool() string {
+	if sc.Pool != "" {
+		return sc.Pool
+	}
+	return sc.Name
+}
+
+// startSidecar starts csi-clone-sidecar between the driver's socket and the
+// socket the kubernetes-csi sidecars dial.
+func (c *Cluster) startSidecar() error {
+	if c.opts.NoSidecar {
+		c.SidecarSocket = c.DriverSocket
+		return nil
+	}
+	bins, err := buildBinaries()
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.SidecarSocket = filepath.Join(c.Dir, "csi", "csi.sock")
+	c.SidecarMetrics = "127.0.0.1:" + strconv.Itoa(port)
+	c.ObservationsLog = filepath.Join(c.Dir, "observations.jsonl")
+	args := append([]string{
+		"--csi-address=" + c.DriverSocket,
+		"--listen-address=" + c.SidecarSocket,
+		"--http-endpoint=" + c.SidecarMetrics,
+		"--kubeconfig=" + c.Kubeconfig,
+		"--observations-log=" + c.ObservationsLog,
+	}, c.opts.SidecarArgs...)
+	if _, err := c.start("csi-clone-sidecar", nil, filepath.Join(bins, "csi-clone-sidecar"), args...); err != nil {
+		return err
+	}
+	c.onStop(func() error { return removeIfSocket(c.SidecarSocket) })
+	return c.waitSocket("csi-clone-sidecar", c.SidecarSocket, 30*time.Second)
+}
+
+// startCSISidecars starts the real external-provisioner, -resizer,
+// -snapshotter (all on the relay's socket) and snapshot-controller.
+func (c *Cluster) startCSISidecars() error {
+	common := []string{"--csi-address=" + c.SidecarSocket, "--kubeconfig=" + c.Kubeconfig, "--leader-election=false", "--v=4"}
+	sidecars := []struct {
+		name  string
+		extra []string
+	}{
+		// piraeus runs the provisioner with --extra-create-metadata; no
+		// topology here (one node, no scheduler).
+		{"csi-provisioner", []string{"--extra-create-metadata", "--immediate-topology=false", "--timeout=30s"}},
+		{"csi-resizer", []string{"--timeout=30s", "--handle-volume-inuse-error=false"}},
+		{"csi-snapshotter", []string{"--timeout=30s"}},
+	}
+	for _, s := range sidecars {
+		bin, err := tools.Bin(s.name)
+		if err != nil {
+			return err
+		}
+		if _, err := c.start(s.name, nil, bin, append(append([]string(nil), common...), s.extra...)...); err != nil {
+			return err
+		}
+	}
+	bin, err := tools.Bin("snapshot-controller")
+	if err != nil {
+		return err
+	}
+	_, err = c.start("snapshot-controller", nil, bin, "--kubeconfig="+c.Kubeconfig, "--leader-election=false", "--v=4")
+	if err != nil {
+		return err
+	}
+	// They dial the socket at start and exit if they cannot: give them a
+	// moment and report an early death with its log.
+	time.Sleep(500 * time.Millisecond)
+	return c.Failed()
+}
+
+// installStorage creates one StorageClass per configured class and, for the
+// snapshot strategy, a VolumeSnapshotClass of the driver.
+func (c *Cluster) installStorage() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, sc := range c.opts.StorageClasses {
+		obj := &storagev1.StorageClass{
+			ObjectMeta:           metav1.ObjectMeta{Name: sc.Name, Annotations: map[string]string{}},
+			Provisioner:          c.DriverName,
+			Parameters:           map[string]string{c.DriverName + "/storagePool": sc.pool()},
+			ReclaimPolicy:        ptr(corev1.PersistentVolumeReclaimDelete),
+			AllowVolumeExpansion: ptr(!sc.NoExpansion),
+			// No scheduler runs: WaitForFirstConsumer would never bind.
+			VolumeBindingMode: ptr(storagev1.VolumeBindingImmediate),
+		}
+		if sc.Default {
+			obj.Annotations["storageclass.kubernetes.io/is-default-class"] = "true"
+		}
+		if sc.DefaultVirt {
+			obj.Annotations["storageclass.kubevirt.io/is-default-virt-class"] = "true"
+		}
+		if _, err := c.Client.StorageV1().StorageClasses().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("StorageClass %s: %w", sc.Name, err)
+		}
+	}
+	if c.opts.CloneStrategy != StrategySnapshot {
+		return nil
+	}
+	vsc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion":     "snapshot.storage.k8s.io/v1",
+		"kind":           "VolumeSnapshotClass",
+		"metadata":       map[string]any{"name": "snapshots"},
+		"driver":         c.DriverName,
+		"deletionPolicy": "Delete",
+	}}
+	_, err := c.Dynamic.Resource(VolumeSnapshotClassGVR).Create(ctx, vsc, metav1.CreateOptions{})
+	return err
+}
+
+// VolumeSnapshotClassGVR names the VolumeSnapshotClass resource.
+var VolumeSnapshotClassGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
+
+// waitSocket waits until something accepts connections on a unix socket.
+func (c *Cluster) waitSocket(name, path string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if err := c.procs[name].failure(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: no listener on %s after %s: %v; log: %s", name, path, timeout, err, c.procs[name].log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// removeIfSocket removes a unix socket file a component left behind.
+func removeIfSocket(path string) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil
+	}
+	if st.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s is not a socket; left in place", path)
+	}
+	return os.Remove(path)
+}
