@@ -1,0 +1,247 @@
+package cloner
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
+)
+
+func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	copied := w.worker("tenant-a", "copied", "p", g, 20*gi, ptrTo(testClass))
+	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, nil)
+	pvc.Annotations[AnnCDIFallbackReason] = "different volume modes"
+	ghost := &cdiv1.DataVolume{}
+	ghost.Namespace, ghost.Name = DefaultGoldenNamespace, goldenName("abc", "v1.0.0")
+	w.worker("tenant-a", "orphan", "p", ghost, 20*gi, ptrTo(testClass)) // no PVC: nothing to persist on
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Hour)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for restart := 0; restart < 2; restart++ {
+		c := fc.controller(t, ctx, cfg)
+		for pass := 0; pass < 3; pass++ {
+			if err := c.Pass(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	evs := fc.warnings(t)
+	if n := countReason(evs, "copied", "HostAssistedClone"); n != 1 {
+		t.Fatalf("%d HostAssistedClone events, want 1", n)
+	}
+	if n := countReason(evs, "orphan", "UnknownGolden"); n != 1 {
+		t.Fatalf("%d UnknownGolden events, want 1", n)
+	}
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2: %+v", len(evs), evs)
+	}
+	for _, e := range evs {
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "DataVolume" || !strings.Contains(e.Message, "Fix: ") {
+			t.Fatalf("event %+v", e)
+		}
+	}
+	if !strings.Contains(evs[0].Message+evs[1].Message, "different volume modes") {
+		t.Fatal("the host-assisted warning must carry CDI's fallback reason")
+	}
+}
+
+func TestNewBadReasonWarnsAgain(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo("fast")) // class mismatch from the start
+	w.claim(dv, "fast", 20*gi, 0, "")
+	fc := newFakeCluster(t, &w)
+	clk := newClock(t0.Add(time.Minute))
+	cfg := testConfig()
+	cfg.Now = clk.now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fc.controller(t, ctx, cfg)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(t0.Add(cfg.StuckAfter + time.Minute)) // now it is stuck too
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs := fc.warnings(t)
+	if countReason(evs, "d", "StorageClassMismatch") != 1 || countReason(evs, "d", "CloneStuck") != 1 {
+		t.Fatalf("events %+v", evs)
+	}
+}
+
+func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "local-0", "kubernetes-local", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
+	fc := newFakeCluster(t, &w)
+	clk := newClock(t0.Add(time.Minute))
+	cfg := testConfig()
+	cfg.Now = clk.now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	replica := fc.controller(t, ctx, cfg) // not the leader: it only runs RunEvidence
+	go func() { _ = replica.RunEvidence(ctx) }()
+	for i := 0; i < 3; i++ {
+		replica.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: t0, End: t0.Add(time.Duration(i) * time.Second),
+			Code: codes.DeadlineExceeded, Message: "context deadline exceeded",
+			Request: sidecar.Request{Name: "pvc-tmp9", Parameters: map[string]string{
+				ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public"}}})
+	}
+	var de DriverError
+	eventually(t, "driver error on the target PVC", func() bool {
+		ok, _ := decodeAnnotation(fc.pvc(t, "tenant-a", "local-0"), AnnDriverError, &de)
+		return ok && de.Attempts == 3
+	})
+	if de.Code != "DeadlineExceeded" || de.Claim != "cozy-public/tmp-pvc-"+string(target.UID) {
+		t.Fatalf("driver error %+v", de)
+	}
+	leader := fc.controller(t, ctx, cfg)
+	fc.settle(t, leader)
+	clk.set(t0.Add(cfg.StuckAfter + time.Second))
+	if err := leader.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := fc.record(t, "tenant-a", "local-0")
+	if r.Verdict != VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
+		t.Fatalf("record %+v", r)
+	}
+	if countReason(fc.warnings(t), "local-0", "CloneStuck") != 1 {
+		t.Fatal("no CloneStuck event")
+	}
+}
+
+func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	good := w.worker("tenant-a", "good", "p", g, 20*gi, ptrTo(testClass))
+	_, pv := w.cloned(good, testClass, "csi-clone", 20*gi, nil)
+	pv.Annotations[AnnCSIEvidence] = "{not json"
+	w.raw = append(w.raw, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+		"metadata": map[string]any{"name": "broken", "namespace": "tenant-x", "uid": "broken-uid"},
+		"spec":     map[string]any{"source": "oops", "storage": map[string]any{"resources": "lots"}},
+	}})
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Hour)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fc.controller(t, ctx, cfg)
+	for i := 0; i < 2; i++ {
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := fc.record(t, "tenant-a", "good"); r.Verdict != VerdictCSIClone || r.Source != SourceCDI {
+		t.Fatalf("the readable disk must still be judged (from CDI, its evidence being unreadable): %+v", r)
+	}
+	if n := countReason(fc.warnings(t), "broken", ReasonMalformedObject); n != 1 {
+		t.Fatalf("%d MalformedObject events on the broken DataVolume, want 1", n)
+	}
+	m := c.Snapshot().Malformed
+	if m["DataVolume"] != 1 || m["PersistentVolume"] != 1 {
+		t.Fatalf("malformed counts %v", m)
+	}
+}
+
+func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	w.cloned(w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.LedgerName, Namespace: cfg.LedgerNamespace},
+		Data: map[string]string{ledgerKeyFlavors: "{"}}
+	if _, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := fc.controller(t, ctx, cfg)
+	if err := c.Pass(ctx); err == nil || !strings.Contains(err.Error(), "unreadable") {
+		t.Fatalf("got %v", err)
+	}
+	cm, _ := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, cfg.LedgerName, metav1.GetOptions{})
+	if cm.Data[ledgerKeyFlavors] != "{" {
+		t.Fatal("the unreadable ledger was overwritten")
+	}
+	if r := fc.record(t, "tenant-a", "d"); r == nil || r.Verdict != VerdictCSIClone {
+		t.Fatal("verdicts must not wait for the ledger")
+	}
+}
+
+func TestObserveNeverBlocks(t *testing.T) {
+	cfg := testConfig()
+	cfg.EvidenceQueue = 1
+	c, err := New(cfg, newFakeCluster(t, &world{}).clients())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 100; i++ {
+			c.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Observe blocked with nobody draining")
+	}
+	if got := c.Snapshot().EvidenceDropped; got != 99 {
+		t.Fatalf("dropped %d, want 99", got)
+	}
+}
+
+func TestEvidenceFromTwoReplicasMergesOnThePV(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Minute)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := fc.controller(t, ctx, cfg), fc.controller(t, ctx, cfg)
+	go func() { _ = a.RunEvidence(ctx) }()
+	go func() { _ = b.RunEvidence(ctx) }()
+	a.Observe(createVolume("pvc-1", "cozy-public/tmp-pvc-u1", "golden-vol", 6*gi, "vol-1", t0))
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1"}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{VolumeHandle: "vol-1"}}}}
+	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() VolumeEvidence {
+		var ev VolumeEvidence
+		got, _ := fc.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-1", metav1.GetOptions{})
+		_, _ = decodeAnnotation(got, AnnCSIEvidence, &ev)
+		return ev
+	}
+	eventually(t, "create evidence", func() bool { ev := read(); return ev.created() })
+	// After a provisioner/resizer failover the expansion reaches the other replica.
+	b.Observe(expandVolume("vol-1", 20*gi, t0.Add(10*time.Second)))
+	eventually(t, "merged evidence", func() bool { ev := read(); return ev.created() && len(ev.Expansions) == 1 })
+	if ev := read(); ev.SourceVolume != "golden-vol" || ev.Expansions[0].CapacityBytes != 20*gi {
+		t.Fatalf("evidence %+v", ev)
+	}
+}
