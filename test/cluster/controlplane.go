@@ -134,6 +134,9 @@ func (c *Cluster) startControllerManager(port int) error {
 		"--authorization-kubeconfig="+c.Kubeconfig,
 		"--controllers="+strings.Join(ctrls, ","),
 		"--leader-elect=false",
+		// The binder also acts on a periodic resync; CDI's rebind of a PV to
+		// the target claim waits on it. 15s by default: only slower.
+		"--pvclaimbinder-sync-period=2s",
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port),

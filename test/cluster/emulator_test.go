@@ -1,0 +1,165 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+// controlPlaneOnly starts etcd, kube-apiserver, kube-controller-manager and
+// the pod emulator: enough to check what the emulator writes is accepted by
+// a real API server and reads as a kubelet's report would.
+func controlPlaneOnly(t *testing.T) *Cluster {
+	t.Helper()
+	c := &Cluster{opts: withDefaults(Options{Logf: t.Logf}), procs: map[string]*proc{}, logf: t.Logf}
+	if err := c.makeDir(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(t.Failed()); err != nil {
+			t.Error(err)
+		}
+	})
+	c.Factory = newFactory()
+	c.onStop(func() error { c.Factory.Close(); return nil })
+	if err := c.startControlPlane(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.startEmulator(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// importerPod is shaped like the pod cdi-controller creates for an HTTP import.
+func importerPod(name, url string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cdiRoleLabel: podRoleImporter}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyOnFailure,
+			Containers: []corev1.Container{{
+				Name: "importer", Image: "e2e.invalid/cdi-importer",
+				Env: []corev1.EnvVar{{Name: "IMPORTER_SOURCE", Value: "http"}, {Name: "IMPORTER_ENDPOINT", Value: url}},
+			}},
+		},
+	}
+}
+
+func TestEmulatorImporter(t *testing.T) {
+	c := controlPlaneOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.CreateNamespace(ctx, "imports"); err != nil {
+		t.Fatal(err)
+	}
+	pods := c.Client.CoreV1().Pods("imports")
+	c.Factory.Fail("bad", "v1.0.0", 404)
+	for name, url := range map[string]string{"good": c.Factory.URL("good", "v1.0.0"), "bad": c.Factory.URL("bad", "v1.0.0")} {
+		if _, err := pods.Create(ctx, importerPod(name, url), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var good, bad *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if good, err = pods.Get(ctx, "good", metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		if bad, err = pods.Get(ctx, "bad", metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		return good.Status.Phase == corev1.PodSucceeded && len(bad.Status.ContainerStatuses) > 0 &&
+			bad.Status.ContainerStatuses[0].RestartCount >= 1, nil
+	})
+	if err != nil {
+		t.Fatalf("importer pods not reported: %v (good %+v, bad %+v)", err, good.Status, bad.Status)
+	}
+	term := good.Status.ContainerStatuses[0].State.Terminated
+	if term == nil || term.ExitCode != 0 || !strings.Contains(term.Message, `"message":"Import Complete"`) {
+		t.Errorf("good import: terminated %+v, want exit 0 with CDI's JSON \"Import Complete\"", term)
+	}
+	last := bad.Status.ContainerStatuses[0].LastTerminationState.Terminated
+	if bad.Status.ContainerStatuses[0].State.Terminated != nil {
+		last = bad.Status.ContainerStatuses[0].State.Terminated
+	}
+	if last == nil || last.ExitCode != 1 || !strings.Contains(last.Message, "expected status code 200, got 404") {
+		t.Errorf("bad import: terminated %+v, want exit 1 with the 404", last)
+	}
+	if bad.Status.Phase != corev1.PodRunning {
+		t.Errorf("bad import: phase %s, want Running (restartPolicy OnFailure restarts it)", bad.Status.Phase)
+	}
+	if n := c.Factory.Fetches("good", "v1.0.0"); n != 1 {
+		t.Errorf("good image fetched %d times, want 1", n)
+	}
+}
+
+// A pod whose PVC is not Bound stays Pending, as no kubelet would start it;
+// once the binder binds the claim, the prep pod is reported Succeeded.
+func TestEmulatorWaitsForBoundClaims(t *testing.T) {
+	c := controlPlaneOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.CreateNamespace(ctx, "prep"); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr(""),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")}},
+		},
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims("prep").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "prep-x", Labels: map[string]string{cdiRoleLabel: podRolePrep}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyOnFailure,
+			Containers:    []corev1.Container{{Name: "dummy", Image: "e2e.invalid/cdi-importer"}},
+			Volumes: []corev1.Volume{{Name: "cdi-data-vol", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
+		},
+	}
+	pods := c.Client.CoreV1().Pods("prep")
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // several emulator ticks
+	if got, err := pods.Get(ctx, "prep-x", metav1.GetOptions{}); err != nil || got.Status.Phase != corev1.PodPending {
+		t.Fatalf("prep pod with an unbound claim: %v, phase %q; want Pending", err, got.Status.Phase)
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "static"},
+		Spec: corev1.PersistentVolumeSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")},
+			ClaimRef:         &corev1.ObjectReference{Namespace: "prep", Name: "data"},
+			StorageClassName: "",
+			PersistentVolumeSource: corev1.PersistentVolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent-e2e"}},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		},
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := pods.Get(ctx, "prep-x", metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodSucceeded, err
+	})
+	if err != nil {
+		t.Fatalf("prep pod not Succeeded after its claim bound: %v", err)
+	}
+}
+
+func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
