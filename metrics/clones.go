@@ -1,0 +1,132 @@
+package metrics
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
+)
+
+// ClonesSource is what the verdict collector reads at scrape time;
+// *cloner.Controller implements it. The collector only reads.
+type ClonesSource interface {
+	Snapshot() *cloner.Snapshot
+}
+
+// maxLabelBytes caps label values taken from objects (a golden's
+// annotations are user input).
+const maxLabelBytes = 128
+
+var (
+	flavorLabels = []string{"schematic_id", "version"}
+
+	descWorkerDisks = prometheus.NewDesc("csi_clone_worker_disks",
+		"Worker disks per flavor and verdict (pending, csi-clone, snapshot-clone, host-assisted, http-import, stuck, failed, unknown).",
+		[]string{"schematic_id", "version", "verdict"}, nil)
+	descFetchesAvoided = prometheus.NewDesc("csi_clone_factory_fetches_avoided_total",
+		"Image Factory fetches avoided: one per worker disk provisioned from a golden, counted once across restarts and replicas (ledger ConfigMap).",
+		flavorLabels, nil)
+	descFetches = prometheus.NewDesc("csi_clone_factory_fetches_total",
+		"Image Factory fetches made, by kind (golden-import, worker-import); an import counts once when it starts plus once per importer restart (DataVolume status.restartCount).",
+		[]string{"schematic_id", "version", "kind"}, nil)
+	descBytesAvoided = prometheus.NewDesc("csi_clone_factory_bytes_avoided_total",
+		"Bytes not fetched from the Image Factory: per avoided fetch, --factory-image-bytes when set, else the golden volume's capacity in bytes at the time the disk was counted (an upper bound of the image's size).",
+		flavorLabels, nil)
+	descGoldenInfo = prometheus.NewDesc("csi_clone_golden_info",
+		"One series per golden DataVolume of the catalog, with its flavor, resolved StorageClass and CDI phase.",
+		[]string{"namespace", "name", "schematic_id", "version", "storage_class", "phase"}, nil)
+	descGoldenConsumers = prometheus.NewDesc("csi_clone_golden_consumers",
+		"Worker disk DataVolumes that name a golden of this flavor; 0 means nothing clones it any more.",
+		flavorLabels, nil)
+	descBadDisks = prometheus.NewDesc("csi_clone_bad_disks",
+		"Worker disks with a bad verdict or finding, per namespace, pool, flavor and reason; a series exists only while its reason is present.",
+		[]string{"namespace", "pool", "schematic_id", "version", "reason"}, nil)
+	descDuration = prometheus.NewDesc("csi_clone_duration_seconds",
+		"Seconds from a worker disk's first CreateVolume to its final capacity, as the tap saw them; observed once per disk (ledger ConfigMap).",
+		[]string{"verdict"}, nil)
+	descMalformed = prometheus.NewDesc("csi_clone_malformed_objects_total",
+		"Objects the verdict engine could not read and skipped (distinct object versions seen by this leader process), by kind.",
+		[]string{"kind"}, nil)
+	descEvidenceDropped = prometheus.NewDesc("csi_clone_evidence_dropped_total",
+		"Observations this replica dropped because the verdict engine's queue was full.", nil, nil)
+	descEvidenceExpired = prometheus.NewDesc("csi_clone_evidence_expired_total",
+		"Evidence this replica dropped because its PV or PVC did not appear within --evidence-ttl.", nil, nil)
+)
+
+// clonesCollector turns a cloner snapshot into series at scrape time, as
+// kube-state-metrics does with its informers: nothing to reconcile, nothing
+// lost on restart. Verdict series come only from the leader.
+type clonesCollector struct{ src ClonesSource }
+
+// NewClonesCollector returns the verdict collector; register it with
+// Metrics.Register.
+func NewClonesCollector(src ClonesSource) prometheus.Collector { return clonesCollector{src: src} }
+
+func (clonesCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descWorkerDisks, descFetchesAvoided, descFetches, descBytesAvoided,
+		descGoldenInfo, descGoldenConsumers, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired} {
+		ch <- d
+	}
+}
+
+func (c clonesCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Snapshot()
+	if s == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descEvidenceDropped, prometheus.CounterValue, float64(s.EvidenceDropped))
+	ch <- prometheus.MustNewConstMetric(descEvidenceExpired, prometheus.CounterValue, float64(s.EvidenceExpired))
+	if !s.Leader {
+		return
+	}
+	collectState(ch, s)
+	collectLedger(ch, s)
+	for kind, n := range s.Malformed {
+		ch <- prometheus.MustNewConstMetric(descMalformed, prometheus.CounterValue, float64(n), label(kind))
+	}
+}
+
+// collectState emits the gauges derived from the objects as they are now.
+func collectState(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
+	for _, d := range s.Disks {
+		ch <- prometheus.MustNewConstMetric(descWorkerDisks, prometheus.GaugeValue, float64(d.Count),
+			label(d.Flavor.SchematicID), label(d.Flavor.Version), d.Verdict)
+	}
+	consumers := map[cloner.Flavor]int{}
+	for _, g := range s.Goldens {
+		ch <- prometheus.MustNewConstMetric(descGoldenInfo, prometheus.GaugeValue, 1,
+			g.Namespace, g.Name, label(g.Flavor.SchematicID), label(g.Flavor.Version), label(g.StorageClass), g.Phase)
+		consumers[g.Flavor] += g.Consumers
+	}
+	for f, n := range consumers {
+		ch <- prometheus.MustNewConstMetric(descGoldenConsumers, prometheus.GaugeValue, float64(n),
+			label(f.SchematicID), label(f.Version))
+	}
+	for _, b := range s.BadDisks {
+		ch <- prometheus.MustNewConstMetric(descBadDisks, prometheus.GaugeValue, float64(b.Count),
+			b.Namespace, label(b.Pool), label(b.Flavor.SchematicID), label(b.Flavor.Version), b.Reason)
+	}
+}
+
+// collectLedger emits the counters kept in the ledger ConfigMap.
+func collectLedger(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
+	for _, f := range s.Flavors {
+		sid, ver := label(f.Flavor.SchematicID), label(f.Flavor.Version)
+		ch <- prometheus.MustNewConstMetric(descFetchesAvoided, prometheus.CounterValue, float64(f.FetchesAvoided), sid, ver)
+		ch <- prometheus.MustNewConstMetric(descBytesAvoided, prometheus.CounterValue, float64(f.BytesAvoided), sid, ver)
+		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.GoldenImports), sid, ver, cloner.FetchGoldenImport)
+		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.WorkerImports), sid, ver, cloner.FetchWorkerImport)
+	}
+	for verdict, d := range s.Durations {
+		ch <- prometheus.MustNewConstHistogram(descDuration, d.Count, d.Sum, d.Cumulative(), verdict)
+	}
+}
+
+// label makes an object-derived string a safe, bounded label value.
+func label(s string) string {
+	if len(s) > maxLabelBytes {
+		s = s[:maxLabelBytes]
+	}
+	return strings.ToValidUTF8(s, "")
+}

@@ -1,0 +1,123 @@
+package metrics
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
+)
+
+// snapshotSource serves a fixed snapshot, as the cloner does between passes.
+type snapshotSource struct{ s *cloner.Snapshot }
+
+func (f snapshotSource) Snapshot() *cloner.Snapshot { return f.s }
+
+const sid = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+
+func leaderSnapshot() *cloner.Snapshot {
+	f := cloner.Flavor{SchematicID: sid, Version: "v1.13.2"}
+	d := cloner.DurationTotals{Count: 3, Sum: 12.5, Buckets: map[string]uint64{"2.5": 1, "5": 2}}
+	return &cloner.Snapshot{
+		Leader: true,
+		Goldens: []cloner.GoldenStatus{{Namespace: "cozy-public", Name: "talos-worker-" + sid + "-v1.13.2", Flavor: f,
+			StorageClass: "replicated", Phase: "Succeeded", Consumers: 4, Trusted: true}},
+		Disks: []cloner.DiskCount{{Flavor: f, Verdict: cloner.VerdictCSIClone, Count: 3}, {Flavor: f, Verdict: cloner.VerdictHostAssisted, Count: 1}},
+		BadDisks: []cloner.BadDiskCount{{Namespace: "tenant-a", Pool: "kubernetes-md1", Flavor: f,
+			Reason: cloner.ReasonHostAssisted, Count: 1}},
+		Flavors:         []cloner.FlavorCounters{{Flavor: f, FlavorTotals: cloner.FlavorTotals{FetchesAvoided: 4, GoldenImports: 1, WorkerImports: 2, BytesAvoided: 4 << 30}}},
+		Durations:       map[string]cloner.DurationTotals{cloner.VerdictCSIClone: d},
+		Malformed:       map[string]int64{"DataVolume": 1},
+		EvidenceDropped: 2,
+	}
+}
+
+func TestClonesCollectorSeries(t *testing.T) {
+	c := NewClonesCollector(snapshotSource{leaderSnapshot()})
+	want := `
+# HELP csi_clone_bad_disks Worker disks with a bad verdict or finding, per namespace, pool, flavor and reason; a series exists only while its reason is present.
+# TYPE csi_clone_bad_disks gauge
+csi_clone_bad_disks{namespace="tenant-a",pool="kubernetes-md1",reason="host-assisted",schematic_id="` + sid + `",version="v1.13.2"} 1
+# HELP csi_clone_factory_fetches_avoided_total Image Factory fetches avoided: one per worker disk provisioned from a golden, counted once across restarts and replicas (ledger ConfigMap).
+# TYPE csi_clone_factory_fetches_avoided_total counter
+csi_clone_factory_fetches_avoided_total{schematic_id="` + sid + `",version="v1.13.2"} 4
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "csi_clone_bad_disks", "csi_clone_factory_fetches_avoided_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "csi_clone_factory_fetches_total"); n != 2 {
+		t.Fatalf("%d fetch series, want golden-import and worker-import", n)
+	}
+	if n := testutil.CollectAndCount(c, "csi_clone_duration_seconds"); n != 1 {
+		t.Fatalf("%d histograms", n)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %v", err, problems)
+	}
+}
+
+func TestNonLeaderExposesOnlyItsOwnEvidenceCounters(t *testing.T) {
+	s := leaderSnapshot()
+	s.Leader = false
+	c := NewClonesCollector(snapshotSource{s})
+	if n := testutil.CollectAndCount(c); n != 2 {
+		t.Fatalf("a non-leader exposed %d series, want only the 2 evidence counters", n)
+	}
+}
+
+func TestLabelsFromObjectsAreBoundedAndValid(t *testing.T) {
+	s := leaderSnapshot()
+	s.Goldens[0].Flavor.SchematicID = strings.Repeat("a", 300) + "\xff"
+	if _, err := scrape(t, NewClonesCollector(snapshotSource{s})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scrape(t *testing.T, c prometheus.Collector) ([]byte, error) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		return nil, err
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// TestClonesScrapePassesPromtool runs Debian's promtool on a real scrape.
+// CI installs it (.ci/run); elsewhere the test is skipped without it.
+func TestClonesScrapePassesPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool is missing in CI (apt-get install -y prometheus)")
+		}
+		t.Skip("promtool not installed (apt-get install -y prometheus)")
+	}
+	out, err := scrape(t, NewClonesCollector(snapshotSource{leaderSnapshot()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(out)
+	res, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(res)) != 0 {
+		t.Fatalf("promtool check metrics: %v\n%s\nscrape:\n%s", err, res, out)
+	}
+}
