@@ -94,7 +94,7 @@ func (fc *fakeCluster) clients() Clients { return Clients{Kube: fc.kube, Dynamic
 // controller starts a Controller on the cluster and waits for its caches.
 func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg Config) *Controller {
 	t.Helper()
-	cfg.ResyncPeriod = 50 * time.Millisecond
+	cfg.ResyncPeriod = time.Second
 	c, err := New(cfg, fc.clients())
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,332 @@
+package cloner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReportData is what `csi-clone-sidecar report -o json` prints.
+type ReportData struct {
+	// Ledger names the ConfigMap the counters come from ("" when none exists yet).
+	Ledger   string          `json:"ledger"`
+	Flavors  []FlavorReport  `json:"flavors"`
+	Pools    []PoolReport    `json:"pools"`
+	BadDisks []BadDiskReport `json:"badDisks"`
+}
+
+// FlavorReport is one flavor: its golden(s), consumers and Factory fetches.
+type FlavorReport struct {
+	SchematicID    string         `json:"schematicID"`
+	Version        string         `json:"version"`
+	Goldens        []GoldenReport `json:"goldens"`
+	Consumers      int            `json:"consumers"`
+	GoldenImports  int64          `json:"goldenImports"`
+	WorkerImports  int64          `json:"workerImports"`
+	FetchesAvoided int64          `json:"fetchesAvoided"`
+	BytesAvoided   int64          `json:"bytesAvoided"`
+}
+
+// GoldenReport is one golden DataVolume.
+type GoldenReport struct {
+	Namespace    string   `json:"namespace"`
+	Name         string   `json:"name"`
+	Phase        string   `json:"phase"`
+	StorageClass string   `json:"storageClass"`
+	SizeBytes    int64    `json:"sizeBytes"`
+	Consumers    int      `json:"consumers"`
+	Trusted      bool     `json:"trusted"`
+	Problems     []string `json:"problems,omitempty"`
+	// SafeToDelete: no worker disk DataVolume names it any more.
+	SafeToDelete bool `json:"safeToDelete"`
+}
+
+// PoolReport counts one pool's disks by verdict.
+type PoolReport struct {
+	Namespace string         `json:"namespace"`
+	Pool      string         `json:"pool"`
+	Disks     int            `json:"disks"`
+	Verdicts  map[string]int `json:"verdicts"`
+}
+
+// BadDiskReport is one bad disk with every reason and its fix.
+type BadDiskReport struct {
+	Namespace   string         `json:"namespace"`
+	Name        string         `json:"name"`
+	Pool        string         `json:"pool"`
+	SchematicID string         `json:"schematicID"`
+	Version     string         `json:"version"`
+	Verdict     string         `json:"verdict"`
+	Reasons     []ReasonReport `json:"reasons"`
+}
+
+// ReasonReport is one bad reason.
+type ReasonReport struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Fix     string `json:"fix"`
+}
+
+// VerdictUnjudged marks a disk the leader has not written a verdict on yet.
+const VerdictUnjudged = "unjudged"
+
+// Report prints the catalog, the pools and the bad disks from the verdicts
+// persisted on worker PVCs and the ledger. It changes nothing and needs no
+// leadership. cfg.LedgerNamespace may be empty: the ledger is then found by
+// its label. format is "table" or "json".
+func Report(ctx context.Context, clients Clients, cfg Config, w io.Writer, format string) error {
+	if format != "table" && format != "json" {
+		return fmt.Errorf("unknown output format %q: use table or json", format)
+	}
+	if err := clients.validate(); err != nil {
+		return err
+	}
+	data, err := gatherReport(ctx, clients, cfg)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(data)
+	}
+	return printTable(w, data)
+}
+
+func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData, error) {
+	objs, err := listObjects(ctx, clients)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.GoldenNamespace == "" {
+		cfg.GoldenNamespace = DefaultGoldenNamespace
+	}
+	inv := buildInventory(objs, cfg.GoldenNamespace)
+	ledger, name, err := findLedger(ctx, clients, cfg)
+	if err != nil {
+		return nil, err
+	}
+	data := &ReportData{Ledger: name}
+	data.Flavors = reportFlavors(inv, ledger)
+	data.Pools, data.BadDisks = reportDisks(inv)
+	return data, nil
+}
+
+// listObjects reads everything once, straight from the API server.
+func listObjects(ctx context.Context, clients Clients) (objects, error) {
+	var o objects
+	dvs, err := clients.Dynamic.Resource(DataVolumeGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, fmt.Errorf("listing DataVolumes (is CDI installed?): %w", err)
+	}
+	for i := range dvs.Items {
+		o.DataVolumes = append(o.DataVolumes, &dvs.Items[i])
+	}
+	pvcs, err := clients.Kube.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, fmt.Errorf("listing PersistentVolumeClaims: %w", err)
+	}
+	for i := range pvcs.Items {
+		o.Claims = append(o.Claims, &pvcs.Items[i])
+	}
+	pvs, err := clients.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, fmt.Errorf("listing PersistentVolumes: %w", err)
+	}
+	for i := range pvs.Items {
+		o.Volumes = append(o.Volumes, &pvs.Items[i])
+	}
+	scs, err := clients.Kube.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, fmt.Errorf("listing StorageClasses: %w", err)
+	}
+	for i := range scs.Items {
+		o.Classes = append(o.Classes, &scs.Items[i])
+	}
+	return o, nil
+}
+
+// findLedger reads the ledger named by cfg, or the one ConfigMap carrying
+// the ledger label when no namespace is given.
+func findLedger(ctx context.Context, clients Clients, cfg Config) (*Ledger, string, error) {
+	name := cfg.LedgerName
+	if name == "" {
+		name = DefaultLedgerName
+	}
+	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelLedger + "=true"})
+	if err != nil {
+		return nil, "", fmt.Errorf("listing ledger ConfigMaps: %w", err)
+	}
+	var found []*corev1.ConfigMap
+	for i := range cms.Items {
+		if cfg.LedgerNamespace == "" || cms.Items[i].Name == name {
+			found = append(found, &cms.Items[i])
+		}
+	}
+	switch len(found) {
+	case 0:
+		return newLedger(), "", nil
+	case 1:
+		l, err := decodeLedger(found[0])
+		return l, found[0].Namespace + "/" + found[0].Name, err
+	}
+	var names []string
+	for _, cm := range found {
+		names = append(names, cm.Namespace+"/"+cm.Name)
+	}
+	return nil, "", fmt.Errorf("several ledgers found (%s): pick one with --ledger-namespace", strings.Join(names, ", "))
+}
+
+// reportFlavors joins the catalog with the ledger; a flavor whose goldens are
+// gone still shows its counters.
+func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
+	byKey := map[string]*FlavorReport{}
+	get := func(f Flavor) *FlavorReport {
+		r := byKey[f.Key()]
+		if r == nil {
+			r = &FlavorReport{SchematicID: f.SchematicID, Version: f.Version, Goldens: []GoldenReport{}}
+			byKey[f.Key()] = r
+		}
+		return r
+	}
+	cons := inv.consumers()
+	for _, g := range inv.goldens {
+		r := get(g.Flavor)
+		n := cons[g.Ref()]
+		r.Goldens = append(r.Goldens, GoldenReport{Namespace: g.Namespace, Name: g.Name, Phase: g.Phase,
+			StorageClass: g.Class.Name, SizeBytes: g.SizeBytes(), Consumers: n, Trusted: g.Trusted(),
+			Problems: g.Problems, SafeToDelete: n == 0})
+		r.Consumers += n
+	}
+	for k, t := range l.Flavors {
+		r := get(splitFlavorKey(k))
+		r.GoldenImports, r.WorkerImports = t.GoldenImports, t.WorkerImports
+		r.FetchesAvoided, r.BytesAvoided = t.FetchesAvoided, t.BytesAvoided
+	}
+	out := make([]FlavorReport, 0, len(byKey))
+	for _, r := range byKey {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return Flavor{out[i].SchematicID, out[i].Version}.Key() < Flavor{out[j].SchematicID, out[j].Version}.Key()
+	})
+	return out
+}
+
+// reportDisks reads each worker disk's persisted record: the report shows
+// what the leader decided, it does not judge again.
+func reportDisks(inv *inventory) ([]PoolReport, []BadDiskReport) {
+	pools := map[[2]string]*PoolReport{}
+	bad := []BadDiskReport{}
+	for _, d := range inv.disks {
+		rec, err := readRecord(inv.claimOf(d.Namespace, d.ClaimName))
+		if err != nil || rec == nil {
+			rec = &Record{Verdict: VerdictUnjudged}
+		}
+		key := [2]string{d.Namespace, d.Pool}
+		p := pools[key]
+		if p == nil {
+			p = &PoolReport{Namespace: d.Namespace, Pool: d.Pool, Verdicts: map[string]int{}}
+			pools[key] = p
+		}
+		p.Disks++
+		p.Verdicts[rec.Verdict]++
+		if reasons := rec.BadReasons(); len(reasons) > 0 {
+			b := BadDiskReport{Namespace: d.Namespace, Name: d.Name, Pool: d.Pool, SchematicID: rec.SchematicID,
+				Version: rec.Version, Verdict: rec.Verdict}
+			for _, r := range reasons {
+				b.Reasons = append(b.Reasons, ReasonReport{Reason: r, Message: rec.messageFor(r), Fix: Fix(r)})
+			}
+			bad = append(bad, b)
+		}
+	}
+	out := make([]PoolReport, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Pool < out[j].Namespace+"/"+out[j].Pool
+	})
+	sort.Slice(bad, func(i, j int) bool {
+		return bad[i].Namespace+"/"+bad[i].Name < bad[j].Namespace+"/"+bad[j].Name
+	})
+	return out, bad
+}
+
+// printTable writes the report for a terminal: flavors, pools, bad disks.
+func printTable(w io.Writer, d *ReportData) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "LEDGER\t%s\n\n", orNone(d.Ledger))
+	fmt.Fprintln(tw, "FLAVOR\tGOLDEN\tPHASE\tCLASS\tSIZE\tCONSUMERS\tFETCHES(golden/worker)\tAVOIDED\tBYTES AVOIDED\tNOTE")
+	for _, f := range d.Flavors {
+		name := shortFlavor(f.SchematicID, f.Version)
+		fetches := fmt.Sprintf("%d/%d", f.GoldenImports, f.WorkerImports)
+		if len(f.Goldens) == 0 {
+			fmt.Fprintf(tw, "%s\t(none)\t-\t-\t-\t%d\t%s\t%d\t%s\t\n", name, f.Consumers, fetches, f.FetchesAvoided, bytesText(f.BytesAvoided))
+		}
+		for _, g := range f.Goldens {
+			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", name, g.Namespace, g.Name, orNone(g.Phase),
+				orNone(g.StorageClass), bytesText(g.SizeBytes), g.Consumers, fetches, f.FetchesAvoided, bytesText(f.BytesAvoided), goldenNote(g))
+		}
+	}
+	fmt.Fprintln(tw, "\nNAMESPACE\tPOOL\tDISKS\tVERDICTS")
+	for _, p := range d.Pools {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Namespace, orNone(p.Pool), p.Disks, verdictsText(p.Verdicts))
+	}
+	fmt.Fprintln(tw, "\nBAD DISK\tPOOL\tVERDICT\tREASON\tWHAT\tFIX")
+	for _, b := range d.BadDisks {
+		for _, r := range b.Reasons {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", b.Namespace, b.Name, orNone(b.Pool), b.Verdict, r.Reason,
+				oneLine(r.Message), r.Fix)
+		}
+	}
+	return tw.Flush()
+}
+
+func goldenNote(g GoldenReport) string {
+	var notes []string
+	if !g.Trusted {
+		notes = append(notes, "NOT TRUSTED: "+strings.Join(g.Problems, "; "))
+	}
+	if g.SafeToDelete {
+		notes = append(notes, "safe to delete (nothing clones it any more)")
+	}
+	return strings.Join(notes, "; ")
+}
+
+func shortFlavor(sid, ver string) string {
+	return clip(sid, 12) + "/" + ver
+}
+
+func bytesText(b int64) string {
+	if b == 0 {
+		return "0"
+	}
+	return resource.NewQuantity(b, resource.BinarySI).String()
+}
+
+func verdictsText(v map[string]int) string {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// oneLine keeps tabs and newlines from objects out of the table.
+func oneLine(s string) string {
+	return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s)
+}

@@ -1,0 +1,118 @@
+package cloner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+func reportWorld() (*world, string) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, gpv := w.golden(testSID, testVer)
+	w.golden("0ld", "v1.12.0") // nothing clones it any more
+	ok := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, ptrTo(testClass))
+	w.cloned(ok, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
+	copied := w.worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*gi, ptrTo(testClass))
+	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, tapClone("", 20*gi, 20*gi))
+	pvc.Annotations[AnnCDIFallbackReason] = "different volume modes"
+	web := w.dataVolume("tenant-b", "http-0", 20*gi, nil)
+	web.Annotations[AnnPool] = "kubernetes-http"
+	secretURL := "https://user:hunter2@factory.example/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"
+	web.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: secretURL, SecretRef: "factory-creds"}}
+	succeed(web, t0)
+	w.claim(web, testClass, 20*gi, 20*gi, "vol-http-0")
+	return &w, "hunter2"
+}
+
+func TestReportJSONMatchesTheCluster(t *testing.T) {
+	w, secret := reportWorld()
+	fc := newFakeCluster(t, w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Hour)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	reportCfg := DefaultConfig() // no ledger namespace: found by its label
+	if err := Report(ctx, fc.clients(), reportCfg, &out, "json"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), secret) {
+		t.Fatal("the report printed a credential from a DataVolume URL")
+	}
+	var d ReportData
+	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Ledger != "cozy-linstor/"+DefaultLedgerName || len(d.Flavors) != 2 {
+		t.Fatalf("ledger %q, %d flavors", d.Ledger, len(d.Flavors))
+	}
+	old, cur := d.Flavors[0], d.Flavors[1] // sorted by key: "0ld/..." first
+	if !old.Goldens[0].SafeToDelete || old.Consumers != 0 || old.GoldenImports != 1 {
+		t.Fatalf("unused flavor %+v", old)
+	}
+	if cur.Goldens[0].SafeToDelete || cur.Consumers != 2 || cur.FetchesAvoided != 2 || cur.WorkerImports != 1 ||
+		cur.BytesAvoided != 12*gi || cur.Goldens[0].StorageClass != testClass || cur.Goldens[0].Phase != "Succeeded" {
+		t.Fatalf("flavor %+v", cur)
+	}
+	pools := map[string]map[string]int{}
+	for _, p := range d.Pools {
+		pools[p.Pool] = p.Verdicts
+	}
+	if pools["kubernetes-md0"][VerdictCSIClone] != 1 || pools["kubernetes-md1"][VerdictHostAssisted] != 1 || pools["kubernetes-http"][VerdictHTTPImport] != 1 {
+		t.Fatalf("pools %v", pools)
+	}
+	if len(d.BadDisks) != 1 || d.BadDisks[0].Name != "md1-0" || d.BadDisks[0].Reasons[0].Reason != ReasonHostAssisted ||
+		!strings.Contains(d.BadDisks[0].Reasons[0].Message, "different volume modes") || d.BadDisks[0].Reasons[0].Fix == "" {
+		t.Fatalf("bad disks %+v", d.BadDisks)
+	}
+}
+
+func TestReportTableNamesBadDisksFixesAndSafeDeletes(t *testing.T) {
+	w, _ := reportWorld()
+	fc := newFakeCluster(t, w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Hour)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Report(ctx, fc.clients(), cfg, &out, "table"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"safe to delete", "tenant-a/md1-0", "host-assisted", Fix(ReasonHostAssisted),
+		"csi-clone=1", "http-import=1", "12Gi"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := Report(ctx, fc.clients(), cfg, &out, "yaml"); err == nil {
+		t.Fatal("an unknown format must be refused")
+	}
+}
+
+func TestReportBeforeAnyVerdictShowsUnjudged(t *testing.T) {
+	w, _ := reportWorld()
+	fc := newFakeCluster(t, w)
+	var out bytes.Buffer
+	if err := Report(context.Background(), fc.clients(), DefaultConfig(), &out, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var d ReportData
+	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Ledger != "" || d.Pools[0].Verdicts[VerdictUnjudged] != 1 {
+		t.Fatalf("%+v", d)
+	}
+}
