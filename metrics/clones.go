@@ -59,9 +59,9 @@ var (
 // lost on restart. Verdict series come only from the leader.
 type clonesCollector struct{ src ClonesSource }
 
-// NewClonesCollector returns the verdict collector; register it with
+// NewCloneCollector returns the verdict collector; register it with
 // Metrics.Register.
-func NewClonesCollector(src ClonesSource) prometheus.Collector { return clonesCollector{src: src} }
+func NewCloneCollector(src ClonesSource) prometheus.Collector { return clonesCollector{src: src} }
 
 func (clonesCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerDisks, descFetchesAvoided, descFetches, descBytesAvoided,

@@ -39,7 +39,7 @@ func leaderSnapshot() *cloner.Snapshot {
 }
 
 func TestClonesCollectorSeries(t *testing.T) {
-	c := NewClonesCollector(snapshotSource{leaderSnapshot()})
+	c := NewCloneCollector(snapshotSource{leaderSnapshot()})
 	want := `
 # HELP csi_clone_bad_disks Worker disks with a bad verdict or finding, per namespace, pool, flavor and reason; a series exists only while its reason is present.
 # TYPE csi_clone_bad_disks gauge
@@ -66,7 +66,7 @@ csi_clone_factory_fetches_avoided_total{schematic_id="` + sid + `",version="v1.1
 func TestNonLeaderExposesOnlyItsOwnEvidenceCounters(t *testing.T) {
 	s := leaderSnapshot()
 	s.Leader = false
-	c := NewClonesCollector(snapshotSource{s})
+	c := NewCloneCollector(snapshotSource{s})
 	if n := testutil.CollectAndCount(c); n != 2 {
 		t.Fatalf("a non-leader exposed %d series, want only the 2 evidence counters", n)
 	}
@@ -75,7 +75,7 @@ func TestNonLeaderExposesOnlyItsOwnEvidenceCounters(t *testing.T) {
 func TestLabelsFromObjectsAreBoundedAndValid(t *testing.T) {
 	s := leaderSnapshot()
 	s.Goldens[0].Flavor.SchematicID = strings.Repeat("a", 300) + "\xff"
-	if _, err := scrape(t, NewClonesCollector(snapshotSource{s})); err != nil {
+	if _, err := scrape(t, NewCloneCollector(snapshotSource{s})); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -110,7 +110,7 @@ func TestClonesScrapePassesPromtool(t *testing.T) {
 		}
 		t.Skip("promtool not installed (apt-get install -y prometheus)")
 	}
-	out, err := scrape(t, NewClonesCollector(snapshotSource{leaderSnapshot()}))
+	out, err := scrape(t, NewCloneCollector(snapshotSource{leaderSnapshot()}))
 	if err != nil {
 		t.Fatal(err)
 	}
