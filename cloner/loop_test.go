@@ -1,0 +1,134 @@
+package cloner
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds runs the
+// real loop: a DataVolume that finishes gets its verdict without a manual
+// pass, and the verdict metrics vanish when the loop's context ends.
+func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Minute)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fc.controller(t, ctx, cfg)
+	leadCtx, lose := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.RunVerdicts(leadCtx) }()
+	eventually(t, "first pass", func() bool { return c.Snapshot().Leader })
+
+	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, nil)
+	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fc.putDV(t, dv)
+	eventually(t, "verdict after the change", func() bool {
+		return fc.pvc(t, "tenant-a", "d").Annotations[AnnCloneVerdict] == VerdictCSIClone
+	})
+	lose()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c.Snapshot().Leader {
+		t.Fatal("a replica that stopped leading still reports verdict metrics")
+	}
+}
+
+// TestWithoutCDIEvidenceStillRunsAndVerdictsWait: the sidecar sits in the
+// CSI data path, so a cluster without CDI must not make it fail.
+func TestWithoutCDIEvidenceStillRunsAndVerdictsWait(t *testing.T) {
+	fc := newFakeCluster(t, &world{})
+	fc.kube.Resources = nil // neither CDI nor snapshot CRDs served
+	cfg := testConfig()
+	cfg.ResyncPeriod = time.Second
+	c, err := New(cfg, fc.clients())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.Start(ctx)
+	verdicts, evidence := make(chan error, 1), make(chan error, 1)
+	go func() { verdicts <- c.RunVerdicts(ctx) }()
+	go func() { evidence <- c.RunEvidence(ctx) }()
+	c.Observe(createVolume("pvc-1", "ns/c", "", gi, "vol-1", t0))
+	select {
+	case err := <-verdicts:
+		t.Fatalf("RunVerdicts returned %v without CDI; it must wait", err)
+	case err := <-evidence:
+		t.Fatalf("RunEvidence returned %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	if err := <-verdicts; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-evidence; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunBeforeStartIsAnError(t *testing.T) {
+	c, err := New(testConfig(), newFakeCluster(t, &world{}).clients())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RunEvidence(context.Background()); err == nil || !strings.Contains(err.Error(), "Start") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := testConfig()
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*Config){
+		"--golden-namespace":    func(c *Config) { c.GoldenNamespace = "Not_A_Namespace" },
+		"--ledger-namespace":    func(c *Config) { c.LedgerNamespace = "" },
+		"--ledger-name":         func(c *Config) { c.LedgerName = "UPPER" },
+		"--stuck-after":         func(c *Config) { c.StuckAfter = 0 },
+		"--resync-period":       func(c *Config) { c.ResyncPeriod = -time.Second },
+		"--factory-image-bytes": func(c *Config) { c.FactoryImageBytes = -1 },
+		"--evidence-queue":      func(c *Config) { c.EvidenceQueue = 0 },
+	} {
+		c := good
+		mutate(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: got %v, want a one-line error naming the flag", name, err)
+		}
+	}
+	if _, err := New(good, Clients{}); err == nil {
+		t.Fatal("New without clients must fail")
+	}
+}
+
+func TestFetchesCountRestartsOnceStarted(t *testing.T) {
+	for _, tc := range []struct {
+		phase    cdiv1.DataVolumePhase
+		restarts int32
+		want     int64
+	}{
+		{cdiv1.ImportScheduled, 0, 0}, {cdiv1.ImportInProgress, 0, 1}, {cdiv1.ImportInProgress, 2, 3},
+		{cdiv1.Succeeded, 1, 2}, {cdiv1.Failed, 0, 1}, {cdiv1.Pending, 1, 2},
+	} {
+		if got := importFetches(string(tc.phase), tc.restarts); got != tc.want {
+			t.Errorf("%s with %d restarts: %d fetches, want %d", tc.phase, tc.restarts, got, tc.want)
+		}
+	}
+}
