@@ -100,13 +100,10 @@ func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg Config)
 		t.Fatal(err)
 	}
 	c.Start(ctx)
-	if err := c.waitCore(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.dvReady:
-	case <-time.After(30 * time.Second):
-		t.Fatal("DataVolume informer never synced")
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.WaitSynced(waitCtx); err != nil {
+		t.Fatalf("informers never synced: %v", err)
 	}
 	return c
 }

@@ -225,6 +225,35 @@ func (c *Controller) waitCore(ctx context.Context) error {
 	return nil
 }
 
+// WaitSynced waits until every informer the verdicts need has synced (the
+// DataVolume one only exists once CDI's CRD is served).
+func (c *Controller) WaitSynced(ctx context.Context) error {
+	if err := c.waitCore(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.dvReady:
+		return nil
+	}
+}
+
+// synced reports whether a pass would see a complete view.
+func (c *Controller) synced() bool {
+	select {
+	case <-c.dvReady:
+	default:
+		return false
+	}
+	for _, s := range c.coreSync {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
 // objectsFromCaches copies what the informers hold.
 func (c *Controller) objectsFromCaches() objects {
 	var o objects

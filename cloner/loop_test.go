@@ -132,3 +132,13 @@ func TestFetchesCountRestartsOnceStarted(t *testing.T) {
 		}
 	}
 }
+
+func TestPassRefusesHalfFilledCaches(t *testing.T) {
+	c, err := New(testConfig(), newFakeCluster(t, &world{}).clients())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Pass(context.Background()); err == nil {
+		t.Fatal("a pass before Start/sync must be refused")
+	}
+}

@@ -2,6 +2,7 @@ package cloner
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -44,6 +45,11 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 // Pass is one verdict pass over the informers' current view. RunVerdicts
 // calls it; it is exported so a test or a one-shot tool can drive it.
 func (c *Controller) Pass(ctx context.Context) error {
+	if !c.started.Load() || !c.synced() {
+		// A pass over half-filled caches would judge disks without their
+		// claims and golden: never do it.
+		return errors.New("cloner: informers not synced yet")
+	}
 	inv := buildInventory(c.objectsFromCaches(), c.cfg.GoldenNamespace)
 	ev := evaluate(inv, c.cfg, c.cfg.now())
 	var firstErr error
