@@ -10,13 +10,16 @@
 # inside the tool's repository), and a require of the tool module added.
 # With staging-version (k8s.io/kubernetes), every k8s.io staging module that
 # the dropped replaces pointed into the repository is replaced by its
-# published version instead.
+# published version instead. Pins the tool's go.mod gets wrong (CDI's API
+# module at v0.0.0) are fixed by hand afterwards; see versions.txt.
 set -euo pipefail
 
 dir=$1 modver=$2 staging=${3:-}
 mod=${modver%@*} ver=${modver#*@}
-gomod=$(go mod download -json "$modver" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
-[ -n "$gomod" ] || { echo "gen-mod: cannot download $modver" >&2; exit 1; }
+json=$(go mod download -json "$modver")
+gomod=$(sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p' <<<"$json")
+srcdir=$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$json")
+[ -n "$gomod" ] && [ -n "$srcdir" ] || { echo "gen-mod: cannot download $modver" >&2; exit 1; }
 
 mkdir -p "$dir"
 awk -v name="csi-clone-sidecar-tools/$(basename "$dir")" -v staging="$staging" '
@@ -40,5 +43,8 @@ awk -v name="csi-clone-sidecar-tools/$(basename "$dir")" -v staging="$staging" '
   { print }
 ' "$gomod" > "$dir/go.mod"
 printf '\nrequire %s %s\n' "$mod" "$ver" >> "$dir/go.mod"
-rm -f "$dir/go.sum"
+# Seed go.sum with the tool's own: some of its pins (e.g. CDI's) are not in
+# the checksum database this machine can reach, and -mod=mod would refuse them.
+cp "$srcdir/go.sum" "$dir/go.sum" 2>/dev/null || : >"$dir/go.sum"
+chmod u+w "$dir/go.sum"
 echo "gen-mod: $dir from $modver"
