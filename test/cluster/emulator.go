@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -42,12 +43,14 @@ const (
 //   - importer pod: Running, then it does the importer's network part for
 //     real (GET of IMPORTER_ENDPOINT, checksum if asked) and reports the
 //     outcome exactly as cdi-importer does: exit 0 with the JSON termination
-//     message "Import Complete"; exit 1 with "Unable to connect to http data
+//     message "Import Complete" (the fetched bytes written at the start of
+//     the volume's data file); exit 1 with "Unable to connect to http data
 //     source: ..." and a restart after a back-off; exit 0 with "Unable to
-//     process data: checksum mismatch" (fatal). No bytes reach the volume.
+//     process data: checksum mismatch" (fatal).
 //   - upload server pod (host-assisted clone target): Running and Ready.
-//   - clone source pod: Running, then Succeeded; its upload pod then
-//     Succeeded. No bytes move.
+//   - clone source pod: Running; the source volume's data is copied into
+//     the target's (what the source and upload pods stream over the pod
+//     network); Succeeded; its upload pod then Succeeded.
 //
 // A pod starts only once every PVC it mounts is Bound, as with a kubelet.
 type emulator struct {
@@ -161,6 +164,9 @@ func (e *emulator) step(ctx context.Context, p *corev1.Pod) error {
 	case podRoleSource:
 		if !running {
 			return e.setRunning(ctx, p, 0, nil)
+		}
+		if err := e.copyClone(p); err != nil {
+			return e.finish(ctx, p, 1, err.Error(), corev1.PodFailed)
 		}
 		return e.finish(ctx, p, 0, "", corev1.PodSucceeded)
 	default:
@@ -292,12 +298,16 @@ func (e *emulator) runImport(ctx context.Context, p *corev1.Pod) (int32, string)
 		return 1, fmt.Sprintf("Unable to connect to http data source: expected status code %d, got %d. Status: %s",
 			http.StatusOK, resp.StatusCode, resp.Status)
 	}
-	h := sha256.New()
-	n, err := io.Copy(h, resp.Body)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxImage+1))
 	if err != nil {
 		return 1, fmt.Sprintf("Unable to process data: %v", err)
 	}
-	e.log.Printf("%s/%s: GET %s: %d bytes", p.Namespace, p.Name, url, n)
+	if len(body) > maxImage {
+		return 1, fmt.Sprintf("Unable to process data: image larger than the emulator's %d bytes", maxImage)
+	}
+	e.log.Printf("%s/%s: GET %s: %d bytes", p.Namespace, p.Name, url, len(body))
+	h := sha256.New()
+	h.Write(body)
 	if want := env["IMPORTER_CHECKSUM"]; want != "" {
 		algo, hash, _ := strings.Cut(want, ":")
 		got := hex.EncodeToString(h.Sum(nil))
@@ -306,7 +316,89 @@ func (e *emulator) runImport(ctx context.Context, p *corev1.Pod) (int32, string)
 			return 0, termJSON(fmt.Sprintf("Unable to process data: checksum mismatch: expected %s, got sha256:%s", want, got))
 		}
 	}
+	if err := e.writeImage(p, body); err != nil {
+		return 1, fmt.Sprintf("Unable to process data: %v", err)
+	}
 	return 0, termJSON("Import Complete")
+}
+
+// maxImage bounds what the emulated importer holds in memory.
+const maxImage = 64 << 20
+
+// writeImage writes the image at the start of the volume the importer pod
+// mounts, as the importer writes the raw image to its block device. Nothing
+// is decompressed: the bytes are the test's, not a real disk.
+func (e *emulator) writeImage(p *corev1.Pod, body []byte) error {
+	path, err := e.podVolumeFile(p.Namespace, p.Spec.Volumes)
+	if errors.Is(err, errNoClaim) {
+		return nil // a bare pod (the emulator's own tests): nowhere to write
+	}
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(body, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// podVolumeFile is the test driver's data file of the (one) PVC a pod mounts.
+func (e *emulator) podVolumeFile(ns string, vols []corev1.Volume) (string, error) {
+	for _, v := range vols {
+		if v.PersistentVolumeClaim != nil {
+			return e.claimFile(ns, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	return "", errNoClaim
+}
+
+var errNoClaim = errors.New("pod mounts no PVC")
+
+// claimFile is the test driver's data file of a bound PVC's volume.
+func (e *emulator) claimFile(ns, claim string) (string, error) {
+	pvc, err := e.pvcs.PersistentVolumeClaims(ns).Get(claim)
+	if err != nil {
+		return "", err
+	}
+	pv, err := e.c.Client.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != e.c.DriverName {
+		return "", fmt.Errorf("PV %s is not a volume of %s", pv.Name, e.c.DriverName)
+	}
+	return e.c.VolumeFile(pv.Spec.CSI.VolumeHandle), nil
+}
+
+// copyClone moves the data of a host-assisted clone: from the source PVC the
+// clone source pod mounts to the target PVC whose clone it serves.
+func (e *emulator) copyClone(src *corev1.Pod) error {
+	from, err := e.podVolumeFile(src.Namespace, src.Spec.Volumes)
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	pvcs, err := e.pvcs.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, pvc := range pvcs {
+		ns, _, _ := strings.Cut(pvc.Annotations["k8s.io/CloneRequest"], "/")
+		if pvc.Annotations["cdi.kubevirt.io/storage.sourceClonePodName"] != src.Name || ns != src.Namespace {
+			continue
+		}
+		to, err := e.claimFile(pvc.Namespace, pvc.Name)
+		if err != nil {
+			return fmt.Errorf("target: %w", err)
+		}
+		e.log.Printf("%s/%s: copying %s to %s", src.Namespace, src.Name, from, to)
+		return copySparse(to, from)
+	}
+	return fmt.Errorf("no PVC names %s/%s as its clone source pod", src.Namespace, src.Name)
 }
 
 // termJSON is cdi-importer's JSON termination message.

@@ -50,6 +50,11 @@ func (f *Factory) Fetches(schematicID, version string) int {
 	return f.fetches[imagePath(schematicID, version)]
 }
 
+// Image is the body served for a flavor.
+func (f *Factory) Image(schematicID, version string) []byte {
+	return imageBody(imagePath(schematicID, version))
+}
+
 // Checksum is "sha256:<hex>" of the body served for a flavor.
 func (f *Factory) Checksum(schematicID, version string) string {
 	sum := sha256.Sum256(imageBody(imagePath(schematicID, version)))
