@@ -34,10 +34,9 @@ func main() {
 	dstNS := flag.String("target-namespace", "", "namespace of the target DataVolume")
 	dstName := flag.String("target-name", "", "name of the target DataVolume")
 	flag.Parse()
-	for flagName, v := range map[string]string{"key": *keyPath, "source-namespace": *srcNS,
-		"source-name": *srcName, "target-namespace": *dstNS, "target-name": *dstName} {
-		if v == "" {
-			fmt.Fprintf(os.Stderr, "cdi-clone-token: -%s is required\n", flagName)
+	for _, name := range []string{"key", "source-namespace", "source-name", "target-namespace", "target-name"} {
+		if flag.Lookup(name).Value.String() == "" {
+			fmt.Fprintf(os.Stderr, "cdi-clone-token: -%s is required\n", name)
 			os.Exit(2)
 		}
 	}
