@@ -21,6 +21,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/metrics"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -34,10 +40,17 @@ type options struct {
 	observationsLog string
 	queueSize       int
 	tap             bool
+	verdicts        bool
+	cloner          cloner.Config
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	run := runSidecar
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "report" {
+		run, args = runReport, args[1:]
+	}
+	if err := run(args); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(os.Stderr, "csi-clone-sidecar: %v\n", err)
 			os.Exit(1)
@@ -45,7 +58,7 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+func runSidecar(args []string) error {
 	fs := flag.NewFlagSet("csi-clone-sidecar", flag.ContinueOnError)
 	opts := registerFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -65,6 +78,32 @@ func run(args []string) error {
 	return serve(ctx, opts, cfg, mode)
 }
 
+// runReport prints what the verdicts say, per flavor and pool, from the
+// state the sidecar persisted; it needs read access only.
+func runReport(args []string) error {
+	fs := flag.NewFlagSet("csi-clone-sidecar report", flag.ContinueOnError)
+	var c cloner.Config
+	registerClonerFlags(fs, &c)
+	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig; in-cluster config when empty.")
+	format := fs.String("o", "table", "Output format: table or json.")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *format != "table" && *format != "json" {
+		return fmt.Errorf("-o %q: want table or json", *format)
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	clients, _, err := kubeClients(standardflags.SidecarConfiguration{KubeConfig: *kubeconfig, KubeAPIQPS: 20, KubeAPIBurst: 40})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return cloner.Report(ctx, clients, c, os.Stdout, *format)
+}
+
 func registerFlags(fs *flag.FlagSet) *options {
 	klog.InitFlags(fs)
 	// standardflags registers --metrics-path on the global set; mirror it.
@@ -76,7 +115,21 @@ func registerFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.observationsLog, "observations-log", "", "Append every observed CSI call as a JSON line to this file (debugging; holds no secrets).")
 	fs.IntVar(&o.queueSize, "observation-queue", 1024, "Observations that may wait for the verdict engine before new ones are dropped (and counted).")
 	fs.BoolVar(&o.tap, "tap", true, "Decode the relayed calls. With --tap=false the relay only copies bytes.")
+	fs.BoolVar(&o.verdicts, "verdicts", true, "Watch Kubernetes and give each worker disk a verdict. With --verdicts=false only the relay and its metrics run (no Kubernetes access needed).")
+	registerClonerFlags(fs, &o.cloner)
 	return o
+}
+
+func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
+	*c = cloner.DefaultConfig()
+	fs.StringVar(&c.GoldenNamespace, "golden-namespace", c.GoldenNamespace, "Namespace of the golden DataVolumes.")
+	fs.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "A requested clone not bound after this long is reported as stuck.")
+	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "Longest time between two verdict passes when nothing changes.")
+	fs.StringVar(&c.LedgerNamespace, "ledger-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the ledger ConfigMap and the leader election Lease (default $POD_NAMESPACE).")
+	fs.StringVar(&c.LedgerName, "ledger-name", c.LedgerName, "Name of the ConfigMap that keeps the fetch counters across restarts.")
+	fs.Int64Var(&c.FactoryImageBytes, "factory-image-bytes", 0, "Bytes one Image Factory fetch transfers; 0 counts a fetch as the golden volume's size.")
+	fs.DurationVar(&c.EvidenceTTL, "evidence-ttl", c.EvidenceTTL, "How long evidence waits for its PV or PVC to appear.")
+	fs.IntVar(&c.EvidenceQueue, "evidence-queue", c.EvidenceQueue, "Observations that may wait to be turned into evidence before new ones are dropped.")
 }
 
 // parseFlags reports a bad flag in one line instead of the whole usage.
@@ -112,6 +165,11 @@ func validate(o *options, cfg standardflags.SidecarConfiguration) (os.FileMode, 
 	if cfg.HttpEndpoint != "" && cfg.MetricsAddress != "" {
 		return 0, errors.New("only one of --http-endpoint and --metrics-address can be set")
 	}
+	if o.verdicts {
+		if err := o.cloner.Validate(); err != nil {
+			return 0, err
+		}
+	}
 	return os.FileMode(mode), nil
 }
 
@@ -125,6 +183,13 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 		}
 		defer f.Close()
 		observers = append(observers, sidecar.NewJSONLines(f))
+	}
+	if o.verdicts {
+		ctrl, err := startVerdicts(ctx, o, cfg, m)
+		if err != nil {
+			return err
+		}
+		observers = append(observers, ctrl)
 	}
 	relay, err := sidecar.NewRelay(sidecar.Config{
 		ListenPath: o.listenAddress, SocketMode: mode, DriverPath: cfg.CSIAddress,
@@ -146,6 +211,67 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 	go learnDriverName(ctx, cfg.CSIAddress, m)
 	klog.InfoS("Relaying CSI calls", "listen", o.listenAddress, "driver", cfg.CSIAddress, "tap", o.tap, "version", version)
 	return relay.Serve(ctx)
+}
+
+// startVerdicts connects to Kubernetes and starts the cloner: evidence on
+// every replica, verdicts on the elected leader only.
+func startVerdicts(ctx context.Context, o *options, cfg standardflags.SidecarConfiguration, m *metrics.Metrics) (*cloner.Controller, error) {
+	clients, kube, err := kubeClients(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctrl, err := cloner.New(o.cloner, clients)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Register(metrics.NewCloneCollector(ctrl)); err != nil {
+		return nil, err
+	}
+	ctrl.Start(ctx)
+	go logIfFailed("evidence loop", ctrl.RunEvidence(ctx))
+	lead := func(ctx context.Context) { logIfFailed("verdict loop", ctrl.RunVerdicts(ctx)) }
+	if !cfg.LeaderElection {
+		go lead(ctx)
+		return ctrl, nil
+	}
+	ns := cfg.LeaderElectionNamespace
+	if ns == "" {
+		ns = o.cloner.LedgerNamespace
+	}
+	le := cloner.LeaderConfig{Namespace: ns, LeaseName: "csi-clone-sidecar",
+		LeaseDuration: cfg.LeaderElectionLeaseDuration, RenewDeadline: cfg.LeaderElectionRenewDeadline, Retry: cfg.LeaderElectionRetryPeriod}
+	go func() { logIfFailed("leader election", cloner.RunElected(ctx, kube, le, lead)) }()
+	return ctrl, nil
+}
+
+func kubeClients(cfg standardflags.SidecarConfiguration) (cloner.Clients, kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if cfg.KubeConfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", cfg.KubeConfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return cloner.Clients{}, nil, fmt.Errorf("no Kubernetes access (pass --kubeconfig, run in a pod, or --verdicts=false): %w", err)
+	}
+	rc.QPS, rc.Burst = float32(cfg.KubeAPIQPS), cfg.KubeAPIBurst
+	rc.UserAgent = "csi-clone-sidecar/" + version
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return cloner.Clients{}, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return cloner.Clients{}, nil, err
+	}
+	return cloner.Clients{Kube: kube, Dynamic: dyn}, kube, nil
+}
+
+func logIfFailed(what string, err error) {
+	if err != nil {
+		klog.ErrorS(err, "Stopped; the relay goes on", "part", what)
+	}
 }
 
 // learnDriverName asks the driver for its name (for the metrics' driver_name

@@ -23,7 +23,7 @@ bin/csi-test-driver --endpoint="unix://$work/driver.sock" --state-dir="$work/sta
 	--pool=replicated --pool=local:node-local >"$work/driver.log" 2>&1 &
 pids+=($!)
 bin/csi-clone-sidecar --csi-address="$work/driver.sock" --listen-address="$work/relay.sock" \
-	--http-endpoint="127.0.0.1:$port" --observations-log="$work/observations.jsonl" >"$work/sidecar.log" 2>&1 &
+	--http-endpoint="127.0.0.1:$port" --observations-log="$work/observations.jsonl" --verdicts=false >"$work/sidecar.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -S "$work/relay.sock" ] && [ -S "$work/driver.sock" ] && break; sleep 0.1; done
 
