@@ -29,10 +29,14 @@ import (
 )
 
 // Namespaces every cluster has besides the built-in ones: CDI's own (its
-// leader-election lease) and the platform's catalog namespace for goldens.
+// leader-election lease), the platform's catalog namespace for goldens, and
+// the CSI driver's.
 const (
 	NamespaceCDI    = "cdi"
 	NamespaceGolden = "cozy-public"
+	// NamespaceCSI is where the CSI controller pod, and so csi-clone-sidecar
+	// (its POD_NAMESPACE: ledger ConfigMap, lease), lives in production.
+	NamespaceCSI = "cozy-linstor"
 )
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -96,7 +100,7 @@ func (c *Cluster) installBase() error {
 		}
 		names = append(names, n...)
 	}
-	for _, ns := range []string{NamespaceCDI, NamespaceGolden} {
+	for _, ns := range []string{NamespaceCDI, NamespaceGolden, NamespaceCSI} {
 		if err := c.CreateNamespace(ctx, ns); err != nil {
 			return err
 		}

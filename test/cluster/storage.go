@@ -154,7 +154,7 @@ func (c *Cluster) startSidecar() error {
 		"--kubeconfig=" + c.Kubeconfig,
 		"--observations-log=" + c.ObservationsLog,
 	}, c.opts.SidecarArgs...)
-	if _, err := c.start("csi-clone-sidecar", nil, filepath.Join(bins, "csi-clone-sidecar"), args...); err != nil {
+	if _, err := c.start("csi-clone-sidecar", []string{"POD_NAMESPACE=" + NamespaceCSI}, filepath.Join(bins, "csi-clone-sidecar"), args...); err != nil {
 		return err
 	}
 	c.onStop(func() error { return removeIfSocket(c.SidecarSocket) })
