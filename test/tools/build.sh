@@ -125,12 +125,18 @@ main() {
 	while read -r kind name ver dir pkg only; do
 		case $kind in '' | '#'*) continue ;; esac
 		want "$name" || continue
+		[ $# -eq 0 ] || wanted[$name]=done # seen; the rest are unknown names
 		case $kind in
 		bin) build_bin "$name" "$ver" "$dir" "$pkg" || failed=1 ;;
 		crds) extract_crds "$name" "$ver" "$dir" "$pkg" "$only" || failed=1 ;;
 		*) echo "tools: versions.txt: unknown kind $kind" >&2 && return 2 ;;
 		esac
 	done <"$here/versions.txt"
+	for name in "${!wanted[@]}"; do
+		[ "${wanted[$name]}" = done ] && continue
+		echo "tools: $name is not in test/tools/versions.txt" >&2
+		failed=1
+	done
 	echo "tools: done in $((SECONDS - total))s; cache $CACHE"
 	return $failed
 }
