@@ -40,9 +40,9 @@ unit:
 fuzz:
 	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzTap$$' -fuzztime $(FUZZTIME)
 
-## e2e: end-to-end tests on the loopback stack, in a private network namespace
+## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 e2e: build
-	test/e2e/run-in-netns.sh $(GO) test -count=1 -timeout 40m -run '$(E2E_RUN)' ./test/e2e/...
+	$(GO) test -count=1 -timeout 40m -run '$(E2E_RUN)' ./test/e2e/...
 
 ## bench: the relay's cost, measured against the driver directly (not a test)
 bench:
