@@ -5,6 +5,24 @@
 // a kubelet-free emulation of the few pods CDI waits on. Everything runs as
 // child processes of the test, in a private network namespace (see Main), with
 // all state in one directory per test.
+//
+// Real: every Kubernetes, CSI and CDI component, the CSI calls and their
+// results, the volume data (files of the test driver). Emulated, because no
+// kubelet or container runtime exists here: only the status of the pods CDI
+// creates and waits on (see emulator), never CDI's own objects. Not run: the
+// cdi-apiserver webhooks (the harness mints the clone token they would add,
+// and sets the fields their defaulting would), a scheduler (StorageClasses bind
+// Immediate).
+//
+// Tests use it as
+//
+//	func TestMain(m *testing.M) { cluster.Main(m) } // private network namespace
+//
+//	c := cluster.Start(t, cluster.Options{})       // torn down by t.Cleanup
+//	c.CreateGolden(ctx, cluster.Golden{...})
+//	c.CreateWorkerDisk(ctx, cluster.Worker{...})
+//	c.WaitDataVolumePhase(ctx, ns, name, cdiv1.Succeeded, time.Minute)
+//	obs, _ := c.Observations()                     // the sidecar's tap
 package cluster
 
 import (
@@ -35,7 +53,8 @@ const (
 type Options struct {
 	// Dir is the state directory. Empty: a fresh one under $CSI_CLONE_E2E_DIR
 	// (default <os temp dir>/csi-clone-e2e). It is removed on a clean stop
-	// and kept, with every component's log, when the test failed.
+	// and kept, with every component's log, when the test failed or
+	// $CSI_CLONE_E2E_KEEP is set.
 	Dir string
 	// DriverName is the CSI driver name (default DefaultDriverName).
 	DriverName string
@@ -276,7 +295,7 @@ func (c *Cluster) Stop(keep bool) error {
 		sort.Strings(died)
 		c.logf("cluster: components that had exited before teardown: %s", strings.Join(died, ", "))
 	}
-	if keep || len(errs) > 0 {
+	if keep || len(errs) > 0 || os.Getenv("CSI_CLONE_E2E_KEEP") != "" {
 		c.logf("cluster: state and component logs kept in %s", c.logDir)
 		return errors.Join(errs...)
 	}
