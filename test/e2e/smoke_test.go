@@ -23,10 +23,12 @@ import (
 
 func TestMain(m *testing.M) { cluster.Main(m) }
 
-// Flavors of the smoke test: one that imports, one whose Factory URL 404s.
+// Flavors of the smoke test: one that imports, one whose Factory URL 404s,
+// one whose declared checksum does not match what the Factory serves.
 var (
-	goodSchematic = strings.Repeat("ab", 32)
-	badSchematic  = strings.Repeat("cd", 32)
+	goodSchematic  = strings.Repeat("ab", 32)
+	badSchematic   = strings.Repeat("cd", 32)
+	wrongSumSchema = strings.Repeat("ef", 32) // served, but its checksum is wrong
 )
 
 const (
@@ -39,8 +41,9 @@ const (
 
 // TestSmoke imports one golden, clones three worker disks from it by CSI
 // clone (then expand) and one by host-assisted copy, and watches a golden
-// whose Factory URL fails keep retrying. It checks the storage layer's record
-// (the sidecar's tap) against what Kubernetes shows.
+// whose Factory URL fails keep retrying, and one whose checksum is wrong fail.
+// It checks the storage layer's record (the sidecar's tap) against what
+// Kubernetes shows.
 func TestSmoke(t *testing.T) {
 	checkNoLeaks(t)
 	c := cluster.Start(t, cluster.Options{})
@@ -49,8 +52,13 @@ func TestSmoke(t *testing.T) {
 
 	c.Factory.Fail(badSchematic, talosVersion, 404)
 	golden := cluster.GoldenName(goodSchematic, talosVersion)
-	for _, s := range []string{goodSchematic, badSchematic} {
-		if _, err := c.CreateGolden(ctx, cluster.Golden{SchematicID: s, Version: talosVersion, StorageClass: "replicated"}); err != nil {
+	for _, g := range []cluster.Golden{
+		{SchematicID: goodSchematic},
+		{SchematicID: badSchematic},
+		{SchematicID: wrongSumSchema, Checksum: c.Factory.Checksum(goodSchematic, talosVersion)},
+	} {
+		g.Version, g.StorageClass = talosVersion, "replicated"
+		if _, err := c.CreateGolden(ctx, g); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,6 +157,12 @@ func TestSmoke(t *testing.T) {
 	}
 	if msg := runningMessage(dv); !strings.Contains(msg, "404") {
 		t.Errorf("failing golden's Running condition says %q, want the 404", msg)
+	}
+
+	// A checksum mismatch is the one import error CDI treats as fatal.
+	wrong := cluster.GoldenName(wrongSumSchema, talosVersion)
+	if _, err := c.WaitDataVolumePhase(ctx, cluster.NamespaceGolden, wrong, cdiv1.Failed, time.Minute); err != nil {
+		t.Error(err)
 	}
 }
 
