@@ -29,12 +29,15 @@ func dataVolumeTarget(d *WorkerDisk) eventTarget {
 		Namespace: d.Namespace, Name: d.Name, UID: d.UID}
 }
 
-// warn emits one Warning Event. Its name is derived from the object, reason
-// and message, so emitting the same warning twice (a restart between the
-// event and the verdict write, two leaders overlapping) creates it once.
-func (c *Controller) warn(ctx context.Context, t eventTarget, reason, message string) error {
+// warn emits one Warning Event. Its name is derived from the object, the
+// reason and occasion (what makes it a new warning), never from the message:
+// a message that gains detail as the disk progresses (its class resolved
+// from the claim, then the bound PV) is still the same warning. Emitting it
+// twice (a restart between the event and the verdict write, two leaders
+// overlapping, a claim that did not exist yet to persist on) creates it once.
+func (c *Controller) warn(ctx context.Context, t eventTarget, reason, occasion, message string) error {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%s", t.UID, reason, message)
+	fmt.Fprintf(h, "%s\x00%s\x00%s", t.UID, reason, occasion)
 	key := fmt.Sprintf("%s.%016x", clipName(t.Name), h.Sum64())
 	c.mu.Lock()
 	done := c.emitted[t.Namespace+"/"+key]

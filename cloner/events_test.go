@@ -245,3 +245,40 @@ func TestEvidenceFromTwoReplicasMergesOnThePV(t *testing.T) {
 		t.Fatalf("evidence %+v", ev)
 	}
 }
+
+// TestWarningWhoseMessageGainsDetailIsNotRepeated: a class mismatch found
+// before CDI creates the claim (nothing to persist on yet) and again once the
+// claim exists, with the class now read from the claim, is one warning, also
+// after a restart.
+func TestWarningWhoseMessageGainsDetailIsNotRepeated(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo("fast"))
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Minute)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fc.controller(t, ctx, cfg)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pvc, _ := (&world{nextID: 50}).claim(dv, "fast", 20*gi, 0, "")
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fc.settle(t, c)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countReason(fc.warnings(t), "d", "StorageClassMismatch"); n != 1 {
+		t.Fatalf("%d StorageClassMismatch events, want 1", n)
+	}
+	if r := fc.record(t, "tenant-a", "d"); !strings.Contains(r.messageFor(ReasonClassMismatch), "(claim)") {
+		t.Fatalf("the persisted message should now name the claim's class: %q", r.messageFor(ReasonClassMismatch))
+	}
+}

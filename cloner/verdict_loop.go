@@ -102,7 +102,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 		if already[reason] {
 			continue
 		}
-		if err := c.warn(ctx, dataVolumeTarget(a.disk), EventReason(reason), warningMessage(rec, reason)); err != nil {
+		if err := c.warn(ctx, dataVolumeTarget(a.disk), EventReason(reason), "", warningMessage(rec, reason)); err != nil {
 			return err
 		}
 	}
@@ -123,7 +123,7 @@ func (c *Controller) reportMalformed(ctx context.Context, ms []malformedObject) 
 			continue
 		}
 		t := eventTarget{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
-		err := c.warn(ctx, t, ReasonMalformedObject, "csi-clone-sidecar cannot read this object and skips it: "+m.Err+
+		err := c.warn(ctx, t, ReasonMalformedObject, m.ResourceVersion, "csi-clone-sidecar cannot read this object and skips it: "+m.Err+
 			". Fix: correct the object (or delete it); nothing else is affected")
 		if err != nil && firstErr == nil {
 			firstErr = err
