@@ -271,6 +271,7 @@ func (c *Cluster) Stop(keep bool) error {
 	c.emu = nil
 	c.mu.Unlock()
 
+	t0 := time.Now()
 	if emu != nil {
 		emu.stop()
 	}
@@ -291,6 +292,7 @@ func (c *Cluster) Stop(keep bool) error {
 			errs = append(errs, err)
 		}
 	}
+	c.logf("cluster: stopped in %s", time.Since(t0).Round(time.Millisecond))
 	if len(died) > 0 {
 		sort.Strings(died)
 		c.logf("cluster: components that had exited before teardown: %s", strings.Join(died, ", "))

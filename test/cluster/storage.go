@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +155,8 @@ func (c *Cluster) startSidecar() error {
 		"--kubeconfig=" + c.Kubeconfig,
 		"--observations-log=" + c.ObservationsLog,
 	}, c.opts.SidecarArgs...)
+	// Debugging aid: extra flags for every test's sidecar, e.g. "--v=5".
+	args = append(args, strings.Fields(os.Getenv("CSI_CLONE_E2E_SIDECAR_ARGS"))...)
 	if _, err := c.start("csi-clone-sidecar", []string{"POD_NAMESPACE=" + NamespaceCSI}, filepath.Join(bins, "csi-clone-sidecar"), args...); err != nil {
 		return err
 	}
