@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -282,4 +283,44 @@ func driverUmask(t *testing.T) string {
 		t.Fatal("driver command sets no umask")
 	}
 	return m[1]
+}
+
+// The flags both manifests pass are flags the binary accepts: it is built
+// from this checkout and run with the container's args (env references
+// expanded as the kubelet does) plus --version, which exits 0 only once every
+// flag parsed. A misspelt or removed flag would crash-loop the container.
+func TestSidecarArgsAreAcceptedByTheBinary(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go not in PATH")
+	}
+	bin := filepath.Join(t.TempDir(), sidecarName)
+	if out, err := run(repoFile(), gobin, "build", "-o", bin, "./cmd/csi-clone-sidecar"); err != nil {
+		t.Fatalf("go build ./cmd/csi-clone-sidecar: %v\n%s", err, out)
+	}
+	_, merged := mergedTemplate(t)
+	generic := map[string]any{}
+	for _, o := range kustomize(t, "generic") {
+		if o["kind"] == "Deployment" {
+			generic = named(get(o, "spec", "template", "spec", "containers"), "name", sidecarName)
+		}
+	}
+	var genericC corev1.Container
+	raw, _ := json.Marshal(generic)
+	if err := json.Unmarshal(raw, &genericC); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]corev1.Container{"linstor": findContainer(t, merged.Spec, sidecarName), "generic": genericC} {
+		var args []string
+		for _, a := range c.Args {
+			x, err := expand(c, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, x)
+		}
+		if out, err := run(".", bin, append(args, "--version")...); err != nil {
+			t.Errorf("%s: csi-clone-sidecar %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+	}
 }
