@@ -62,7 +62,6 @@ var mayWrite = map[string]map[string]map[string]bool{
 	},
 	"Role": {
 		"leases":     {"create": true, "update": true}, // leader election
-		"events":     {"create": true, "patch": true},  // leader election's recorder
 		"configmaps": {"create": true, "update": true}, // the ledger
 	},
 }
