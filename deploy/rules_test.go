@@ -317,3 +317,33 @@ func writePrometheusRule(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The names the rules and the dashboard may use are the ones the sidecar
+// defines: each appears as a string literal in metrics/ (the standard
+// csi_sidecar_operations_seconds comes from csi-lib-utils' metrics package,
+// whose registration metrics/ calls), so a rename there fails here.
+func TestKnownMetricsAreExported(t *testing.T) {
+	files, _ := filepath.Glob(repoFile("metrics", "*.go"))
+	var src strings.Builder
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	for m := range knownMetrics {
+		if m == "csi_sidecar_operations_seconds" {
+			if !strings.Contains(src.String(), "NewCSIMetricsManagerForSidecar") {
+				t.Errorf("metrics/ no longer uses csi-lib-utils' sidecar metrics manager (csi_sidecar_operations_seconds)")
+			}
+			continue
+		}
+		if !strings.Contains(src.String(), `"`+m+`"`) {
+			t.Errorf("metric %s is not defined in metrics/", m)
+		}
+	}
+}
