@@ -1,0 +1,127 @@
+//go:build deploydryrun
+
+// Left out of the default build (deploy helper): test/cluster has no
+// apiserver-only start yet, so this brings up the whole stack without CDI.
+// Run it with: go test -tags deploydryrun ./test/e2e -run TestDeployManifestsServerSideDryRun
+
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
+)
+
+// Where the manifests and the upstream CRDs they target live, relative to
+// this package's directory (go test runs in it).
+const (
+	deployDir = "../../deploy"
+	// The LinstorCluster and GrafanaDashboard CRDs as published upstream;
+	// CI lays shared/ beside the checkout.
+	sharedCRDs = "../../../shared/reference/crds"
+)
+
+// deployCRDs are the CRDs of the operators deploy/ targets.
+func deployCRDs(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+		p, err := tools.CRDFile("prometheus", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	for _, f := range []string{"piraeus.io_linstorclusters.yaml", "grafana.integreatly.org_grafanadashboards.yaml"} {
+		p := filepath.Join(sharedCRDs, f)
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("upstream CRD %s: %v (shared/ must be beside the checkout)", f, err)
+		}
+		files = append(files, p)
+	}
+	return files
+}
+
+// kubectl runs kubectl against the cluster with a private discovery cache
+// (CRDs installed a moment ago must be seen) and returns its output.
+func kubectl(t *testing.T, c *cluster.Cluster, cache string, args ...string) (string, error) {
+	t.Helper()
+	bin, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatalf("kubectl: %v", err)
+	}
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig, "--cache-dir", cache}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	return out.String(), err
+}
+
+// TestDeployManifestsServerSideDryRun applies every manifest of deploy/ with
+// a server-side dry run and strict field validation, the way docs/install.md
+// applies them, against a real kube-apiserver with the operators' CRDs
+// installed: schema errors, unknown fields, invalid names and CEL rule
+// violations all fail here.
+func TestDeployManifestsServerSideDryRun(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{NoCDI: true})
+	cache := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := kubectl(t, c, cache, args...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+
+	for _, crd := range deployCRDs(t) {
+		run("apply", "--server-side", "-f", crd)
+	}
+	run("wait", "--for=condition=Established", "--timeout=60s",
+		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com",
+		"crd/linstorclusters.piraeus.io", "crd/grafanadashboards.grafana.integreatly.org")
+	// The namespaces the manifests name (the CSI controller's, for
+	// LINSTOR and for the generic example), for real: a dry run into a
+	// missing namespace is refused.
+	for _, ns := range []string{"cozy-linstor", "csi-system"} {
+		run("create", "namespace", ns)
+	}
+
+	dryRun := []string{"--dry-run=server", "--validate=strict"}
+	for _, dir := range []string{"rbac", "monitoring", "generic", "generic/monitoring"} {
+		out := run(append([]string{"apply", "--server-side", "-k", filepath.Join(deployDir, dir)}, dryRun...)...)
+		t.Logf("deploy/%s:\n%s", dir, out)
+	}
+
+	// The LinstorCluster patch, as docs/install.md applies it: onto an
+	// existing LinstorCluster with a merge patch. The operator's own
+	// LinstorCluster is created for real first; the patch is only dry-run.
+	run("apply", "--server-side", "-f", writeTemp(t, "apiVersion: piraeus.io/v1\nkind: LinstorCluster\nmetadata:\n  name: linstorcluster\nspec: {}\n"))
+	out := run(append([]string{"patch", "linstorcluster", "linstorcluster", "--type", "merge",
+		"--patch-file", filepath.Join(deployDir, "linstor/linstorcluster-patch.yaml")}, dryRun[:1]...)...)
+	t.Logf("deploy/linstor:\n%s", out)
+	out = run(append([]string{"apply", "--server-side", "-f", filepath.Join(deployDir, "linstor/linstorcluster-patch.yaml")}, dryRun...)...)
+	t.Logf("deploy/linstor (apply):\n%s", out)
+
+	// The check can fail: a misspelt field in a ServiceMonitor is refused.
+	bad := writeTemp(t, "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: typo\n  namespace: cozy-linstor\n"+
+		"spec:\n  selector: {}\n  endpoints:\n    - port: clone-metrics\n      honourLabels: true\n")
+	if out, err := kubectl(t, c, cache, append([]string{"apply", "--server-side", "-f", bad}, dryRun...)...); err == nil {
+		t.Errorf("a ServiceMonitor with an unknown field passed the dry run:\n%s", out)
+	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
