@@ -184,9 +184,11 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 		defer f.Close()
 		observers = append(observers, sidecar.NewJSONLines(f))
 	}
+	var ctrl *cloner.Controller
+	var kube kubernetes.Interface
 	if o.verdicts {
-		ctrl, err := startVerdicts(ctx, o, cfg, m)
-		if err != nil {
+		var err error
+		if ctrl, kube, err = newVerdicts(o, cfg, m); err != nil {
 			return err
 		}
 		observers = append(observers, ctrl)
@@ -208,31 +210,41 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 			return err
 		}
 	}
+	// Only now, with the socket listening, may anything wait on the API
+	// server: the CSI sidecars give up on a socket that does not answer.
+	if ctrl != nil {
+		startVerdicts(ctx, ctrl, kube, o, cfg)
+	}
 	go learnDriverName(ctx, cfg.CSIAddress, m)
 	klog.InfoS("Relaying CSI calls", "listen", o.listenAddress, "driver", cfg.CSIAddress, "tap", o.tap, "version", version)
 	return relay.Serve(ctx)
 }
 
-// startVerdicts connects to Kubernetes and starts the cloner: evidence on
-// every replica, verdicts on the elected leader only.
-func startVerdicts(ctx context.Context, o *options, cfg standardflags.SidecarConfiguration, m *metrics.Metrics) (*cloner.Controller, error) {
+// newVerdicts builds the cloner without touching the network yet.
+func newVerdicts(o *options, cfg standardflags.SidecarConfiguration, m *metrics.Metrics) (*cloner.Controller, kubernetes.Interface, error) {
 	clients, kube, err := kubeClients(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctrl, err := cloner.New(o.cloner, clients)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := m.Register(metrics.NewCloneCollector(ctrl)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return ctrl, kube, nil
+}
+
+// startVerdicts starts the cloner: evidence on every replica, verdicts on
+// the elected leader only. It returns at once.
+func startVerdicts(ctx context.Context, ctrl *cloner.Controller, kube kubernetes.Interface, o *options, cfg standardflags.SidecarConfiguration) {
 	ctrl.Start(ctx)
-	go logIfFailed("evidence loop", ctrl.RunEvidence(ctx))
+	go func() { logIfFailed("evidence loop", ctrl.RunEvidence(ctx)) }()
 	lead := func(ctx context.Context) { logIfFailed("verdict loop", ctrl.RunVerdicts(ctx)) }
 	if !cfg.LeaderElection {
 		go lead(ctx)
-		return ctrl, nil
+		return
 	}
 	ns := cfg.LeaderElectionNamespace
 	if ns == "" {
@@ -241,7 +253,6 @@ func startVerdicts(ctx context.Context, o *options, cfg standardflags.SidecarCon
 	le := cloner.LeaderConfig{Namespace: ns, LeaseName: "csi-clone-sidecar",
 		LeaseDuration: cfg.LeaderElectionLeaseDuration, RenewDeadline: cfg.LeaderElectionRenewDeadline, Retry: cfg.LeaderElectionRetryPeriod}
 	go func() { logIfFailed("leader election", cloner.RunElected(ctx, kube, le, lead)) }()
-	return ctrl, nil
 }
 
 func kubeClients(cfg standardflags.SidecarConfiguration) (cloner.Clients, kubernetes.Interface, error) {

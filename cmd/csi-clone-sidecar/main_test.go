@@ -1,0 +1,101 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the tests run this binary's main in a child process.
+func TestMain(m *testing.M) {
+	if os.Getenv("CSI_CLONE_SIDECAR_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func sidecarCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "CSI_CLONE_SIDECAR_MAIN=1")
+	return cmd
+}
+
+func TestBadFlagsExitWithOneLine(t *testing.T) {
+	dir := t.TempDir()
+	cases := map[string][]string{
+		"listen-address is required":     {},
+		"not an octal permission":        {"--listen-address=" + dir + "/s", "--listen-socket-mode=0999"},
+		"flag provided but not defined":  {"--no-such-flag"},
+		"--stuck-after must be positive": {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--stuck-after=0s"},
+		"POD_NAMESPACE is not set":       {"--listen-address=" + dir + "/s"},
+		"want table or json":             {"report", "-o", "yaml"},
+		"unexpected argument":            {"--listen-address=" + dir + "/s", "extra"},
+	}
+	for want, args := range cases {
+		cmd := sidecarCmd(args...)
+		cmd.Env = append(cmd.Env, "POD_NAMESPACE=")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("%v: exited 0", args)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 1 || !strings.Contains(lines[0], want) {
+			t.Errorf("%v: want one line containing %q, got %q", args, want, out)
+		}
+	}
+}
+
+// TestListensBeforeTheAPIServerAnswers: the CSI sidecars give up on a socket
+// that is not there, so the relay must listen before the verdict engine
+// waits for Kubernetes. The API server here accepts and never answers.
+func TestListensBeforeTheAPIServerAnswers(t *testing.T) {
+	dir := t.TempDir()
+	api, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	go func() {
+		for {
+			c, err := api.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // hold the connection, answer nothing
+		}
+	}()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://`+api.Addr().String()+`"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`), 0o600)
+	sock := filepath.Join(dir, "relay.sock")
+	cmd := sidecarCmd("--listen-address="+sock, "--csi-address="+filepath.Join(dir, "driver.sock"),
+		"--kubeconfig="+kubeconfig, "--ledger-namespace=cozy-linstor", "--leader-election")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if fi, err := os.Stat(sock); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
+				t.Fatalf("listen address is %v, want a socket with mode 0660", fi.Mode())
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no socket while the API server is unresponsive: the relay waits for Kubernetes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
