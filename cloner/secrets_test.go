@@ -1,0 +1,82 @@
+package cloner
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
+)
+
+// lockedBuffer collects klog output from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestParametersNeverReachLogsOrObjects: CreateVolume parameters can carry
+// anything a StorageClass holds; only the two claim parameters are ever read.
+// Verbose logging included, nothing else may reach a log or an object.
+func TestParametersNeverReachLogsOrObjects(t *testing.T) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", "10")
+	_ = fs.Set("logtostderr", "false")
+	var logs lockedBuffer
+	klog.SetOutput(&logs)
+	defer func() { _ = fs.Set("v", "0"); klog.SetOutput(nil); _ = fs.Set("logtostderr", "true") }()
+
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
+	fc := newFakeCluster(t, &w)
+	cfg := testConfig()
+	cfg.Now = newClock(t0.Add(time.Hour)).now
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fc.controller(t, ctx, cfg)
+	go func() { _ = c.RunEvidence(ctx) }()
+	secret := map[string]string{ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public",
+		"csi.storage.k8s.io/provisioner-secret-name": "s3cr3t-name", "password": "hunter2"}
+	c.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: t0, End: t0, Code: codes.Unavailable,
+		Message: "pool unreachable", Request: sidecar.Request{Name: "pvc-z", Parameters: secret}})
+	eventually(t, "driver error persisted", func() bool {
+		pvc, _ := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Get(ctx, "d", metav1.GetOptions{})
+		return pvc.Annotations[AnnDriverError] != ""
+	})
+	fc.settle(t, c)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	klog.Flush()
+	if logs.String() == "" {
+		t.Fatal("klog captured nothing: the check would prove nothing")
+	}
+	for _, s := range []string{"hunter2", "s3cr3t-name"} {
+		if strings.Contains(logs.String(), s) || strings.Contains(fc.everything(t), s) {
+			t.Fatalf("parameter value %q reached a log or an object", s)
+		}
+	}
+}
