@@ -91,6 +91,23 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ValidateReport checks only what `report` uses: it runs outside the pod,
+// where an empty ledger namespace means "find the ledger by its label".
+func (c Config) ValidateReport() error {
+	if msgs := validation.IsDNS1123Label(c.GoldenNamespace); len(msgs) > 0 {
+		return fmt.Errorf("--golden-namespace %q: %s", c.GoldenNamespace, msgs[0])
+	}
+	if c.LedgerNamespace != "" {
+		if msgs := validation.IsDNS1123Label(c.LedgerNamespace); len(msgs) > 0 {
+			return fmt.Errorf("--ledger-namespace %q: %s", c.LedgerNamespace, msgs[0])
+		}
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.LedgerName); len(msgs) > 0 {
+		return fmt.Errorf("--ledger-name %q: %s", c.LedgerName, msgs[0])
+	}
+	return nil
+}
+
 func (c Config) now() time.Time {
 	if c.Now != nil {
 		return c.Now()

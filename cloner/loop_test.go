@@ -142,3 +142,14 @@ func TestPassRefusesHalfFilledCaches(t *testing.T) {
 		t.Fatal("a pass before Start/sync must be refused")
 	}
 }
+
+func TestReportConfigNeedsNoLedgerNamespace(t *testing.T) {
+	c := DefaultConfig() // no POD_NAMESPACE outside the pod
+	if err := c.ValidateReport(); err != nil {
+		t.Fatal(err)
+	}
+	c.GoldenNamespace = "Bad"
+	if err := c.ValidateReport(); err == nil || !strings.Contains(err.Error(), "--golden-namespace") {
+		t.Fatalf("got %v", err)
+	}
+}
