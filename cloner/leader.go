@@ -15,7 +15,7 @@ import (
 // LeaderConfig is the lease the verdict engine is elected with (the
 // standard --leader-election-* flags).
 type LeaderConfig struct {
-	Namespace, LeaseName, Identity       string
+	Namespace, LeaseName, Identity      string
 	LeaseDuration, RenewDeadline, Retry time.Duration
 }
 

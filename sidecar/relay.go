@@ -206,8 +206,8 @@ func (r *Relay) handle(client *net.UnixConn) {
 	<-done
 }
 
-// byteSink receives a copy of the bytes relayed in one direction. Feed must
-// not block and must not keep p.
+// byteSink sees the bytes relayed in one direction. Feed must not block and
+// must not keep p.
 type byteSink interface {
 	Feed(p []byte, at time.Time)
 }
@@ -228,10 +228,13 @@ func pump(dst, src *net.UnixConn, sink byteSink) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			// Feeding first means the tap has a request's bytes before the
-			// driver can possibly answer it; Feed only copies, it never waits.
-			sink.Feed(buf[:n], time.Now())
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			at := time.Now()
+			_, werr := dst.Write(buf[:n])
+			// Only after forwarding: the tap parses what is complete and
+			// returns, it never waits for bytes or for an observer. It sees
+			// what was sent even when the peer was already gone.
+			sink.Feed(buf[:n], at)
+			if werr != nil {
 				src.Close()
 				dst.Close()
 				return

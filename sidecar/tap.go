@@ -11,7 +11,8 @@ import (
 )
 
 // Recorder receives what the tap measures, for metrics. Every method must be
-// fast and must not block: it runs on the tap's parsing goroutines.
+// fast and must not block: it runs on the relay's goroutines, after the
+// bytes were forwarded.
 type Recorder interface {
 	// CallFinished records one finished CSI call of any method.
 	CallFinished(method string, code codes.Code, d time.Duration)
@@ -30,13 +31,14 @@ const (
 	AbandonNotHTTP2    = "not-http2"
 	AbandonFraming     = "framing"
 	AbandonCompression = "compression"
-	AbandonBacklog     = "backlog"
+	AbandonOversized   = "oversized"
 	AbandonPanic       = "panic"
 )
 
-// Tap turns copies of relayed bytes into Observations. Parsing happens on
-// goroutines of its own, fed through bounded buffers, so the relay never
-// waits for it; observations reach the Observer through a bounded queue.
+// Tap turns relayed bytes into Observations. Each direction is parsed by its
+// relay goroutine right after forwarding, only ever as far as the complete
+// frames go, so the relay never waits for the tap; observations reach the
+// Observer through a bounded queue served by a goroutine of its own.
 type Tap struct {
 	observer Observer
 	recorder Recorder

@@ -1,28 +1,20 @@
 package sidecar
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
 )
 
 const (
-	// chunksPerDirection bounds the bytes a lagging parser may hold per
-	// direction (chunks of up to 64 KiB); past it the tap gives up rather
-	// than slow the relay down.
-	chunksPerDirection = 128
 	// maxMessageBytes bounds what is buffered for one call's message; CSI
 	// controller messages are tiny, larger ones are relayed but not decoded.
 	maxMessageBytes = 4 << 20
@@ -32,21 +24,20 @@ const (
 	hpackTableBytes = 1 << 20
 )
 
-// TapConn follows one relayed connection: one parser per direction, sharing
-// the table of calls in flight.
+// TapConn follows one relayed connection: one parser per direction, each
+// run by that direction's relay goroutine, sharing the calls in flight.
 type TapConn struct {
 	tap       *Tap
 	abandoned atomic.Bool
 	client    *direction
 	driver    *direction
-	wg        sync.WaitGroup
 
 	mu    sync.Mutex
 	calls map[uint32]*call
 }
 
 // call is one gRPC stream. Its two halves are parsed by two goroutines that
-// may run in either order, so whichever half completes it publishes it.
+// may get to it in either order, so whichever half completes it publishes it.
 type call struct {
 	method      string
 	start, end  time.Time
@@ -69,12 +60,9 @@ func (c *call) complete() bool {
 // NewConn starts following a new relayed connection.
 func (t *Tap) NewConn() *TapConn {
 	tc := &TapConn{tap: t, calls: map[uint32]*call{}}
-	tc.client = &direction{conn: tc, fromClient: true, ch: make(chan chunk, chunksPerDirection)}
-	tc.driver = &direction{conn: tc, ch: make(chan chunk, chunksPerDirection)}
+	tc.client = newDirection(tc, true)
+	tc.driver = newDirection(tc, false)
 	t.recorder.ConnectionTapped()
-	tc.wg.Add(2)
-	go tc.client.run()
-	go tc.driver.run()
 	return tc
 }
 
@@ -84,13 +72,10 @@ func (tc *TapConn) FromClient() byteSink { return tc.client }
 // FromDriver is the sink for bytes the driver sent to the client.
 func (tc *TapConn) FromDriver() byteSink { return tc.driver }
 
-// Close ends the connection's parsing once everything fed is parsed. Calls
-// still open when a connection ends are reported as Unavailable: that is
-// what the client got.
+// Close ends the connection's parsing; both sinks must no longer be fed.
+// Calls still open when a connection ends are reported as Unavailable:
+// that is what the client got.
 func (tc *TapConn) Close() {
-	close(tc.client.ch)
-	close(tc.driver.ch)
-	tc.wg.Wait()
 	if tc.abandoned.Load() {
 		return
 	}
@@ -117,113 +102,6 @@ func (tc *TapConn) abandon(reason string, err error) {
 	}
 	klog.InfoS("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
 	tc.tap.recorder.ConnectionAbandoned(reason)
-}
-
-type chunk struct {
-	buf *[]byte
-	n   int
-	at  time.Time
-}
-
-var chunkPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
-
-// direction is one way of a connection: a bounded queue of byte chunks and
-// the io.Reader the HTTP/2 framer reads them through.
-type direction struct {
-	conn       *TapConn
-	fromClient bool
-	ch         chan chunk
-	cur        chunk
-	off        int
-}
-
-// Feed copies p for the parser; it never blocks. A full queue means the
-// parser cannot keep up, and a parser that misses bytes cannot resync, so
-// the connection is abandoned.
-func (d *direction) Feed(p []byte, at time.Time) {
-	if d.conn.abandoned.Load() {
-		return
-	}
-	for len(p) > 0 {
-		bp := chunkPool.Get().(*[]byte)
-		n := copy(*bp, p)
-		p = p[n:]
-		select {
-		case d.ch <- chunk{buf: bp, n: n, at: at}:
-		default:
-			chunkPool.Put(bp)
-			d.conn.abandon(AbandonBacklog, errors.New("parser queue full"))
-			return
-		}
-	}
-}
-
-// Read implements io.Reader over the queued chunks for the framer.
-func (d *direction) Read(p []byte) (int, error) {
-	for d.cur.buf == nil || d.off >= d.cur.n {
-		if d.cur.buf != nil {
-			chunkPool.Put(d.cur.buf)
-			d.cur = chunk{}
-		}
-		c, ok := <-d.ch
-		if !ok {
-			return 0, io.EOF
-		}
-		d.cur, d.off = c, 0
-	}
-	n := copy(p, (*d.cur.buf)[d.off:d.cur.n])
-	d.off += n
-	return n, nil
-}
-
-// now is when the byte last read crossed the relay.
-func (d *direction) now() time.Time { return d.cur.at }
-
-func (d *direction) run() {
-	defer d.conn.wg.Done()
-	defer d.drain()
-	defer func() {
-		if p := recover(); p != nil {
-			d.conn.abandon(AbandonPanic, fmt.Errorf("%v\n%s", p, debug.Stack()))
-		}
-	}()
-	if d.fromClient {
-		preface := make([]byte, len(http2.ClientPreface))
-		n, err := io.ReadFull(d, preface)
-		if n == 0 && err != nil {
-			return // the client sent nothing at all
-		}
-		if !bytes.Equal(preface, []byte(http2.ClientPreface)) {
-			d.conn.abandon(AbandonNotHTTP2, errors.New("client did not send the HTTP/2 preface"))
-			return
-		}
-	}
-	fr := http2.NewFramer(nil, d)
-	fr.ReadMetaHeaders = hpack.NewDecoder(hpackTableBytes, nil)
-	for !d.conn.abandoned.Load() {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-				d.conn.abandon(AbandonFraming, err)
-			}
-			return
-		}
-		if err := d.conn.onFrame(f, d.fromClient, d.now()); err != nil {
-			d.conn.abandon(AbandonCompression, err)
-			return
-		}
-	}
-}
-
-// drain returns queued buffers after parsing stopped, until Close.
-func (d *direction) drain() {
-	if d.cur.buf != nil {
-		chunkPool.Put(d.cur.buf)
-		d.cur = chunk{}
-	}
-	for c := range d.ch {
-		chunkPool.Put(c.buf)
-	}
 }
 
 // onFrame applies one frame to the calls in flight and publishes the call it
