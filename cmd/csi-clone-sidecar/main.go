@@ -92,7 +92,7 @@ func runReport(args []string) error {
 	if *format != "table" && *format != "json" {
 		return fmt.Errorf("-o %q: want table or json", *format)
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.ValidateReport(); err != nil {
 		return err
 	}
 	clients, _, err := kubeClients(standardflags.SidecarConfiguration{KubeConfig: *kubeconfig, KubeAPIQPS: 20, KubeAPIBurst: 40})
