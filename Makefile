@@ -48,9 +48,10 @@ e2e: build
 bench:
 	$(GO) run ./test/bench
 
-## demo: the main job on a local default
-demo: build
-	test/demo/run.sh
+## demo: one golden, 20 worker disks in 6 pools on the loopback stack; the verdicts, the report, the metrics (KEEP=1 leaves it running)
+demo: tools build
+	$(GO) build -o bin/csi-clone-demo ./test/demo
+	test/e2e/run-in-netns.sh bin/csi-clone-demo -sidecar bin/csi-clone-sidecar $(if $(filter-out 0,$(KEEP)),-keep)
 
 ## lint: formatting and vet
 lint:
