@@ -4,7 +4,8 @@
 // kubernetes-csi sidecars, snapshot-controller and CDI's cdi-controller, plus
 // a kubelet-free emulation of the few pods CDI waits on. Everything runs as
 // child processes of the test, in a private network namespace (see Main), with
-// all state in one directory per test.
+// all state in one directory per test. csi-clone-sidecar runs with exactly
+// the RBAC deploy/rbac ships, as the ServiceAccount it binds (see rbac.go).
 //
 // Real: every Kubernetes, CSI and CDI component, the CSI calls and their
 // results, the volume data (files of the test driver). Emulated, because no
@@ -79,6 +80,18 @@ type Options struct {
 	ExtraControllers []string
 	// NoCDI skips cdi-controller and the emulation (storage-only tests).
 	NoCDI bool
+	// ControlPlaneOnly starts only etcd, kube-apiserver,
+	// kube-controller-manager and the base objects (CRDs, namespaces,
+	// CSIDriver): enough to check manifests against the API server.
+	ControlPlaneOnly bool
+	// SidecarAdmin gives csi-clone-sidecar the admin kubeconfig. By default
+	// it runs as in production: as the ServiceAccount that deploy/rbac binds,
+	// with exactly the RBAC deploy/rbac ships, through a token of that
+	// ServiceAccount (see sidecarIdentity).
+	SidecarAdmin bool
+	// SidecarRBAC, if set, edits the RBAC objects rendered from deploy/rbac
+	// before they are applied (e.g. drop a rule to show it is needed).
+	SidecarRBAC RBACEdit
 	// Logf receives progress lines (default: discarded; Start uses t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -101,6 +114,12 @@ type Cluster struct {
 	SidecarMetrics string
 	// ObservationsLog is the sidecar's --observations-log file.
 	ObservationsLog string
+	// SidecarKubeconfig is the kubeconfig csi-clone-sidecar runs with: its
+	// ServiceAccount's token, or Kubeconfig with Options.SidecarAdmin.
+	SidecarKubeconfig string
+	// AuditLog holds kube-apiserver's audit events of the requests made by
+	// ServiceAccounts of NamespaceCSI (the sidecar's), one JSON per line.
+	AuditLog string
 	// Factory is the loopback HTTP server golden images are imported from.
 	Factory *Factory
 
@@ -115,6 +134,7 @@ type Cluster struct {
 	tempDir  bool // Dir was made by us and may be removed
 	emu      *emulator
 	cdiKey   string // private key cdi-controller verifies clone tokens with
+	rbacEdit RBACEdit
 }
 
 // Start brings up a cluster for t and registers its teardown with t.Cleanup.
@@ -145,7 +165,7 @@ func New(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	opts = withDefaults(opts)
-	c := &Cluster{opts: opts, procs: map[string]*proc{}, logf: opts.Logf, DriverName: opts.DriverName}
+	c := &Cluster{opts: opts, procs: map[string]*proc{}, logf: opts.Logf, DriverName: opts.DriverName, rbacEdit: opts.SidecarRBAC}
 	if err := c.makeDir(); err != nil {
 		return nil, err
 	}
@@ -206,16 +226,20 @@ func (c *Cluster) bringUp() error {
 	steps := []struct {
 		name string
 		fn   func() error
+		base bool // part of a ControlPlaneOnly start
 	}{
-		{"control plane", c.startControlPlane},
-		{"CRDs and objects", c.installBase},
-		{"CSI driver", c.startDriver},
-		{"csi-clone-sidecar", c.startSidecar},
-		{"CSI sidecars", c.startCSISidecars},
-		{"storage classes", c.installStorage},
-		{"CDI", c.startCDI},
+		{"control plane", c.startControlPlane, true},
+		{"CRDs and objects", c.installBase, true},
+		{"CSI driver", c.startDriver, false},
+		{"csi-clone-sidecar", c.startSidecar, false},
+		{"CSI sidecars", c.startCSISidecars, false},
+		{"storage classes", c.installStorage, false},
+		{"CDI", c.startCDI, false},
 	}
 	for _, s := range steps {
+		if c.opts.ControlPlaneOnly && !s.base {
+			continue
+		}
 		t0 := time.Now()
 		if err := s.fn(); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)

@@ -91,6 +91,10 @@ func (c *Cluster) startAPIServer(etcdURL string, port int) error {
 		return err
 	}
 	p := c.pki
+	policy, err := c.writeAuditPolicy()
+	if err != nil {
+		return err
+	}
 	_, err = c.start("kube-apiserver", nil, bin,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
@@ -111,6 +115,10 @@ func (c *Cluster) startAPIServer(etcdURL string, port int) error {
 		// The "kubernetes" Service would advertise a loopback endpoint.
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
+		"--audit-policy-file="+policy,
+		"--audit-log-path="+c.AuditLog,
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking",
 		"--profiling=false",
 		"--v=1",
 	)
@@ -193,6 +201,11 @@ func (c *Cluster) waitHTTP(name, url string, tlsConf *tls.Config, timeout time.D
 // writeKubeconfig writes a self-contained admin kubeconfig (CA and token
 // inline) so that a process in another mount namespace can use a copy of it.
 func (c *Cluster) writeKubeconfig(path string) error {
+	return os.WriteFile(path, kubeconfig(c.Host, c.pki.caPEM, "admin", c.pki.adminToken), 0o600)
+}
+
+// kubeconfig is a self-contained kubeconfig authenticating with a bearer token.
+func kubeconfig(host string, caPEM []byte, user, token string) []byte {
 	const tmpl = `apiVersion: v1
 kind: Config
 clusters:
@@ -201,14 +214,13 @@ clusters:
     server: %s
     certificate-authority-data: %s
 users:
-- name: admin
+- name: %s
   user:
     token: %s
 contexts:
 - name: e2e
-  context: {cluster: e2e, user: admin}
+  context: {cluster: e2e, user: %s}
 current-context: e2e
 `
-	ca := base64Std(c.pki.caPEM)
-	return os.WriteFile(path, []byte(fmt.Sprintf(tmpl, c.Host, ca, c.pki.adminToken)), 0o600)
+	return fmt.Appendf(nil, tmpl, host, base64Std(caPEM), user, token, user)
 }

@@ -141,18 +141,23 @@ func (c *Cluster) startSidecar() error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
-	if err != nil {
+	if c.SidecarMetrics == "" { // a restart keeps the endpoint
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.SidecarMetrics = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	if c.SidecarKubeconfig, err = c.sidecarIdentity(c.rbacEdit); err != nil {
 		return err
 	}
 	c.SidecarSocket = filepath.Join(c.Dir, "csi", "csi.sock")
-	c.SidecarMetrics = "127.0.0.1:" + strconv.Itoa(port)
 	c.ObservationsLog = filepath.Join(c.Dir, "observations.jsonl")
 	args := append([]string{
 		"--csi-address=" + c.DriverSocket,
 		"--listen-address=" + c.SidecarSocket,
 		"--http-endpoint=" + c.SidecarMetrics,
-		"--kubeconfig=" + c.Kubeconfig,
+		"--kubeconfig=" + c.SidecarKubeconfig,
 		"--observations-log=" + c.ObservationsLog,
 	}, c.opts.SidecarArgs...)
 	// Debugging aid: extra flags for every test's sidecar, e.g. "--v=5".
@@ -164,36 +169,41 @@ func (c *Cluster) startSidecar() error {
 	return c.waitSocket("csi-clone-sidecar", c.SidecarSocket, 30*time.Second)
 }
 
+// csiSidecarNames are the kubernetes-csi sidecars that dial the relay.
+var csiSidecarNames = []string{"csi-provisioner", "csi-resizer", "csi-snapshotter"}
+
 // startCSISidecars starts the real external-provisioner, -resizer,
 // -snapshotter (all on the relay's socket) and snapshot-controller.
 func (c *Cluster) startCSISidecars() error {
-	common := []string{"--csi-address=" + c.SidecarSocket, "--kubeconfig=" + c.Kubeconfig, "--leader-election=false", "--v=4"}
-	sidecars := []struct {
-		name  string
-		extra []string
-	}{
-		// piraeus runs the provisioner with --extra-create-metadata; no
-		// topology here (one node, no scheduler).
-		{"csi-provisioner", []string{"--extra-create-metadata", "--immediate-topology=false", "--timeout=30s"}},
-		{"csi-resizer", []string{"--timeout=30s", "--handle-volume-inuse-error=false"}},
-		{"csi-snapshotter", []string{"--timeout=30s"}},
-	}
-	for _, s := range sidecars {
-		bin, err := tools.Bin(s.name)
-		if err != nil {
-			return err
-		}
-		if _, err := c.start(s.name, nil, bin, append(append([]string(nil), common...), s.extra...)...); err != nil {
-			return err
-		}
+	if err := c.startDialers(); err != nil {
+		return err
 	}
 	bin, err := tools.Bin("snapshot-controller")
 	if err != nil {
 		return err
 	}
 	_, err = c.start("snapshot-controller", nil, bin, "--kubeconfig="+c.Kubeconfig, "--leader-election=false", "--v=4")
-	if err != nil {
-		return err
+	return err
+}
+
+// startDialers starts the kubernetes-csi sidecars of csiSidecarNames.
+func (c *Cluster) startDialers() error {
+	common := []string{"--csi-address=" + c.SidecarSocket, "--kubeconfig=" + c.Kubeconfig, "--leader-election=false", "--v=4"}
+	extra := map[string][]string{
+		// piraeus runs the provisioner with --extra-create-metadata; no
+		// topology here (one node, no scheduler).
+		"csi-provisioner": {"--extra-create-metadata", "--immediate-topology=false", "--timeout=30s"},
+		"csi-resizer":     {"--timeout=30s", "--handle-volume-inuse-error=false"},
+		"csi-snapshotter": {"--timeout=30s"},
+	}
+	for _, name := range csiSidecarNames {
+		bin, err := tools.Bin(name)
+		if err != nil {
+			return err
+		}
+		if _, err := c.start(name, nil, bin, append(append([]string(nil), common...), extra[name]...)...); err != nil {
+			return err
+		}
 	}
 	// They dial the socket at start and exit if they cannot: give them a
 	// moment and report an early death with its log.
