@@ -1,18 +1,16 @@
-//go:build deploydryrun
-
-// Left out of the default build (deploy helper): test/cluster has no
-// apiserver-only start yet, so this brings up the whole stack without CDI.
-// Run it with: go test -tags deploydryrun ./test/e2e -run TestDeployManifestsServerSideDryRun
-
 package e2e
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
@@ -69,7 +67,9 @@ func kubectl(t *testing.T, c *cluster.Cluster, cache string, args ...string) (st
 // installed: schema errors, unknown fields, invalid names and CEL rule
 // violations all fail here.
 func TestDeployManifestsServerSideDryRun(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{NoCDI: true})
+	c := cluster.Start(t, cluster.Options{ControlPlaneOnly: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	cache := t.TempDir()
 	run := func(args ...string) string {
 		t.Helper()
@@ -88,15 +88,17 @@ func TestDeployManifestsServerSideDryRun(t *testing.T) {
 		"crd/linstorclusters.piraeus.io", "crd/grafanadashboards.grafana.integreatly.org")
 	// The namespaces the manifests name (the CSI controller's, for
 	// LINSTOR and for the generic example), for real: a dry run into a
-	// missing namespace is refused.
-	for _, ns := range []string{"cozy-linstor", "csi-system"} {
-		run("create", "namespace", ns)
+	// missing namespace is refused. The harness makes cozy-linstor itself.
+	for _, ns := range []string{cluster.NamespaceCSI, "csi-system"} {
+		if err := c.CreateNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	dryRun := []string{"--dry-run=server", "--validate=strict"}
-	for _, dir := range []string{"rbac", "monitoring", "generic", "generic/monitoring"} {
-		out := run(append([]string{"apply", "--server-side", "-k", filepath.Join(deployDir, dir)}, dryRun...)...)
-		t.Logf("deploy/%s:\n%s", dir, out)
+	for _, dir := range append(kustomizations(t), rootVariant(t)) {
+		out := run(append([]string{"apply", "--server-side", "-k", dir}, dryRun...)...)
+		t.Logf("%s:\n%s", dir, out)
 	}
 
 	// The LinstorCluster patch, as docs/install.md applies it: onto an
@@ -109,12 +111,72 @@ func TestDeployManifestsServerSideDryRun(t *testing.T) {
 	out = run(append([]string{"apply", "--server-side", "-f", filepath.Join(deployDir, "linstor/linstorcluster-patch.yaml")}, dryRun...)...)
 	t.Logf("deploy/linstor (apply):\n%s", out)
 
+	// Dry runs persist nothing: no sidecar in the LinstorCluster, no role.
+	if out := run("get", "linstorcluster", "linstorcluster", "-o", "jsonpath={.spec}"); strings.Contains(out, "csiController") {
+		t.Errorf("a dry run changed the LinstorCluster: spec %s", out)
+	}
+	if out, err := kubectl(t, c, cache, "get", "clusterrole", "csi-clone-sidecar"); err == nil {
+		t.Errorf("a dry run created the ClusterRole:\n%s", out)
+	}
+
 	// The check can fail: a misspelt field in a ServiceMonitor is refused.
 	bad := writeTemp(t, "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: typo\n  namespace: cozy-linstor\n"+
 		"spec:\n  selector: {}\n  endpoints:\n    - port: clone-metrics\n      honourLabels: true\n")
 	if out, err := kubectl(t, c, cache, append([]string{"apply", "--server-side", "-f", bad}, dryRun...)...); err == nil {
 		t.Errorf("a ServiceMonitor with an unknown field passed the dry run:\n%s", out)
 	}
+}
+
+// applied are deploy/'s kustomizations the dry run applies; params is a
+// resource of generic and generic/monitoring, sidecar and root are
+// components (root through rootVariant).
+var applied = []string{"rbac", "monitoring", "generic", "generic/monitoring"}
+
+// kustomizations returns the applied directories, failing if deploy/ holds
+// a kustomization this test does not know about: a new manifest must not
+// escape the dry run.
+func kustomizations(t *testing.T) []string {
+	t.Helper()
+	known := append([]string{"generic/params", "generic/sidecar", "generic/root"}, applied...)
+	err := filepath.WalkDir(deployDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.Name() != "kustomization.yaml" {
+			return err
+		}
+		rel, _ := filepath.Rel(deployDir, filepath.Dir(path))
+		if !slices.Contains(known, rel) {
+			t.Errorf("deploy/%s is a kustomization this dry run does not apply; add it to applied", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, d := range applied {
+		dirs = append(dirs, filepath.Join(deployDir, d))
+	}
+	return dirs
+}
+
+// rootVariant is deploy/generic with its optional root component enabled,
+// as docs/install.md describes, in a kustomization of its own.
+func rootVariant(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	generic, err := filepath.Abs(filepath.Join(deployDir, "generic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, generic) // kustomize refuses absolute paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n",
+		rel, filepath.Join(rel, "root"))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func writeTemp(t *testing.T, content string) string {
