@@ -262,6 +262,21 @@ func (c *Cluster) start(name string, env []string, bin string, args ...string) (
 	return p, nil
 }
 
+// StartComponent starts one more process as part of the stack, e.g. a
+// Prometheus that scrapes the sidecar: its output goes to
+// Dir/logs/<name>.log, Failed reports its death, and teardown stops it (and
+// its process group) before what was started earlier.
+func (c *Cluster) StartComponent(name, bin string, args ...string) error {
+	c.mu.Lock()
+	_, dup := c.procs[name]
+	c.mu.Unlock()
+	if dup {
+		return fmt.Errorf("a component named %s is already running", name)
+	}
+	_, err := c.start(name, nil, bin, args...)
+	return err
+}
+
 // onStop registers a cleanup run after every process has stopped.
 func (c *Cluster) onStop(fn func() error) {
 	c.mu.Lock()
