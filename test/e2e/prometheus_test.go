@@ -67,6 +67,43 @@ func TestDashboardPanelsHaveDataInPrometheus(t *testing.T) {
 	// gives up on it, and the dashboard and alerts must show that.
 	sendNonHTTP2(t, c.SidecarSocket)
 
+	disks := oneDiskOfEachKind(t, ctx, c)
+	// Prometheus has the final state once it has scraped every verdict; a
+	// rate window later, the last changes are inside every window.
+	prom.waitFor(t, ctx, `count(count by (verdict) (csi_clone_worker_disks{job="csi-clone-sidecar"}))`, float64(disks))
+	prom.waitFor(t, ctx, fmt.Sprintf(`timestamp(up{job="csi-clone-sidecar"}) > bool %s`, unix(time.Now().Add(rateInterval()))), 1)
+
+	d := loadDashboard(t)
+	end := time.Now()
+	for _, choice := range []string{"All", "first"} {
+		d.checkPanels(t, prom, choice, start, end)
+	}
+	d.checkAbandonedShown(t, prom, start, end)
+	prom.checkAlerts(t, []string{"CSICloneClassMismatch", "CSICloneHostAssisted", "CSICloneTapAbandonedConnections"})
+}
+
+// sendNonHTTP2 connects to the relay like a CSI client would, but speaks
+// HTTP/1.1.
+func sendNonHTTP2(t *testing.T, socket string) {
+	t.Helper()
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: csi\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	_, _ = conn.Read(buf) // whatever the driver answers, or its hang-up
+}
+
+// oneDiskOfEachKind imports a golden and makes a CSI clone of it, a
+// host-assisted copy and an HTTP import, and waits for their verdicts; it
+// returns how many verdicts that is.
+func oneDiskOfEachKind(t *testing.T, ctx context.Context, c *cluster.Cluster) int {
+	t.Helper()
 	golden := cluster.GoldenName(promFlavor, talosVersion)
 	if _, err := c.CreateGolden(ctx, cluster.Golden{SchematicID: promFlavor, Version: talosVersion, StorageClass: "replicated"}); err != nil {
 		t.Fatal(err)
@@ -91,56 +128,47 @@ func TestDashboardPanelsHaveDataInPrometheus(t *testing.T) {
 	for name, verdict := range disks {
 		waitPVCVerdict(t, ctx, c, promTenant, name, verdict)
 	}
-	// Prometheus has the final state once it has scraped every verdict; a
-	// rate window later, the last changes are inside every window.
-	prom.waitFor(t, ctx, `count(count by (verdict) (csi_clone_worker_disks{job="csi-clone-sidecar"}))`, float64(len(disks)))
-	prom.waitFor(t, ctx, fmt.Sprintf(`timestamp(up{job="csi-clone-sidecar"}) > bool %s`, unix(time.Now().Add(rateInterval()))), 1)
-
-	d := loadDashboard(t)
-	end := time.Now()
-	for _, choice := range []string{"All", "first"} {
-		vals := d.resolveVariables(t, prom, choice, start, end)
-		t.Logf("variables (%s): %v", choice, vals)
-		for _, p := range d.Panels {
-			for _, tg := range p.Targets {
-				expr := substitute(tg.Expr, vals, end.Sub(start))
-				if err := prom.hasData(tg.instant(), expr, start, end); err != nil {
-					t.Errorf("panel %q query %s (variables %s): %v\n  %s", p.Title, tg.RefID, choice, err, expr)
-				}
-			}
-		}
-	}
-	// The one abandoned connection is on the Tap health panel, as a count
-	// above zero, although its series appeared already counting it.
-	vals := d.resolveVariables(t, prom, "All", start, end)
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			if strings.Contains(tg.Expr, "csi_clone_tap_connections_abandoned_total") {
-				expr := fmt.Sprintf("max(%s) > 0", substitute(tg.Expr, vals, end.Sub(start)))
-				if err := prom.hasData(tg.instant(), expr, start, end); err != nil {
-					t.Errorf("panel %q query %s never shows the abandoned connection: %v\n  %s", p.Title, tg.RefID, err, expr)
-				}
-			}
-		}
-	}
-	prom.checkAlerts(t, []string{"CSICloneClassMismatch", "CSICloneHostAssisted", "CSICloneTapAbandonedConnections"})
+	return len(disks)
 }
 
-// sendNonHTTP2 connects to the relay like a CSI client would, but speaks
-// HTTP/1.1.
-func sendNonHTTP2(t *testing.T, socket string) {
+// checkPanels evaluates every panel query with the variables chosen as
+// choice ("All" or "first"): each must return data.
+func (d grafanaDashboard) checkPanels(t *testing.T, prom *prometheus, choice string, start, end time.Time) {
 	t.Helper()
-	conn, err := net.Dial("unix", socket)
-	if err != nil {
-		t.Fatal(err)
+	vals := d.resolveVariables(t, prom, choice, start, end)
+	t.Logf("variables (%s): %v", choice, vals)
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			expr := substitute(tg.Expr, vals, end.Sub(start))
+			if err := prom.hasData(tg.instant(), expr, start, end); err != nil {
+				t.Errorf("panel %q query %s (variables %s): %v\n  %s", p.Title, tg.RefID, choice, err, expr)
+			}
+		}
 	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: csi\r\n\r\n")); err != nil {
-		t.Fatal(err)
+}
+
+// checkAbandonedShown: the one abandoned connection is on the panel that
+// queries the counter, as a count above zero, although its series appeared
+// already counting it.
+func (d grafanaDashboard) checkAbandonedShown(t *testing.T, prom *prometheus, start, end time.Time) {
+	t.Helper()
+	vals := d.resolveVariables(t, prom, "All", start, end)
+	shown := false
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if !strings.Contains(tg.Expr, "csi_clone_tap_connections_abandoned_total") {
+				continue
+			}
+			shown = true
+			expr := fmt.Sprintf("max(%s) > 0", substitute(tg.Expr, vals, end.Sub(start)))
+			if err := prom.hasData(tg.instant(), expr, start, end); err != nil {
+				t.Errorf("panel %q query %s never shows the abandoned connection: %v\n  %s", p.Title, tg.RefID, err, expr)
+			}
+		}
 	}
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 512)
-	_, _ = conn.Read(buf) // whatever the driver answers, or its hang-up
+	if !shown {
+		t.Error("no panel queries csi_clone_tap_connections_abandoned_total")
+	}
 }
 
 // createFactoryImport creates a worker disk of a pool that does not use the
