@@ -3,9 +3,8 @@ package sidecar
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"sync"
-
-	"k8s.io/klog/v2"
 )
 
 // Observers fans one observation out to several observers, in order.
@@ -34,6 +33,6 @@ func (j *JSONLines) Observe(o Observation) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if err := j.enc.Encode(o); err != nil {
-		klog.ErrorS(err, "Failed to write an observation to the observations log")
+		slog.Error("Failed to write an observation to the observations log", "err", err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package sidecar is the data path of csi-clone-sidecar: a byte-for-byte relay
 // between the kubernetes-csi sidecars and the CSI driver's socket, plus a passive
-// tap that decodes a copy of the traffic into Observations. It imports nothing
-// from Kubernetes; whoever wants the observations implements Observer.
+// tap that decodes the traffic into Observations. It imports nothing from
+// Kubernetes (it logs through log/slog, which the binary routes to klog);
+// whoever wants the observations implements Observer.
 package sidecar
 
 import (

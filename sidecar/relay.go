@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // Config describes one relay: where the CSI sidecars connect, where the
@@ -180,7 +179,7 @@ func (r *Relay) handle(client *net.UnixConn) {
 	if err != nil {
 		// The client would have got "connection refused" from the driver's
 		// socket; closing its connection is the nearest equivalent.
-		klog.V(2).InfoS("Driver unreachable, closing client connection", "driver", r.cfg.DriverPath, "err", err)
+		slog.Debug("Driver unreachable, closing client connection", "driver", r.cfg.DriverPath, "err", err)
 		return
 	}
 	driver := d.(*net.UnixConn)

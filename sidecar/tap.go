@@ -2,12 +2,12 @@ package sidecar
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"k8s.io/klog/v2"
 )
 
 // Recorder receives what the tap measures, for metrics. Every method must be
@@ -81,7 +81,7 @@ func (t *Tap) deliver() {
 func (t *Tap) safeObserve(o Observation) {
 	defer func() {
 		if p := recover(); p != nil {
-			klog.ErrorS(fmt.Errorf("%v", p), "Observer panicked; observation lost", "method", o.Method, "stack", string(debug.Stack()))
+			slog.Error("Observer panicked; observation lost", "err", fmt.Errorf("%v", p), "method", o.Method, "stack", string(debug.Stack()))
 			t.recorder.ObservationDropped()
 		}
 	}()

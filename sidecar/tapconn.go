@@ -3,6 +3,7 @@ package sidecar
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"sync"
@@ -11,7 +12,6 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
-	"k8s.io/klog/v2"
 )
 
 const (
@@ -100,7 +100,7 @@ func (tc *TapConn) abandon(reason string, err error) {
 	if tc.abandoned.Swap(true) {
 		return
 	}
-	klog.InfoS("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
+	slog.Info("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
 	tc.tap.recorder.ConnectionAbandoned(reason)
 }
 
@@ -214,7 +214,7 @@ func (tc *TapConn) publish(c *call) error {
 			if errors.Is(err, errCompressed) {
 				return err
 			}
-			klog.V(2).InfoS("Tap could not decode a call; publishing it without fields", "method", c.method, "err", err)
+			slog.Debug("Tap could not decode a call; publishing it without fields", "method", c.method, "err", err)
 		}
 	}
 	tc.tap.publish(o)

@@ -9,12 +9,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
 	"google.golang.org/grpc"
@@ -73,6 +75,8 @@ func runSidecar(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The data path logs through log/slog; send it to klog with the rest.
+	slog.SetDefault(slog.New(logr.ToSlogHandler(klog.Background())))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return serve(ctx, opts, cfg, mode)
