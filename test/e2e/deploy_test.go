@@ -20,9 +20,9 @@ import (
 // this package's directory (go test runs in it).
 const (
 	deployDir = "../../deploy"
-	// The LinstorCluster and GrafanaDashboard CRDs as published upstream;
-	// CI lays shared/ beside the checkout.
-	sharedCRDs = "../../../shared/reference/crds"
+	// The LinstorCluster and GrafanaDashboard CRDs as published upstream,
+	// kept as test data (see its README).
+	sharedCRDs = "testdata/crds"
 )
 
 // deployCRDs are the CRDs of the operators deploy/ targets.
@@ -39,7 +39,7 @@ func deployCRDs(t *testing.T) []string {
 	for _, f := range []string{"piraeus.io_linstorclusters.yaml", "grafana.integreatly.org_grafanadashboards.yaml"} {
 		p := filepath.Join(sharedCRDs, f)
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("upstream CRD %s: %v (shared/ must be beside the checkout)", f, err)
+			t.Fatalf("upstream CRD %s: %v", f, err)
 		}
 		files = append(files, p)
 	}
