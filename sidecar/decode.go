@@ -59,106 +59,87 @@ func decodeCall(o *Observation, req, resp []byte) error {
 type decoder func(o *Observation, req, resp []byte) error
 
 var decoders = map[string]decoder{
-	MethodCreateVolume:           decodeCreateVolume,
-	MethodDeleteVolume:           decodeDeleteVolume,
-	MethodControllerExpandVolume: decodeExpandVolume,
-	MethodCreateSnapshot:         decodeCreateSnapshot,
-	MethodDeleteSnapshot:         decodeDeleteSnapshot,
+	MethodCreateVolume:           decodeAs(fillCreateVolume),
+	MethodDeleteVolume:           decodeAs(fillDeleteVolume),
+	MethodControllerExpandVolume: decodeAs(fillExpandVolume),
+	MethodCreateSnapshot:         decodeAs(fillCreateSnapshot),
+	MethodDeleteSnapshot:         decodeAs(fillDeleteSnapshot),
 }
 
-// decodePair unmarshals the request and, when present, the response.
-func decodePair(reqBytes, respBytes []byte, req, resp proto.Message) (hasResp bool, err error) {
-	if err := unmarshal.Unmarshal(reqBytes, req); err != nil {
-		return false, fmt.Errorf("request: %w", err)
-	}
-	if respBytes == nil {
-		return false, nil
-	}
-	if err := unmarshal.Unmarshal(respBytes, resp); err != nil {
-		return false, fmt.Errorf("response: %w", err)
-	}
-	return true, nil
+// message is a pointer to a generated protobuf struct.
+type message[T any] interface {
+	*T
+	proto.Message
 }
 
-func decodeCreateVolume(o *Observation, reqBytes, respBytes []byte) error {
-	var req csi.CreateVolumeRequest
-	var resp csi.CreateVolumeResponse
-	hasResp, err := decodePair(reqBytes, respBytes, &req, &resp)
-	req.Secrets = nil
-	if err != nil {
-		return err
+// decodeAs builds the decoder of one method: it unmarshals the request and,
+// when the call has one, the response (nil otherwise), and lets fill copy
+// out the promised fields. The messages, secrets included, die with it.
+func decodeAs[Req, Resp any, PReq message[Req], PResp message[Resp]](fill func(*Observation, PReq, PResp)) decoder {
+	return func(o *Observation, reqBytes, respBytes []byte) error {
+		req := PReq(new(Req))
+		if err := unmarshal.Unmarshal(reqBytes, req); err != nil {
+			return fmt.Errorf("request: %w", err)
+		}
+		var resp PResp
+		if respBytes != nil {
+			resp = PResp(new(Resp))
+			if err := unmarshal.Unmarshal(respBytes, resp); err != nil {
+				return fmt.Errorf("response: %w", err)
+			}
+		}
+		fill(o, req, resp)
+		return nil
 	}
+}
+
+func fillCapacity(r *Request, c *csi.CapacityRange) {
+	r.RequiredBytes, r.LimitBytes = c.GetRequiredBytes(), c.GetLimitBytes()
+}
+
+func fillCreateVolume(o *Observation, req *csi.CreateVolumeRequest, resp *csi.CreateVolumeResponse) {
 	o.Request.Name = req.GetName()
 	o.Request.Parameters = maps.Clone(req.GetParameters())
-	o.Request.RequiredBytes = req.GetCapacityRange().GetRequiredBytes()
-	o.Request.LimitBytes = req.GetCapacityRange().GetLimitBytes()
+	fillCapacity(&o.Request, req.GetCapacityRange())
 	o.Request.SourceVolumeID = req.GetVolumeContentSource().GetVolume().GetVolumeId()
 	o.Request.SourceSnapshotID = req.GetVolumeContentSource().GetSnapshot().GetSnapshotId()
 	for _, c := range req.GetVolumeCapabilities() {
 		o.Request.Block = o.Request.Block || c.GetBlock() != nil
 	}
-	if hasResp {
+	if resp != nil {
 		v := resp.GetVolume()
-		o.Response.VolumeID = v.GetVolumeId()
-		o.Response.CapacityBytes = v.GetCapacityBytes()
+		o.Response.VolumeID, o.Response.CapacityBytes = v.GetVolumeId(), v.GetCapacityBytes()
 		o.Response.SourceVolumeID = v.GetContentSource().GetVolume().GetVolumeId()
 		o.Response.SourceSnapshotID = v.GetContentSource().GetSnapshot().GetSnapshotId()
 	}
-	return nil
 }
 
-func decodeDeleteVolume(o *Observation, reqBytes, respBytes []byte) error {
-	var req csi.DeleteVolumeRequest
-	_, err := decodePair(reqBytes, respBytes, &req, &csi.DeleteVolumeResponse{})
-	req.Secrets = nil
+func fillDeleteVolume(o *Observation, req *csi.DeleteVolumeRequest, _ *csi.DeleteVolumeResponse) {
 	o.Request.VolumeID = req.GetVolumeId()
-	return err
 }
 
-func decodeExpandVolume(o *Observation, reqBytes, respBytes []byte) error {
-	var req csi.ControllerExpandVolumeRequest
-	var resp csi.ControllerExpandVolumeResponse
-	hasResp, err := decodePair(reqBytes, respBytes, &req, &resp)
-	req.Secrets = nil
-	if err != nil {
-		return err
-	}
+func fillExpandVolume(o *Observation, req *csi.ControllerExpandVolumeRequest, resp *csi.ControllerExpandVolumeResponse) {
 	o.Request.VolumeID = req.GetVolumeId()
-	o.Request.RequiredBytes = req.GetCapacityRange().GetRequiredBytes()
-	o.Request.LimitBytes = req.GetCapacityRange().GetLimitBytes()
+	fillCapacity(&o.Request, req.GetCapacityRange())
 	o.Request.Block = req.GetVolumeCapability().GetBlock() != nil
-	if hasResp {
+	if resp != nil {
 		o.Response.VolumeID = req.GetVolumeId()
 		o.Response.CapacityBytes = resp.GetCapacityBytes()
 		o.Response.NodeExpansionRequired = resp.GetNodeExpansionRequired()
 	}
-	return nil
 }
 
-func decodeCreateSnapshot(o *Observation, reqBytes, respBytes []byte) error {
-	var req csi.CreateSnapshotRequest
-	var resp csi.CreateSnapshotResponse
-	hasResp, err := decodePair(reqBytes, respBytes, &req, &resp)
-	req.Secrets = nil
-	if err != nil {
-		return err
-	}
+func fillCreateSnapshot(o *Observation, req *csi.CreateSnapshotRequest, resp *csi.CreateSnapshotResponse) {
 	o.Request.Name = req.GetName()
 	o.Request.Parameters = maps.Clone(req.GetParameters())
 	o.Request.SourceVolumeID = req.GetSourceVolumeId()
-	if hasResp {
+	if resp != nil {
 		s := resp.GetSnapshot()
-		o.Response.SnapshotID = s.GetSnapshotId()
-		o.Response.SnapshotSizeBytes = s.GetSizeBytes()
+		o.Response.SnapshotID, o.Response.SnapshotSizeBytes = s.GetSnapshotId(), s.GetSizeBytes()
 		o.Response.SourceVolumeID = s.GetSourceVolumeId()
 	}
-	return nil
 }
 
-func decodeDeleteSnapshot(o *Observation, reqBytes, respBytes []byte) error {
-	var req csi.DeleteSnapshotRequest
-	_, err := decodePair(reqBytes, respBytes, &req, &csi.DeleteSnapshotResponse{})
-	req.Secrets = nil
+func fillDeleteSnapshot(o *Observation, req *csi.DeleteSnapshotRequest, _ *csi.DeleteSnapshotResponse) {
 	o.Request.SnapshotID = req.GetSnapshotId()
-	return err
 }
