@@ -69,7 +69,7 @@ func (c *Cluster) CreateGolden(ctx context.Context, g Golden) (*cdiv1.DataVolume
 			Storage: blockStorage(g.StorageClass, g.Size),
 		},
 	}
-	return c.createDV(ctx, dv)
+	return c.CreateDataVolume(ctx, dv)
 }
 
 // Worker describes one worker disk DataVolume of an opted-in pool.
@@ -108,7 +108,7 @@ func (c *Cluster) CreateWorkerDisk(ctx context.Context, w Worker) (*cdiv1.DataVo
 			Storage: blockStorage(w.StorageClass, w.Size),
 		},
 	}
-	return c.createDV(ctx, dv)
+	return c.CreateDataVolume(ctx, dv)
 }
 
 // CloneToken signs a CDI clone token for cloning PVC srcNS/srcName into
@@ -147,7 +147,10 @@ func blockStorage(class, size string) *cdiv1.StorageSpec {
 	return s
 }
 
-func (c *Cluster) createDV(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, error) {
+// CreateDataVolume creates dv as it is (no token, no defaults beyond its
+// kind): CDI has no typed clientset, so this is the one way in for tests.
+func (c *Cluster) CreateDataVolume(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, error) {
+	dv.APIVersion, dv.Kind = "cdi.kubevirt.io/v1beta1", "DataVolume"
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
 	if err != nil {
 		return nil, err

@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -155,15 +153,8 @@ func createHTTPDisk(ctx context.Context, c *cluster.Cluster, p pool, name string
 			Storage: storage,
 		},
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
-	if err != nil {
-		return err
-	}
-	_, err = c.Dynamic.Resource(cluster.DataVolumeGVR).Namespace(p.namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create DataVolume %s/%s: %w", p.namespace, name, err)
-	}
-	return nil
+	_, err := c.CreateDataVolume(ctx, dv)
+	return err
 }
 
 // errIncomplete marks a run whose disks or metrics never settled: the demo

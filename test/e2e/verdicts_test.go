@@ -16,8 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -377,11 +375,7 @@ func createHTTPWorker(t *testing.T, ctx context.Context, c *cluster.Cluster, nam
 				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")}}},
 		},
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(verdictTenant).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CreateDataVolume(ctx, dv); err != nil {
 		t.Fatal(err)
 	}
 }
