@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
 // Metrics implements sidecar.Recorder and owns the registries served on the
@@ -47,6 +49,11 @@ func New() *Metrics {
 		}),
 	}
 	m.registry.MustRegister(m.tapped, m.abandoned, m.dropped)
+	// Every reason is exported from the start, at zero, so a rate or an
+	// increase() sees the first abandonment rather than a series being born.
+	for _, reason := range sidecar.AbandonReasons {
+		m.abandoned.WithLabelValues(reason)
+	}
 	return m
 }
 

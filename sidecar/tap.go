@@ -35,6 +35,10 @@ const (
 	AbandonPanic       = "panic"
 )
 
+// AbandonReasons lists every reason, so a metric can show each at zero
+// before the first time it happens.
+var AbandonReasons = []string{AbandonNotHTTP2, AbandonFraming, AbandonCompression, AbandonOversized, AbandonPanic}
+
 // Tap turns relayed bytes into Observations. Each direction is parsed by its
 // relay goroutine right after forwarding, only ever as far as the complete
 // frames go, so the relay never waits for the tap; observations reach the
