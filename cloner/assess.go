@@ -13,6 +13,9 @@ type evaluation struct {
 	assessments []assessment
 	// malformed adds unreadable annotations to the inventory's unreadable objects.
 	malformed []malformedObject
+	// recheckAt is the earliest time a verdict may change with no object
+	// changing; zero when none will.
+	recheckAt time.Time
 }
 
 // evaluate judges every worker disk of the inventory.
@@ -23,7 +26,11 @@ func evaluate(inv *inventory, cfg Config, now time.Time) *evaluation {
 			ev.assessments = append(ev.assessments, judgeHTTP(d, inv.goldenForFlavor(d.Flavor)))
 			continue
 		}
-		ev.assessments = append(ev.assessments, judge(ev.factsOf(d), cfg, now, inv.snapshotOf))
+		a := judge(ev.factsOf(d), cfg, now, inv.snapshotOf)
+		if !a.recheckAt.IsZero() && (ev.recheckAt.IsZero() || a.recheckAt.Before(ev.recheckAt)) {
+			ev.recheckAt = a.recheckAt
+		}
+		ev.assessments = append(ev.assessments, a)
 	}
 	return ev
 }

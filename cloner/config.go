@@ -33,6 +33,12 @@ type Config struct {
 	// processed (--evidence-queue).
 	EvidenceTTL   time.Duration
 	EvidenceQueue int
+	// EvidenceGrace is how long a finished disk whose PV carries no tap
+	// evidence waits for it before it is judged from CDI's annotations
+	// (--evidence-grace): the replica that saw the CreateVolume writes the
+	// evidence a moment after the PV appears, and a verdict that said "no
+	// sidecar watched" in that moment would be wrong.
+	EvidenceGrace time.Duration
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
 }
@@ -45,6 +51,7 @@ const (
 	DefaultLedgerName      = "csi-clone-sidecar-ledger"
 	DefaultEvidenceTTL     = 15 * time.Minute
 	DefaultEvidenceQueue   = 4096
+	DefaultEvidenceGrace   = 30 * time.Second
 )
 
 // DefaultConfig returns a Config with every default filled in; LedgerNamespace
@@ -57,6 +64,7 @@ func DefaultConfig() Config {
 		LedgerName:      DefaultLedgerName,
 		EvidenceTTL:     DefaultEvidenceTTL,
 		EvidenceQueue:   DefaultEvidenceQueue,
+		EvidenceGrace:   DefaultEvidenceGrace,
 	}
 }
 
@@ -81,6 +89,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be positive, got %s", d.flag, d.v)
 		}
+	}
+	if c.EvidenceGrace < 0 {
+		return fmt.Errorf("--evidence-grace must not be negative, got %s", c.EvidenceGrace)
 	}
 	if c.FactoryImageBytes < 0 {
 		return fmt.Errorf("--factory-image-bytes must not be negative, got %d", c.FactoryImageBytes)

@@ -56,6 +56,7 @@ type Controller struct {
 	snap      *Snapshot
 	malformed *malformedTracker
 	emitted   map[string]bool // event keys emitted by this process
+	recheckAt time.Time       // see evaluation.recheckAt
 }
 
 // New validates the configuration and builds a Controller; nothing runs

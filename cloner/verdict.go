@@ -93,6 +93,9 @@ type assessment struct {
 	// duration is first CreateVolume to then.
 	duration time.Duration
 	timed    bool
+	// recheckAt, when set, is when the verdict may change with no object
+	// changing (the evidence grace ends).
+	recheckAt time.Time
 }
 
 // diskFacts is everything one verdict is decided from.
@@ -122,6 +125,13 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 	switch {
 	case d.Failed():
 		r.Verdict, r.Message = VerdictFailed, "CDI marked the DataVolume Failed: "+orNone(d.FailMessage)
+	case d.Finished() && f.pv != nil && f.tap == nil && now.Before(evidenceDue(f.pv, cfg)):
+		// The tap's evidence lands on the PV a moment after the PV appears;
+		// judging from CDI's annotations before then would claim that no
+		// sidecar watched.
+		r.Message = "volume " + f.pv.Name + " made; waiting for the tap's evidence on it until " +
+			evidenceDue(f.pv, cfg).UTC().Format(time.RFC3339)
+		a.recheckAt = evidenceDue(f.pv, cfg)
 	case d.Finished() && f.pv != nil:
 		judgeMechanism(r, f, snapshotOf)
 		a.duration, a.timed = cloneDuration(r, f)
@@ -138,6 +148,12 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 	}
 	r.Findings = findings(r, f, snapshotOf)
 	return a
+}
+
+// evidenceDue is when a PV's tap evidence, if any replica saw its
+// CreateVolume, has had time to be written.
+func evidenceDue(pv *corev1.PersistentVolume, cfg Config) time.Time {
+	return pv.CreationTimestamp.Add(cfg.EvidenceGrace)
 }
 
 // cloneRequestedAt is when CDI could start the clone: the later of the

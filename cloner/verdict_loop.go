@@ -38,6 +38,7 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 			return nil
 		case <-c.wake:
 		case <-t.C:
+		case <-c.recheckTimer():
 		}
 	}
 }
@@ -52,6 +53,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	inv := buildInventory(c.objectsFromCaches(), c.cfg.GoldenNamespace)
 	ev := evaluate(inv, c.cfg, c.cfg.now())
+	c.mu.Lock()
+	c.recheckAt = ev.recheckAt
+	c.mu.Unlock()
 	var firstErr error
 	keep := func(err error) {
 		if err != nil && firstErr == nil {
@@ -72,6 +76,18 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	c.setSnapshot(snap)
 	return firstErr
+}
+
+// recheckTimer fires when the last pass said a verdict may change with no
+// object changing (an evidence grace ending); nil, never firing, otherwise.
+func (c *Controller) recheckTimer() <-chan time.Time {
+	c.mu.Lock()
+	at := c.recheckAt
+	c.mu.Unlock()
+	if at.IsZero() {
+		return nil
+	}
+	return time.After(at.Sub(c.cfg.now()))
 }
 
 // publish persists one disk's record and emits a Warning for each bad

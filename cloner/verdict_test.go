@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -128,6 +129,39 @@ func TestWithoutTapTheVerdictComesFromCDIAndSaysSo(t *testing.T) {
 		if r := recs[name]; r.Verdict != v || r.Source != SourceCDI {
 			t.Errorf("%s: %s from %s, want %s from cdi-annotations", name, r.Verdict, r.Source, v)
 		}
+	}
+}
+
+// A finished disk whose PV is younger than --evidence-grace and carries no
+// evidence yet is pending, not "made while no sidecar watched": the replica
+// that saw its CreateVolume is about to write the evidence.
+func TestFreshVolumeWaitsForTheTapsEvidenceBeforeCDIIsBelieved(t *testing.T) {
+	var w world
+	g, gpv := w.golden(testSID, testVer)
+	made := t0.Add(time.Minute)
+	_, bare := w.cloned(w.worker("tenant-a", "bare", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	_, seen := w.cloned(w.worker("tenant-a", "seen", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi,
+		tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
+	bare.CreationTimestamp, seen.CreationTimestamp = metav1.NewTime(made), metav1.NewTime(made)
+	cfg := testConfig()
+
+	recs, ev := w.judgeAll(t, cfg, made.Add(cfg.EvidenceGrace/2))
+	if r := recs["bare"]; r.Verdict != VerdictPending || !strings.Contains(r.Message, "waiting for the tap's evidence") {
+		t.Fatalf("inside the grace: %s %q, want pending for the evidence", r.Verdict, r.Message)
+	}
+	if r := recs["seen"]; r.Verdict != VerdictCSIClone || r.Source != SourceCSITap {
+		t.Fatalf("evidence already there: %s from %s, want csi-clone from csi-tap", r.Verdict, r.Source)
+	}
+	if want := made.Add(cfg.EvidenceGrace); !ev.recheckAt.Equal(want) {
+		t.Fatalf("recheck at %s, want %s (the grace's end)", ev.recheckAt, want)
+	}
+
+	recs, ev = w.judgeAll(t, cfg, made.Add(cfg.EvidenceGrace))
+	if r := recs["bare"]; r.Verdict != VerdictCSIClone || r.Source != SourceCDI {
+		t.Fatalf("after the grace: %s from %s, want csi-clone from cdi-annotations", r.Verdict, r.Source)
+	}
+	if !ev.recheckAt.IsZero() {
+		t.Fatalf("nothing left to recheck, got %s", ev.recheckAt)
 	}
 }
 

@@ -28,13 +28,14 @@ func sidecarCmd(args ...string) *exec.Cmd {
 func TestBadFlagsExitWithOneLine(t *testing.T) {
 	dir := t.TempDir()
 	cases := map[string][]string{
-		"listen-address is required":     {},
-		"not an octal permission":        {"--listen-address=" + dir + "/s", "--listen-socket-mode=0999"},
-		"flag provided but not defined":  {"--no-such-flag"},
-		"--stuck-after must be positive": {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--stuck-after=0s"},
-		"POD_NAMESPACE is not set":       {"--listen-address=" + dir + "/s"},
-		"want table or json":             {"report", "-o", "yaml"},
-		"unexpected argument":            {"--listen-address=" + dir + "/s", "extra"},
+		"listen-address is required":            {},
+		"not an octal permission":               {"--listen-address=" + dir + "/s", "--listen-socket-mode=0999"},
+		"flag provided but not defined":         {"--no-such-flag"},
+		"--stuck-after must be positive":        {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--stuck-after=0s"},
+		"--evidence-grace must not be negative": {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--evidence-grace=-1s"},
+		"POD_NAMESPACE is not set":              {"--listen-address=" + dir + "/s"},
+		"want table or json":                    {"report", "-o", "yaml"},
+		"unexpected argument":                   {"--listen-address=" + dir + "/s", "extra"},
 	}
 	for want, args := range cases {
 		cmd := sidecarCmd(args...)
