@@ -10,18 +10,19 @@ TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/csi-clone-sidecar
 IMAGE       ?= ghcr.io/cozystack/csi-clone-sidecar:$(VERSION)
 FUZZTIME    ?= 20s
 E2E_RUN     ?= .
+BIN         ?= bin
 
 .PHONY: all build sidecar tools test unit fuzz e2e bench demo lint image clean
 
 all: build
 
-## build: the sidecar and the test driver into bin/
+## build: the sidecar and the test driver into $(BIN)/ (bin/)
 build: sidecar
-	$(GOBUILD) -o bin/csi-test-driver ./test/cmd/csi-test-driver
+	$(GOBUILD) -o $(BIN)/csi-test-driver ./test/cmd/csi-test-driver
 
 ## sidecar: only the sidecar binary (what the image ships)
 sidecar:
-	$(GOBUILD) -o bin/csi-clone-sidecar ./cmd/csi-clone-sidecar
+	$(GOBUILD) -o $(BIN)/csi-clone-sidecar ./cmd/csi-clone-sidecar
 
 ## tools: pinned Kubernetes, CSI sidecar and CDI binaries, built once into the cache
 tools:
