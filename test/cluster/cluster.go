@@ -215,6 +215,7 @@ func (c *Cluster) makeDir() error {
 		}
 		c.Dir, c.tempDir = d, true
 	}
+	noteStateDir(c.Dir)
 	c.logDir = filepath.Join(c.Dir, "logs")
 	return os.MkdirAll(c.logDir, 0o755)
 }

@@ -8,7 +8,34 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
+
+// stateDirs are the state directories clusters of this process made (also
+// under CSI_CLONE_E2E_DIR or Options.Dir), so that their sockets are seen
+// wherever they live.
+var stateDirs sync.Map
+
+func noteStateDir(dir string) {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	stateDirs.Store(dir+string(filepath.Separator), true)
+}
+
+// inStateDir reports whether path is in a known state directory or in one
+// named like the default (another test process's).
+func inStateDir(path string) bool {
+	if strings.Contains(path, "csi-clone-e2e") {
+		return true
+	}
+	found := false
+	stateDirs.Range(func(dir, _ any) bool {
+		found = strings.HasPrefix(path, dir.(string))
+		return !found
+	})
+	return found
+}
 
 // Resources is what a stack can leave behind on the machine: descendant
 // processes of this test process, mounts, loop devices and bound unix sockets
@@ -128,7 +155,7 @@ func loopDevices() []string {
 }
 
 // e2eSockets lists bound unix sockets (of this network namespace) whose path
-// is in an e2e state directory.
+// is in a state directory (inStateDir).
 func e2eSockets() ([]string, error) {
 	b, err := os.ReadFile("/proc/net/unix")
 	if err != nil {
@@ -137,7 +164,7 @@ func e2eSockets() ([]string, error) {
 	var out []string
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) >= 8 && strings.Contains(f[7], "csi-clone-e2e") {
+		if len(f) >= 8 && inStateDir(f[7]) {
 			out = append(out, f[7])
 		}
 	}

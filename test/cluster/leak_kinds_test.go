@@ -17,7 +17,9 @@ func TestLeakedSeesSocketMountAndLoop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounts and loop devices need root")
 	}
-	dir, err := os.MkdirTemp("", "csi-clone-e2e-leakcheck-")
+	// Named unlike the default state directory: a cluster's own directory
+	// (Options.Dir, CSI_CLONE_E2E_DIR) is watched wherever it is.
+	dir, err := os.MkdirTemp("", "leakcheck-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,6 +27,7 @@ func TestLeakedSeesSocketMountAndLoop(t *testing.T) {
 	if dir, err = filepath.EvalSymlinks(dir); err != nil {
 		t.Fatal(err)
 	}
+	noteStateDir(dir)
 	before, err := Snapshot()
 	if err != nil {
 		t.Fatal(err)
