@@ -110,8 +110,8 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 		t.Fatalf("verdict annotation %q", v)
 	}
 	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
-	if d := fc.ledger(t, cfg).Durations[VerdictCSIClone]; d == nil || d.Count != 1 || d.Sum != 4 {
-		t.Fatalf("duration %+v, want one observation of 4s (first CreateVolume to the expansion)", d)
+	if d := fc.ledger(t, cfg).Durations[VerdictCSIClone]; d == nil || d.Count != 1 || d.Sum != 60 {
+		t.Fatalf("duration %+v, want one observation of 60s (first CreateVolume at t0 to the DataVolume ready at t0+1m)", d)
 	}
 	if n := len(fc.warnings(t)); n != 0 {
 		t.Fatalf("%d warnings for a good clone", n)

@@ -29,6 +29,8 @@ type WorkerDisk struct {
 	Phase        string
 	RestartCount int32
 	Created      time.Time
+	// ReadySince is when CDI declared the disk ready (zero until then).
+	ReadySince time.Time
 	// FailMessage is CDI's message when the DataVolume failed.
 	FailMessage    string
 	RequestedBytes int64
@@ -90,6 +92,7 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 		Pool:  dv.Annotations[AnnPool],
 		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
 		Created:        dv.CreationTimestamp.Time,
+		ReadySince:     readySince(dv),
 		RequestedBytes: requestedBytes(dv),
 		RequestedClass: requestedClass(dv),
 		ContentType:    string(dv.Spec.ContentType),

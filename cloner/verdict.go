@@ -89,8 +89,8 @@ type assessment struct {
 	disk   *WorkerDisk
 	golden *Golden
 	record *Record
-	// finalAt is when the disk reached its final capacity (csi-tap only);
-	// duration is first CreateVolume to then.
+	// duration is first CreateVolume to the disk being ready (csi-tap
+	// only, see cloneDuration).
 	duration time.Duration
 	timed    bool
 	// recheckAt, when set, is when the verdict may change with no object
@@ -248,14 +248,20 @@ func snapshotSource(ev *VolumeEvidence, snapshotOf map[string]string) string {
 	return snapshotOf[ev.SourceSnapshot]
 }
 
-// cloneDuration is first CreateVolume to final capacity, known only when the
+// cloneDuration is first CreateVolume to the disk being ready (CDI's Ready
+// condition, or the final capacity if that came later), known only when the
 // tap saw the CreateVolume.
 func cloneDuration(r *Record, f diskFacts) (time.Duration, bool) {
 	if f.tap == nil || f.tap.FirstAttempt.IsZero() {
 		return 0, false
 	}
-	_, at := f.tap.finalCapacity()
-	d := at.Sub(f.tap.FirstAttempt)
+	// Until the disk is usable: a host-assisted copy's blank volume has its
+	// final size at once, the copy by pods comes after it.
+	_, end := f.tap.finalCapacity()
+	if f.disk.ReadySince.After(end) {
+		end = f.disk.ReadySince
+	}
+	d := end.Sub(f.tap.FirstAttempt)
 	if d < 0 {
 		return 0, false
 	}

@@ -29,8 +29,10 @@ func TestCSICloneWithResizeIsCSIClone(t *testing.T) {
 	if r.ContentSource != "volume:"+gpv.Spec.CSI.VolumeHandle || r.CapacityBytes != 20*gi {
 		t.Fatalf("record %+v", r)
 	}
-	if a := ev.assessments[0]; !a.timed || a.duration != 5*time.Second {
-		t.Fatalf("duration %v timed %v, want 5s from first CreateVolume to the expansion", a.duration, a.timed)
+	// cloned() makes the DataVolume ready at t0+1m; the tap saw the first
+	// CreateVolume at t0 and the expansion at t0+5s.
+	if a := ev.assessments[0]; !a.timed || a.duration != time.Minute {
+		t.Fatalf("duration %v timed %v, want 1m from first CreateVolume to the disk being ready", a.duration, a.timed)
 	}
 }
 
@@ -104,8 +106,13 @@ func TestBlankVolumeIsHostAssistedWithCDIsReason(t *testing.T) {
 	ev := tapClone("", 20*gi, 20*gi)
 	pvc, _ := w.cloned(dv, testClass, "copy", 20*gi, ev)
 	pvc.Annotations[AnnCDIFallbackReason] = "target storage class does not allow volume expansion"
-	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	recs, evn := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["d"]
+	// The blank volume had its final size at once (t0+2s); the copy by pods
+	// lasted until the DataVolume was ready (t0+1m), and that is the clone.
+	if a := evn.assessments[0]; !a.timed || a.duration != time.Minute {
+		t.Fatalf("duration %v timed %v, want 1m: a host-assisted clone lasts until the copy is done", a.duration, a.timed)
+	}
 	if r.Verdict != VerdictHostAssisted || r.ContentSource != "none" {
 		t.Fatalf("got %s (%s)", r.Verdict, r.ContentSource)
 	}

@@ -43,7 +43,7 @@ var (
 		"Worker disks with a bad verdict or finding, per namespace, pool, flavor and reason; a series exists only while its reason is present.",
 		[]string{"namespace", "pool", "schematic_id", "version", "reason"}, nil)
 	descDuration = prometheus.NewDesc("csi_clone_duration_seconds",
-		"Seconds from a worker disk's first CreateVolume to its final capacity, as the tap saw them; observed once per disk (ledger ConfigMap).",
+		"Seconds from a worker disk's first CreateVolume (as the tap saw it) to the disk being ready (its DataVolume's Ready condition, or its final capacity if later); observed once per disk (ledger ConfigMap).",
 		[]string{"verdict"}, nil)
 	descMalformed = prometheus.NewDesc("csi_clone_malformed_objects_total",
 		"Objects the verdict engine could not read and skipped (distinct object versions seen by this leader process), by kind.",
