@@ -98,57 +98,70 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := resource.MustParse(diskSize)
-	image := c.Factory.Image(goodSchematic, talosVersion)
 	for name, pool := range workers {
-		pvc, pv, err := c.WaitPVCBound(ctx, tenantNS, name, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := pvc.Status.Capacity[corev1.ResourceStorage]; got.Cmp(want) != 0 {
-			t.Errorf("%s: bound at %s, want %s", name, got.String(), diskSize)
-		}
-		handle := pv.Spec.CSI.VolumeHandle
-		if err := holdsImage(c.VolumeFile(handle), image); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-		create, ok := findCall(obs, sidecar.MethodCreateVolume, func(o sidecar.Observation) bool { return o.Response.VolumeID == handle })
-		if !ok {
-			t.Errorf("%s: no successful CreateVolume of its volume %s observed", name, handle)
-			continue
-		}
-		cloneType := pvc.Annotations["cdi.kubevirt.io/cloneType"]
-		if pool == poolCopy {
-			if cloneType != "copy" {
-				t.Errorf("%s: cloneType %q, want copy (host-assisted)", name, cloneType)
-			}
-			if create.Request.SourceVolumeID != "" || create.Request.SourceSnapshotID != "" {
-				t.Errorf("%s: copied disk's volume was created from %q/%q, want blank", name, create.Request.SourceVolumeID, create.Request.SourceSnapshotID)
-			}
-			continue
-		}
-		if cloneType != cluster.StrategyCSIClone {
-			t.Errorf("%s: cloneType %q, want csi-clone", name, cloneType)
-		}
-		if create.Request.SourceVolumeID != goldenHandle {
-			t.Errorf("%s: volume %s created from %q, want the golden's volume %s", name, handle, create.Request.SourceVolumeID, goldenHandle)
-		}
-		if _, ok := findCall(obs, sidecar.MethodControllerExpandVolume, func(o sidecar.Observation) bool {
-			return o.Request.VolumeID == handle && o.Request.RequiredBytes == want.Value()
-		}); !ok {
-			t.Errorf("%s: no successful ControllerExpandVolume of %s to %s observed", name, handle, diskSize)
-		}
+		checkSmokeDisk(t, ctx, c, obs, name, pool, goldenHandle)
 	}
 	if n := c.Factory.Fetches(goodSchematic, talosVersion); n != 1 {
 		t.Errorf("golden image fetched %d times from the Factory, want 1", n)
 	}
 
-	// The failing golden: CDI retries a connection error for ever (only a
-	// checksum mismatch is fatal), so it must be retrying, never Succeeded.
-	// A restarted importer is Running again with an empty message until its
-	// next 404, so wait for a retry that shows the 404.
+	checkFailingGoldens(t, ctx, c)
+}
+
+// checkSmokeDisk: a disk of the clone pool holds the image at its size, was
+// created from the golden's volume and then expanded, as CDI recorded; a
+// disk of the copy pool was created blank and copied.
+func checkSmokeDisk(t *testing.T, ctx context.Context, c *cluster.Cluster, obs []sidecar.Observation, name, pool, goldenHandle string) {
+	t.Helper()
+	want := resource.MustParse(diskSize)
+	pvc, pv, err := c.WaitPVCBound(ctx, tenantNS, name, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pvc.Status.Capacity[corev1.ResourceStorage]; got.Cmp(want) != 0 {
+		t.Errorf("%s: bound at %s, want %s", name, got.String(), diskSize)
+	}
+	handle := pv.Spec.CSI.VolumeHandle
+	if err := holdsImage(c.VolumeFile(handle), c.Factory.Image(goodSchematic, talosVersion)); err != nil {
+		t.Errorf("%s: %v", name, err)
+	}
+	create, ok := findCall(obs, sidecar.MethodCreateVolume, func(o sidecar.Observation) bool { return o.Response.VolumeID == handle })
+	if !ok {
+		t.Errorf("%s: no successful CreateVolume of its volume %s observed", name, handle)
+		return
+	}
+	cloneType := pvc.Annotations["cdi.kubevirt.io/cloneType"]
+	if pool == poolCopy {
+		if cloneType != "copy" {
+			t.Errorf("%s: cloneType %q, want copy (host-assisted)", name, cloneType)
+		}
+		if create.Request.SourceVolumeID != "" || create.Request.SourceSnapshotID != "" {
+			t.Errorf("%s: copied disk's volume was created from %q/%q, want blank", name, create.Request.SourceVolumeID, create.Request.SourceSnapshotID)
+		}
+		return
+	}
+	if cloneType != cluster.StrategyCSIClone {
+		t.Errorf("%s: cloneType %q, want csi-clone", name, cloneType)
+	}
+	if create.Request.SourceVolumeID != goldenHandle {
+		t.Errorf("%s: volume %s created from %q, want the golden's volume %s", name, handle, create.Request.SourceVolumeID, goldenHandle)
+	}
+	if _, ok := findCall(obs, sidecar.MethodControllerExpandVolume, func(o sidecar.Observation) bool {
+		return o.Request.VolumeID == handle && o.Request.RequiredBytes == want.Value()
+	}); !ok {
+		t.Errorf("%s: no successful ControllerExpandVolume of %s to %s observed", name, handle, diskSize)
+	}
+}
+
+// checkFailingGoldens: a golden whose Factory answers 404 is retried, never
+// Succeeded; one whose checksum is wrong is Failed.
+func checkFailingGoldens(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	// CDI retries a connection error for ever (only a checksum mismatch is
+	// fatal). A restarted importer is Running again with an empty message
+	// until its next 404, so wait for a retry that shows the 404.
 	bad := cluster.GoldenName(badSchematic, talosVersion)
-	_, err = c.WaitDataVolume(ctx, cluster.NamespaceGolden, bad, time.Minute, func(dv *cdiv1.DataVolume) (bool, error) {
+	_, err := c.WaitDataVolume(ctx, cluster.NamespaceGolden, bad, time.Minute, func(dv *cdiv1.DataVolume) (bool, error) {
 		if dv.Status.Phase == cdiv1.Succeeded {
 			return false, fmt.Errorf("failing golden %s is Succeeded", bad)
 		}
@@ -157,8 +170,6 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("failing golden: %v", err)
 	}
-
-	// A checksum mismatch is the one import error CDI treats as fatal.
 	wrong := cluster.GoldenName(wrongSumSchema, talosVersion)
 	if _, err := c.WaitDataVolumePhase(ctx, cluster.NamespaceGolden, wrong, cdiv1.Failed, time.Minute); err != nil {
 		t.Error(err)
