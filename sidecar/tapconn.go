@@ -104,10 +104,33 @@ func (tc *TapConn) abandon(reason string, err error) {
 	tc.tap.recorder.ConnectionAbandoned(reason)
 }
 
-// onFrame applies one frame to the calls in flight and publishes the call it
-// completes, if any.
+// onFrame applies one DATA or RST_STREAM frame to the calls in flight and
+// publishes the call it completes, if any.
 func (tc *TapConn) onFrame(f http2.Frame, fromClient bool, at time.Time) error {
-	id := f.Header().StreamID
+	return tc.update(f.Header().StreamID, func(c *call) {
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			c.onData(f, fromClient)
+		case *http2.RSTStreamFrame:
+			c.onReset(f.ErrCode, fromClient, at)
+		}
+	})
+}
+
+// onHeaders applies one decoded header block, as onFrame does a frame.
+func (tc *TapConn) onHeaders(h *headerBlock, fromClient bool, at time.Time) error {
+	return tc.update(h.streamID, func(c *call) {
+		if fromClient {
+			c.onRequestHeaders(h, at)
+		} else {
+			c.onResponseHeaders(h, at)
+		}
+	})
+}
+
+// update applies apply to stream id's call and publishes the call if that
+// completed it.
+func (tc *TapConn) update(id uint32, apply func(*call)) error {
 	if id == 0 {
 		return nil
 	}
@@ -117,18 +140,7 @@ func (tc *TapConn) onFrame(f http2.Frame, fromClient bool, at time.Time) error {
 		c = &call{}
 		tc.calls[id] = c
 	}
-	switch f := f.(type) {
-	case *http2.MetaHeadersFrame:
-		if fromClient {
-			c.onRequestHeaders(f, at)
-		} else {
-			c.onResponseHeaders(f, at)
-		}
-	case *http2.DataFrame:
-		c.onData(f, fromClient)
-	case *http2.RSTStreamFrame:
-		c.onReset(f.ErrCode, fromClient, at)
-	}
+	apply(c)
 	done := c.complete()
 	if done {
 		delete(tc.calls, id)
@@ -140,32 +152,29 @@ func (tc *TapConn) onFrame(f http2.Frame, fromClient bool, at time.Time) error {
 	return tc.publish(c)
 }
 
-func (c *call) onRequestHeaders(f *http2.MetaHeadersFrame, at time.Time) {
-	c.method, c.start = f.PseudoValue("path"), at
-	for _, hf := range f.RegularFields() {
-		if hf.Name == "grpc-encoding" {
-			c.reqEnc = hf.Value
-		}
+func (c *call) onRequestHeaders(h *headerBlock, at time.Time) {
+	c.method, c.start = h.path, at
+	if h.encoding != "" {
+		c.reqEnc = h.encoding
 	}
-	c.requestDone = c.requestDone || f.StreamEnded()
+	c.requestDone = c.requestDone || h.endStream
 }
 
 // onResponseHeaders handles both the response headers and the trailers; the
 // status is known when grpc-status arrives (trailers, or a trailers-only reply).
-func (c *call) onResponseHeaders(f *http2.MetaHeadersFrame, at time.Time) {
-	for _, hf := range f.RegularFields() {
-		switch hf.Name {
-		case "grpc-status":
-			code, err := strconv.ParseUint(hf.Value, 10, 32)
-			if err != nil {
-				code = uint64(codes.Unknown)
-			}
-			c.code, c.statusKnown, c.end = codes.Code(code), true, at
-		case "grpc-message":
-			c.message = decodeGRPCMessage(hf.Value)
-		case "grpc-encoding":
-			c.respEnc = hf.Value
+func (c *call) onResponseHeaders(h *headerBlock, at time.Time) {
+	if h.hasStatus {
+		code, err := strconv.ParseUint(h.status, 10, 32)
+		if err != nil {
+			code = uint64(codes.Unknown)
 		}
+		c.code, c.statusKnown, c.end = codes.Code(code), true, at
+	}
+	if h.hasMessage {
+		c.message = decodeGRPCMessage(h.message)
+	}
+	if h.encoding != "" {
+		c.respEnc = h.encoding
 	}
 }
 

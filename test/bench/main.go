@@ -8,8 +8,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/metrics"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
@@ -29,11 +32,36 @@ func main() {
 	calls := flag.Int("calls", 2000, "sequential calls per latency round")
 	window := flag.Duration("window", time.Second, "length of each throughput round")
 	workers := flag.Int("workers", 16, "concurrent callers in throughput rounds")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all modes) to this file")
 	flag.Parse()
+	// The test driver logs every call; that is the same cost in every mode
+	// but it is noise, and a terminal makes it slow noise.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
 	if err := run(*rounds, *calls, *window, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 type mode struct {
