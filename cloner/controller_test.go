@@ -163,10 +163,8 @@ func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
 	web.Status.RestartCount = 2 // three fetches
 	late := w.worker("tenant-a", "d4", "p", g, 20*gi, ptrTo(testClass))
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Hour)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	cfg := configAt(t0.Add(time.Hour))
+	ctx := t.Context()
 	a, b := fc.controller(t, ctx, cfg), fc.controller(t, ctx, cfg)
 	for _, c := range []*Controller{a, b, a} { // two leaders overlapping
 		if err := c.Pass(ctx); err != nil {

@@ -1,7 +1,6 @@
 package cloner
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -26,10 +25,8 @@ func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
 	ghost.Namespace, ghost.Name = DefaultGoldenNamespace, goldenName("abc", "v1.0.0")
 	w.worker("tenant-a", "orphan", "p", ghost, 20*gi, ptrTo(testClass)) // no PVC: nothing to persist on
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Hour)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	cfg := configAt(t0.Add(time.Hour))
+	ctx := t.Context()
 	for restart := 0; restart < 2; restart++ {
 		c := fc.controller(t, ctx, cfg)
 		for pass := 0; pass < 3; pass++ {
@@ -68,8 +65,7 @@ func TestNewBadReasonWarnsAgain(t *testing.T) {
 	clk := newClock(t0.Add(time.Minute))
 	cfg := testConfig()
 	cfg.Now = clk.now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
@@ -95,8 +91,7 @@ func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
 	clk := newClock(t0.Add(time.Minute))
 	cfg := testConfig()
 	cfg.Now = clk.now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	replica := fc.controller(t, ctx, cfg) // not the leader: it only runs RunEvidence
 	go func() { _ = replica.RunEvidence(ctx) }()
 	for i := 0; i < 3; i++ {
@@ -141,10 +136,8 @@ func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
 		"spec":     map[string]any{"source": "oops", "storage": map[string]any{"resources": "lots"}},
 	}})
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Hour)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	cfg := configAt(t0.Add(time.Hour))
+	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	for i := 0; i < 2; i++ {
 		if err := c.Pass(ctx); err != nil {
@@ -170,8 +163,7 @@ func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
 	w.cloned(w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
 	fc := newFakeCluster(t, &w)
 	cfg := testConfig()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.LedgerName, Namespace: cfg.LedgerNamespace},
 		Data: map[string]string{ledgerKeyFlavors: "{"}}
 	if _, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
@@ -218,10 +210,8 @@ func TestEvidenceFromTwoReplicasMergesOnThePV(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Minute)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	cfg := configAt(t0.Add(time.Minute))
+	ctx := t.Context()
 	a, b := fc.controller(t, ctx, cfg), fc.controller(t, ctx, cfg)
 	go func() { _ = a.RunEvidence(ctx) }()
 	go func() { _ = b.RunEvidence(ctx) }()
@@ -256,10 +246,8 @@ func TestWarningWhoseMessageGainsDetailIsNotRepeated(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo("fast"))
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Minute)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	cfg := configAt(t0.Add(time.Minute))
+	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)

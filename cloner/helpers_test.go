@@ -190,6 +190,13 @@ func testConfig() Config {
 	return cfg
 }
 
+// configAt is testConfig with its clock stopped at at.
+func configAt(at time.Time) Config {
+	cfg := testConfig()
+	cfg.Now = newClock(at).now
+	return cfg
+}
+
 func reasonsOf(r *Record) map[string]bool {
 	out := map[string]bool{}
 	for _, x := range r.BadReasons() {

@@ -19,10 +19,8 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Minute)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	cfg := configAt(t0.Add(time.Minute))
+	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	leadCtx, lose := context.WithCancel(ctx)
 	done := make(chan error, 1)

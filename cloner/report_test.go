@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -30,26 +31,32 @@ func reportWorld() (*world, string) {
 	return &w, "hunter2"
 }
 
-func TestReportJSONMatchesTheCluster(t *testing.T) {
+// reportOf runs one verdict pass over reportWorld, then `report` with cfg
+// in format; it returns the output, the credential the world hides and the
+// cluster.
+func reportOf(t *testing.T, cfg Config, format string) (string, string, *fakeCluster) {
+	t.Helper()
 	w, secret := reportWorld()
 	fc := newFakeCluster(t, w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Hour)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil {
+	ctx := t.Context()
+	if err := fc.controller(t, ctx, configAt(t0.Add(time.Hour))).Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	reportCfg := DefaultConfig() // no ledger namespace: found by its label
-	if err := Report(ctx, fc.clients(), reportCfg, &out, "json"); err != nil {
+	if err := Report(ctx, fc.clients(), cfg, &out, format); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out.String(), secret) {
+	return out.String(), secret, fc
+}
+
+func TestReportJSONMatchesTheCluster(t *testing.T) {
+	// No ledger namespace: the report finds the ledger by its label.
+	out, secret, _ := reportOf(t, DefaultConfig(), "json")
+	if strings.Contains(out, secret) {
 		t.Fatal("the report printed a credential from a DataVolume URL")
 	}
 	var d ReportData
-	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatal(err)
 	}
 	if d.Ledger != "cozy-linstor/"+DefaultLedgerName || len(d.Flavors) != 2 {
@@ -77,26 +84,15 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 }
 
 func TestReportTableNamesBadDisksFixesAndSafeDeletes(t *testing.T) {
-	w, _ := reportWorld()
-	fc := newFakeCluster(t, w)
 	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Hour)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := Report(ctx, fc.clients(), cfg, &out, "table"); err != nil {
-		t.Fatal(err)
-	}
+	out, _, fc := reportOf(t, cfg, "table")
 	for _, want := range []string{"safe to delete", "tenant-a/md1-0", "host-assisted", Fix(ReasonHostAssisted),
 		"csi-clone=1", "http-import=1", "12Gi"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if err := Report(ctx, fc.clients(), cfg, &out, "yaml"); err == nil {
+	if err := Report(t.Context(), fc.clients(), cfg, io.Discard, "yaml"); err == nil {
 		t.Fatal("an unknown format must be refused")
 	}
 }

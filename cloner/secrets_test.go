@@ -2,7 +2,6 @@ package cloner
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"strings"
 	"sync"
@@ -52,10 +51,8 @@ func TestParametersNeverReachLogsOrObjects(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Hour)).now
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	cfg := configAt(t0.Add(time.Hour))
+	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	go func() { _ = c.RunEvidence(ctx) }()
 	secret := map[string]string{ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public",

@@ -129,9 +129,9 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 		// The tap's evidence lands on the PV a moment after the PV appears;
 		// judging from CDI's annotations before then would claim that no
 		// sidecar watched.
-		r.Message = "volume " + f.pv.Name + " made; waiting for the tap's evidence on it until " +
-			evidenceDue(f.pv, cfg).UTC().Format(time.RFC3339)
 		a.recheckAt = evidenceDue(f.pv, cfg)
+		r.Message = "volume " + f.pv.Name + " made; waiting for the tap's evidence on it until " +
+			a.recheckAt.UTC().Format(time.RFC3339)
 	case d.Finished() && f.pv != nil:
 		judgeMechanism(r, f, snapshotOf)
 		a.duration, a.timed = cloneDuration(r, f)

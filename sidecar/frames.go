@@ -35,7 +35,7 @@ type direction struct {
 	src        bytes.Reader
 	fr         *http2.Framer
 	// The framer's own header decoding (ReadMetaHeaders) keeps and checks
-	// every field; the tap needs four, so it decodes header blocks itself
+	// every field; the tap needs three, so it decodes header blocks itself
 	// into block, at a fraction of the cost.
 	hdec  *hpack.Decoder
 	block headerBlock
@@ -54,19 +54,17 @@ func newDirection(tc *TapConn, fromClient bool) *direction {
 type headerBlock struct {
 	streamID  uint32
 	endStream bool
-	// path is the request's :path (the gRPC method); encoding its
-	// grpc-encoding; status and message the reply's grpc-status and
-	// grpc-message, has* telling whether they were sent.
-	path, encoding, status, message string
-	hasStatus, hasMessage           bool
+	// path is the request's :path (the gRPC method); status and message
+	// the reply's grpc-status and grpc-message, has* telling whether they
+	// were sent. (Compression is seen in each message's own flag byte.)
+	path, status, message string
+	hasStatus, hasMessage bool
 }
 
 func (h *headerBlock) keep(f hpack.HeaderField) {
 	switch f.Name {
 	case ":path":
 		h.path = f.Value
-	case "grpc-encoding":
-		h.encoding = f.Value
 	case "grpc-status":
 		h.status, h.hasStatus = f.Value, true
 	case "grpc-message":

@@ -41,8 +41,6 @@ type TapConn struct {
 type call struct {
 	method      string
 	start, end  time.Time
-	reqEnc      string
-	respEnc     string
 	req, resp   []byte
 	tooLarge    bool
 	requestDone bool // the client sent END_STREAM
@@ -154,9 +152,6 @@ func (tc *TapConn) update(id uint32, apply func(*call)) error {
 
 func (c *call) onRequestHeaders(h *headerBlock, at time.Time) {
 	c.method, c.start = h.path, at
-	if h.encoding != "" {
-		c.reqEnc = h.encoding
-	}
 	c.requestDone = c.requestDone || h.endStream
 }
 
@@ -172,9 +167,6 @@ func (c *call) onResponseHeaders(h *headerBlock, at time.Time) {
 	}
 	if h.hasMessage {
 		c.message = decodeGRPCMessage(h.message)
-	}
-	if h.encoding != "" {
-		c.respEnc = h.encoding
 	}
 }
 
