@@ -5,7 +5,8 @@
 package metrics
 
 import (
-	"sync"
+	"fmt"
+	"regexp"
 	"time"
 
 	cmetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
@@ -25,8 +26,7 @@ type Metrics struct {
 	tapped    prometheus.Counter
 	abandoned *prometheus.CounterVec
 	dropped   prometheus.Counter
-
-	driverOnce sync.Once
+	undecoded *prometheus.CounterVec
 }
 
 // New returns metrics with the tap's counters registered. The driver name is
@@ -48,17 +48,35 @@ func New() *Metrics {
 			Help: "Decoded CSI calls lost because the queue to the verdict engine was full or it failed.",
 		}),
 	}
-	m.registry.MustRegister(m.tapped, m.abandoned, m.dropped)
+	m.undecoded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "csi_clone_tap_calls_undecoded_total",
+		Help: "Finished CSI calls of a method the tap decodes whose messages it could not decode (too large, compressed, malformed, truncated, over the shared buffer budget, too many at once), by reason; they reach no verdict.",
+	}, []string{"reason"})
+	m.registry.MustRegister(m.tapped, m.abandoned, m.dropped, m.undecoded)
 	// Every reason is exported from the start, at zero, so a rate or an
-	// increase() sees the first abandonment rather than a series being born.
+	// increase() sees the first occurrence rather than a series being born.
 	for _, reason := range sidecar.AbandonReasons {
 		m.abandoned.WithLabelValues(reason)
+	}
+	for _, reason := range sidecar.UndecodedReasons {
+		m.undecoded.WithLabelValues(reason)
 	}
 	return m
 }
 
-// SetDriverName labels every later operation with the driver's name.
-func (m *Metrics) SetDriverName(name string) { m.operations.SetDriverName(name) }
+// driverNameRule is the CSI spec's rule for a plugin name (GetPluginInfo):
+// at most 63 characters, alphanumerics with '-', '_' and '.' inside.
+var driverNameRule = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+// SetDriverName labels every later operation with the driver's name. A
+// name the spec does not allow is refused: it would become a label value.
+func (m *Metrics) SetDriverName(name string) error {
+	if !driverNameRule.MatchString(name) {
+		return fmt.Errorf("driver name %q is not a valid CSI plugin name; keeping the metrics' driver_name %q", name, "unknown-driver")
+	}
+	m.operations.SetDriverName(name)
+	return nil
+}
 
 // Register adds a collector (e.g. the verdict collectors) to the endpoint.
 func (m *Metrics) Register(c prometheus.Collector) error { return m.registry.Register(c) }
@@ -68,14 +86,23 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 	return prometheus.Gatherers{m.operations.GetRegistry(), m.registry}
 }
 
-// CallFinished implements sidecar.Recorder with the labels csi-lib-utils uses.
+// CallFinished implements sidecar.Recorder with the labels csi-lib-utils
+// uses. Both label values come from closed sets whatever a peer sent: the
+// CSI methods (else "unknown") and gRPC's codes (a code from outside the
+// spec's 0-16 becomes Unknown, as its name would be "Code(n)").
 func (m *Metrics) CallFinished(method string, code codes.Code, d time.Duration) {
 	var err error
+	if code > codes.Unauthenticated {
+		code = codes.Unknown
+	}
 	if code != codes.OK {
 		err = status.Error(code, "")
 	}
-	m.operations.RecordMetrics(method, err, d)
+	m.operations.RecordMetrics(sidecar.CanonicalMethod(method), err, d)
 }
+
+// CallUndecoded implements sidecar.Recorder.
+func (m *Metrics) CallUndecoded(reason string) { m.undecoded.WithLabelValues(reason).Inc() }
 
 // ConnectionTapped implements sidecar.Recorder.
 func (m *Metrics) ConnectionTapped() { m.tapped.Inc() }

@@ -1,145 +1,221 @@
 package sidecar
 
 import (
-	"encoding/binary"
-	"errors"
+	"bytes"
 	"fmt"
-	"maps"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// errCompressed marks a message the tap cannot read because gRPC compressed it.
-var errCompressed = errors.New("compressed gRPC message")
+// ClaimParameterPrefix is what the parameters an Observation keeps start
+// with: the external-provisioner's csi.storage.k8s.io/pvc/name and
+// .../pvc/namespace (--extra-create-metadata). The rest of a StorageClass's
+// parameters is never read, so never copied.
+const ClaimParameterPrefix = "csi.storage.k8s.io/pvc/"
 
-var unmarshal = proto.UnmarshalOptions{DiscardUnknown: true}
+// The tap decodes the few fields it promises straight from the wire with
+// protowire instead of unmarshalling whole messages: a request's parameters
+// map and secrets are skipped without a single allocation, so a CreateVolume
+// of 1 MiB costs a scan, not a million-byte object graph. Field numbers come
+// from the spec's descriptors, checked when the package loads.
 
-// firstMessage returns the first gRPC length-prefixed message of a stream's
-// bytes, or nil when there is none (e.g. a failed call has no response).
-func firstMessage(b []byte) ([]byte, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	if len(b) < 5 {
-		return nil, fmt.Errorf("truncated gRPC message prefix (%d bytes)", len(b))
-	}
-	if b[0] == 1 {
-		return nil, errCompressed
-	}
-	if b[0] != 0 {
-		return nil, fmt.Errorf("invalid gRPC compressed flag %d", b[0])
-	}
-	n := binary.BigEndian.Uint32(b[1:5])
-	if uint64(len(b)-5) < uint64(n) {
-		return nil, fmt.Errorf("gRPC message of %d bytes truncated at %d", n, len(b)-5)
-	}
-	return b[5 : 5+n], nil
-}
-
-// decodeCall fills o's Request and Response from the raw stream bytes of the
-// methods clones are made of. Requests are decoded into the spec's types and
-// only the listed fields are copied out, so secrets never leave this function.
+// decodeCall fills o's Request and Response from the first gRPC message of
+// each half of a call whose method the tap decodes (nil resp: no reply).
 func decodeCall(o *Observation, req, resp []byte) error {
 	dec, ok := decoders[o.Method]
 	if !ok {
 		return nil
 	}
-	reqMsg, err := firstMessage(req)
-	if err != nil {
+	if err := dec.request(o, req); err != nil {
 		return fmt.Errorf("request: %w", err)
 	}
-	respMsg, err := firstMessage(resp)
-	if err != nil {
-		return fmt.Errorf("response: %w", err)
-	}
-	return dec(o, reqMsg, respMsg)
-}
-
-type decoder func(o *Observation, req, resp []byte) error
-
-var decoders = map[string]decoder{
-	MethodCreateVolume:           decodeAs(fillCreateVolume),
-	MethodDeleteVolume:           decodeAs(fillDeleteVolume),
-	MethodControllerExpandVolume: decodeAs(fillExpandVolume),
-	MethodCreateSnapshot:         decodeAs(fillCreateSnapshot),
-	MethodDeleteSnapshot:         decodeAs(fillDeleteSnapshot),
-}
-
-// message is a pointer to a generated protobuf struct.
-type message[T any] interface {
-	*T
-	proto.Message
-}
-
-// decodeAs builds the decoder of one method: it unmarshals the request and,
-// when the call has one, the response (nil otherwise), and lets fill copy
-// out the promised fields. The messages, secrets included, die with it.
-func decodeAs[Req, Resp any, PReq message[Req], PResp message[Resp]](fill func(*Observation, PReq, PResp)) decoder {
-	return func(o *Observation, reqBytes, respBytes []byte) error {
-		req := PReq(new(Req))
-		if err := unmarshal.Unmarshal(reqBytes, req); err != nil {
-			return fmt.Errorf("request: %w", err)
-		}
-		var resp PResp
-		if respBytes != nil {
-			resp = PResp(new(Resp))
-			if err := unmarshal.Unmarshal(respBytes, resp); err != nil {
-				return fmt.Errorf("response: %w", err)
-			}
-		}
-		fill(o, req, resp)
+	if resp == nil {
 		return nil
 	}
-}
-
-func fillCapacity(r *Request, c *csi.CapacityRange) {
-	r.RequiredBytes, r.LimitBytes = c.GetRequiredBytes(), c.GetLimitBytes()
-}
-
-func fillCreateVolume(o *Observation, req *csi.CreateVolumeRequest, resp *csi.CreateVolumeResponse) {
-	o.Request.Name = req.GetName()
-	o.Request.Parameters = maps.Clone(req.GetParameters())
-	fillCapacity(&o.Request, req.GetCapacityRange())
-	o.Request.SourceVolumeID = req.GetVolumeContentSource().GetVolume().GetVolumeId()
-	o.Request.SourceSnapshotID = req.GetVolumeContentSource().GetSnapshot().GetSnapshotId()
-	for _, c := range req.GetVolumeCapabilities() {
-		o.Request.Block = o.Request.Block || c.GetBlock() != nil
+	if err := dec.response(o, resp); err != nil {
+		return fmt.Errorf("response: %w", err)
 	}
-	if resp != nil {
-		v := resp.GetVolume()
-		o.Response.VolumeID, o.Response.CapacityBytes = v.GetVolumeId(), v.GetCapacityBytes()
-		o.Response.SourceVolumeID = v.GetContentSource().GetVolume().GetVolumeId()
-		o.Response.SourceSnapshotID = v.GetContentSource().GetSnapshot().GetSnapshotId()
+	return nil
+}
+
+type decoder struct {
+	request, response func(o *Observation, b []byte) error
+}
+
+var decoders = map[string]decoder{
+	MethodCreateVolume:           {decodeCreateVolumeRequest, decodeCreateVolumeResponse},
+	MethodDeleteVolume:           {decodeDeleteVolumeRequest, skipMessage},
+	MethodControllerExpandVolume: {decodeExpandRequest, decodeExpandResponse},
+	MethodCreateSnapshot:         {decodeCreateSnapshotRequest, decodeCreateSnapshotResponse},
+	MethodDeleteSnapshot:         {decodeDeleteSnapshotRequest, skipMessage},
+}
+
+// decodes tells whether the tap decodes a method's messages (and so buffers them).
+func decodes(method string) bool {
+	_, ok := decoders[method]
+	return ok
+}
+
+// field is the number of a field of a spec message, by name.
+func field(m proto.Message, name string) protowire.Number {
+	f := m.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(name))
+	if f == nil {
+		panic(fmt.Sprintf("CSI spec: %s has no field %s", m.ProtoReflect().Descriptor().FullName(), name))
 	}
+	return f.Number()
 }
 
-func fillDeleteVolume(o *Observation, req *csi.DeleteVolumeRequest, _ *csi.DeleteVolumeResponse) {
-	o.Request.VolumeID = req.GetVolumeId()
+// wireField is one field of a message on the wire: b for length-delimited
+// fields, u for varints.
+type wireField struct {
+	num protowire.Number
+	typ protowire.Type
+	b   []byte
+	u   uint64
 }
 
-func fillExpandVolume(o *Observation, req *csi.ControllerExpandVolumeRequest, resp *csi.ControllerExpandVolumeResponse) {
-	o.Request.VolumeID = req.GetVolumeId()
-	fillCapacity(&o.Request, req.GetCapacityRange())
-	o.Request.Block = req.GetVolumeCapability().GetBlock() != nil
-	if resp != nil {
-		o.Response.VolumeID = req.GetVolumeId()
-		o.Response.CapacityBytes = resp.GetCapacityBytes()
-		o.Response.NodeExpansionRequired = resp.GetNodeExpansionRequired()
+// fields calls visit for each field of message b, in wire order; a later
+// occurrence of a field overrides an earlier one, as protobuf merges.
+func fields(b []byte, visit func(f wireField) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		f := wireField{num: num, typ: typ}
+		switch typ {
+		case protowire.BytesType:
+			f.b, n = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			f.u, n = protowire.ConsumeVarint(b)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if err := visit(f); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
-func fillCreateSnapshot(o *Observation, req *csi.CreateSnapshotRequest, resp *csi.CreateSnapshotResponse) {
-	o.Request.Name = req.GetName()
-	o.Request.Parameters = maps.Clone(req.GetParameters())
-	o.Request.SourceVolumeID = req.GetSourceVolumeId()
-	if resp != nil {
-		s := resp.GetSnapshot()
-		o.Response.SnapshotID, o.Response.SnapshotSizeBytes = s.GetSnapshotId(), s.GetSizeBytes()
-		o.Response.SourceVolumeID = s.GetSourceVolumeId()
+// text returns a length-delimited field as a string.
+func (f wireField) text() (string, error) {
+	if f.typ != protowire.BytesType {
+		return "", fmt.Errorf("field %d: wire type %d, want bytes", f.num, f.typ)
 	}
+	return string(f.b), nil
 }
 
-func fillDeleteSnapshot(o *Observation, req *csi.DeleteSnapshotRequest, _ *csi.DeleteSnapshotResponse) {
-	o.Request.SnapshotID = req.GetSnapshotId()
+// message returns an embedded message's bytes.
+func (f wireField) message() ([]byte, error) {
+	if f.typ != protowire.BytesType {
+		return nil, fmt.Errorf("field %d: wire type %d, want a message", f.num, f.typ)
+	}
+	return f.b, nil
+}
+
+// int returns a varint field as int64 (int64 and bool fields).
+func (f wireField) int() (int64, error) {
+	if f.typ != protowire.VarintType {
+		return 0, fmt.Errorf("field %d: wire type %d, want varint", f.num, f.typ)
+	}
+	return int64(f.u), nil
+}
+
+func skipMessage(*Observation, []byte) error { return nil }
+
+var (
+	capRequired = field(&csi.CapacityRange{}, "required_bytes")
+	capLimit    = field(&csi.CapacityRange{}, "limit_bytes")
+)
+
+// decodeCapacity merges a CapacityRange into r.
+func decodeCapacity(r *Request, b []byte) error {
+	return fields(b, func(f wireField) (err error) {
+		switch f.num {
+		case capRequired:
+			r.RequiredBytes, err = f.int()
+		case capLimit:
+			r.LimitBytes, err = f.int()
+		}
+		return err
+	})
+}
+
+var (
+	capabilityBlock = field(&csi.VolumeCapability{}, "block")
+	capabilityMount = field(&csi.VolumeCapability{}, "mount")
+)
+
+var (
+	entryKey   = protowire.Number(1) // map entries: key = 1, value = 2 (protobuf encoding spec)
+	entryValue = protowire.Number(2)
+	claimParam = []byte(ClaimParameterPrefix)
+)
+
+// decodeClaimParameter adds one parameters map entry to params when its key
+// names the claim; other entries are skipped without being copied.
+func decodeClaimParameter(params *map[string]string, b []byte) error {
+	var key, value []byte
+	err := fields(b, func(f wireField) error {
+		switch f.num {
+		case entryKey:
+			key = f.b
+		case entryValue:
+			value = f.b
+		}
+		return nil
+	})
+	if err != nil || !bytes.HasPrefix(key, claimParam) {
+		return err
+	}
+	if *params == nil {
+		*params = map[string]string{}
+	}
+	(*params)[string(key)] = string(value)
+	return nil
+}
+
+var (
+	sourceSnapshot = field(&csi.VolumeContentSource{}, "snapshot")
+	sourceVolume   = field(&csi.VolumeContentSource{}, "volume")
+	snapshotID     = field(&csi.VolumeContentSource_SnapshotSource{}, "snapshot_id")
+	volumeID       = field(&csi.VolumeContentSource_VolumeSource{}, "volume_id")
+)
+
+// decodeContentSource sets the volume or snapshot a VolumeContentSource names.
+func decodeContentSource(volume, snapshot *string, b []byte) error {
+	return fields(b, func(f wireField) error {
+		switch f.num {
+		case sourceSnapshot:
+			*volume = ""
+			return decodeOneString(snapshot, f, snapshotID)
+		case sourceVolume:
+			*snapshot = ""
+			return decodeOneString(volume, f, volumeID)
+		}
+		return nil
+	})
+}
+
+// decodeOneString reads field num of the embedded message in f into dst.
+func decodeOneString(dst *string, f wireField, num protowire.Number) error {
+	b, err := f.message()
+	if err != nil {
+		return err
+	}
+	return fields(b, func(g wireField) (err error) {
+		if g.num == num {
+			*dst, err = g.text()
+		}
+		return err
+	})
 }

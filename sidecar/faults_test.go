@@ -169,6 +169,7 @@ type abandonCounter struct {
 func (a *abandonCounter) CallFinished(string, codes.Code, time.Duration) {}
 func (a *abandonCounter) ConnectionTapped()                              {}
 func (a *abandonCounter) ObservationDropped()                            {}
+func (a *abandonCounter) CallUndecoded(string)                           {}
 func (a *abandonCounter) ConnectionAbandoned(r string) {
 	a.mu.Lock()
 	a.reasons = append(a.reasons, r)

@@ -5,21 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
-const (
-	frameHeaderLen = 9
-	// maxFrameBytes is the largest frame the tap follows. gRPC peers use
-	// 16 KiB frames unless told otherwise; a peer sending larger ones is
-	// relayed untapped rather than buffered without bound.
-	maxFrameBytes = 1 << 20
-	// maxHeaderBlockBytes bounds a HEADERS frame plus its CONTINUATIONs.
-	maxHeaderBlockBytes = 1 << 20
-)
+const frameHeaderLen = 9
 
 var errOversized = errors.New("frame or header block larger than the tap follows")
 
@@ -30,97 +22,49 @@ var errOversized = errors.New("frame or header block larger than the tap follows
 type direction struct {
 	conn       *TapConn
 	fromClient bool
-	preface    bool // still expecting the client's connection preface
-	buf        []byte
-	src        bytes.Reader
-	fr         *http2.Framer
-	// The framer's own header decoding (ReadMetaHeaders) keeps and checks
-	// every field; the tap needs three, so it decodes header blocks itself
-	// into block, at a fraction of the cost.
-	hdec  *hpack.Decoder
-	block headerBlock
+
+	// mu is held by Feed; abandon takes it (without waiting) to free the
+	// state of a direction that is not feeding.
+	mu       sync.Mutex
+	released bool
+	preface  bool // still expecting the client's connection preface
+	buf      []byte
+	src      bytes.Reader
+	fr       *http2.Framer
+	headers  *headerDecoder
+	// block assembles a header block split over CONTINUATION frames.
+	block       []byte
+	blockStream uint32
+	blockEnd    bool
 }
 
 func newDirection(tc *TapConn, fromClient bool) *direction {
 	d := &direction{conn: tc, fromClient: fromClient, preface: fromClient}
 	d.fr = http2.NewFramer(nil, &d.src)
 	d.fr.SetMaxReadFrameSize(maxFrameBytes)
-	d.hdec = hpack.NewDecoder(hpackTableBytes, d.block.keep)
-	d.hdec.SetMaxStringLength(maxHeaderBlockBytes)
+	d.headers = newHeaderDecoder()
 	return d
 }
 
-// headerBlock is what the tap keeps of one decoded header block.
-type headerBlock struct {
-	streamID  uint32
-	endStream bool
-	// path is the request's :path (the gRPC method); status and message
-	// the reply's grpc-status and grpc-message, has* telling whether they
-	// were sent. (Compression is seen in each message's own flag byte.)
-	path, status, message string
-	hasStatus, hasMessage bool
-}
-
-func (h *headerBlock) keep(f hpack.HeaderField) {
-	switch f.Name {
-	case ":path":
-		h.path = f.Value
-	case "grpc-status":
-		h.status, h.hasStatus = f.Value, true
-	case "grpc-message":
-		h.message, h.hasMessage = f.Value, true
-	}
-}
-
-// onFrame decodes header blocks here and hands every complete block and
-// every other frame to the connection. A failure names the abandon reason.
-func (d *direction) onFrame(f http2.Frame, at time.Time) (string, error) {
-	switch f := f.(type) {
-	case *http2.HeadersFrame:
-		d.block = headerBlock{streamID: f.StreamID, endStream: f.StreamEnded()}
-		return d.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded(), at)
-	case *http2.ContinuationFrame:
-		return d.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded(), at)
-	case *http2.PushPromiseFrame:
-		// gRPC never pushes; its header block would have to be decoded to
-		// keep the table in step, and nothing in it is a CSI call.
-		return AbandonFraming, errors.New("PUSH_PROMISE frame: not gRPC")
-	}
-	if err := d.conn.onFrame(f, d.fromClient, at); err != nil {
-		return AbandonCompression, err
-	}
-	return "", nil
-}
-
-// headerFragment decodes one fragment of a header block; the framer has
-// already checked that CONTINUATION frames follow their HEADERS.
-func (d *direction) headerFragment(p []byte, end bool, at time.Time) (string, error) {
-	if _, err := d.hdec.Write(p); err != nil {
-		return AbandonFraming, err
-	}
-	if !end {
-		return "", nil
-	}
-	if err := d.hdec.Close(); err != nil {
-		return AbandonFraming, err
-	}
-	if err := d.conn.onHeaders(&d.block, d.fromClient, at); err != nil {
-		return AbandonCompression, err
-	}
-	return "", nil
-}
-
 // Feed parses the complete frames now available; it keeps the rest for the
-// next call. Any trouble abandons the connection's tap, never the relay.
+// next call. Any trouble, a panic included, abandons the connection's tap,
+// never the relay.
 func (d *direction) Feed(p []byte, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.conn.abandoned.Load() {
+		d.release()
 		return
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			d.conn.abandon(AbandonPanic, fmt.Errorf("%v\n%s", r, debug.Stack()))
 		}
+		if d.conn.abandoned.Load() {
+			d.release()
+		}
 	}()
+	d.conn.sawBytes()
 	d.buf = append(d.buf, p...)
 	if d.preface && !d.consumePreface() {
 		return
@@ -128,9 +72,6 @@ func (d *direction) Feed(p []byte, at time.Time) {
 	n, err := completeFrames(d.buf)
 	if err != nil {
 		d.conn.abandon(AbandonOversized, err)
-		return
-	}
-	if n == 0 {
 		return
 	}
 	d.src.Reset(d.buf[:n])
@@ -145,7 +86,86 @@ func (d *direction) Feed(p []byte, at time.Time) {
 			return
 		}
 	}
+	d.compact(n)
+}
+
+// compact drops the n parsed bytes; an emptied buffer that grew for a large
+// frame is let go, so an idle connection holds little.
+func (d *direction) compact(n int) {
+	if n == len(d.buf) && cap(d.buf) > relayBufferBytes {
+		d.buf = nil
+		return
+	}
 	d.buf = append(d.buf[:0], d.buf[n:]...)
+}
+
+// release frees everything the direction holds; it follows nothing after.
+// The caller holds d.mu.
+func (d *direction) release() {
+	if d.released {
+		return
+	}
+	d.released = true
+	// headers itself stays: the other direction may still tell it a SETTINGS
+	// value (an atomic store); the decoder and its table go.
+	d.buf, d.block, d.fr, d.headers.dec = nil, nil, nil, nil
+	d.src.Reset(nil)
+}
+
+// onFrame decodes header blocks and hands every frame that matters to the
+// connection. A failure names the abandon reason.
+func (d *direction) onFrame(f http2.Frame, at time.Time) (string, error) {
+	switch f := f.(type) {
+	case *http2.HeadersFrame:
+		d.block, d.blockStream, d.blockEnd = d.block[:0], f.StreamID, f.StreamEnded()
+		return d.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded(), at)
+	case *http2.ContinuationFrame:
+		return d.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded(), at)
+	case *http2.PushPromiseFrame:
+		// gRPC never pushes; its header block would have to be decoded to
+		// keep the table in step, and nothing in it is a CSI call.
+		return AbandonFraming, errors.New("PUSH_PROMISE frame: not gRPC")
+	case *http2.SettingsFrame:
+		if v, ok := f.Value(http2.SettingHeaderTableSize); ok && !f.IsAck() {
+			d.conn.peerOf(d).headers.allow(v)
+		}
+	case *http2.DataFrame:
+		d.conn.onData(f.StreamID, f.Data(), f.StreamEnded(), d.fromClient, at)
+	case *http2.RSTStreamFrame:
+		d.conn.onReset(f.StreamID, f.ErrCode, d.fromClient, at)
+	case *http2.GoAwayFrame:
+		if !d.fromClient {
+			d.conn.onGoAway(f.LastStreamID)
+		}
+	}
+	return "", nil
+}
+
+// headerFragment collects one fragment of a header block and decodes the
+// block once it is whole; the framer has already checked that CONTINUATION
+// frames follow their HEADERS without anything in between.
+func (d *direction) headerFragment(p []byte, end bool, at time.Time) (string, error) {
+	if !end || len(d.block) > 0 {
+		d.block = append(d.block, p...)
+		p = d.block
+	}
+	if !end {
+		return "", nil
+	}
+	err := d.headers.decode(d.blockStream, d.blockEnd, p)
+	if cap(d.block) > relayBufferBytes {
+		d.block = nil
+	} else {
+		d.block = d.block[:0]
+	}
+	if errors.Is(err, errTableTooLarge) {
+		return AbandonOversized, err
+	}
+	if err != nil {
+		return AbandonFraming, err
+	}
+	d.conn.onHeaders(&d.headers.block, d.fromClient, at)
+	return "", nil
 }
 
 // consumePreface checks the client's HTTP/2 preface once it is complete.

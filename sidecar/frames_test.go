@@ -89,7 +89,7 @@ func TestHeaderBlocksAcrossContinuationsAndBadBlocks(t *testing.T) {
 		}),
 		frame(t, func(f *http2.Framer) error { return f.WriteContinuation(1, false, req[3:7]) }),
 		frame(t, func(f *http2.Framer) error { return f.WriteContinuation(1, true, req[7:]) }),
-		frame(t, func(f *http2.Framer) error { return f.WriteData(1, true, nil) }),
+		frame(t, func(f *http2.Framer) error { return f.WriteData(1, true, []byte{0, 0, 0, 0, 0}) }), // an empty request message
 	}, nil)
 	driver := frame(t, func(f *http2.Framer) error {
 		return f.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: trailers, EndHeaders: true, EndStream: true})

@@ -24,31 +24,49 @@ type Recorder interface {
 	// ObservationDropped records an observation lost because the queue to the
 	// Observer was full.
 	ObservationDropped()
+	// CallUndecoded records a finished call of a decoded method whose
+	// messages could not be decoded (reason is one of UndecodedReasons);
+	// it is not handed to the Observer.
+	CallUndecoded(reason string)
 }
 
 // Reasons a tap gives up on a connection. Bounded, used as metric labels.
 const (
-	AbandonNotHTTP2    = "not-http2"
-	AbandonFraming     = "framing"
-	AbandonCompression = "compression"
-	AbandonOversized   = "oversized"
-	AbandonPanic       = "panic"
+	AbandonNotHTTP2  = "not-http2"
+	AbandonFraming   = "framing"
+	AbandonOversized = "oversized"
+	AbandonPanic     = "panic"
 )
 
 // AbandonReasons lists every reason, so a metric can show each at zero
 // before the first time it happens.
-var AbandonReasons = []string{AbandonNotHTTP2, AbandonFraming, AbandonCompression, AbandonOversized, AbandonPanic}
+var AbandonReasons = []string{AbandonNotHTTP2, AbandonFraming, AbandonOversized, AbandonPanic}
 
 // Tap turns relayed bytes into Observations. Each direction is parsed by its
 // relay goroutine right after forwarding, only ever as far as the complete
-// frames go, so the relay never waits for the tap; observations reach the
-// Observer through a bounded queue served by a goroutine of its own.
+// frames go, so the relay never waits for the tap. Finished calls reach a
+// goroutine of the tap's own through a bounded queue; it decodes their
+// messages and hands them to the Observer, so neither a large message nor a
+// slow Observer holds up a relayed byte.
 type Tap struct {
 	observer Observer
 	recorder Recorder
-	queue    chan Observation
-	done     chan struct{}
-	closeMu  sync.Once
+	// buffers is false when nobody reads the decoded fields: then no
+	// message is kept at all.
+	buffers bool
+	budget  *budget
+	queue   chan pending
+	done    chan struct{}
+	closeMu sync.Once
+}
+
+// pending is a finished call on its way to the Observer, with the raw
+// messages still to decode (and the budget bytes they hold).
+type pending struct {
+	obs       Observation
+	decode    bool
+	req, resp []byte
+	held      int64
 }
 
 // NewTap returns a tap delivering to o (may be nil) and recording to r (may
@@ -60,7 +78,8 @@ func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 	if r == nil {
 		r = noRecorder{}
 	}
-	t := &Tap{observer: o, recorder: r, queue: make(chan Observation, queueSize), done: make(chan struct{})}
+	t := &Tap{observer: o, recorder: r, buffers: hasObserver(o), budget: newBudget(maxBufferedBytes),
+		queue: make(chan pending, queueSize), done: make(chan struct{})}
 	go t.deliver()
 	return t
 }
@@ -72,34 +91,59 @@ func (t *Tap) Close() {
 	<-t.done
 }
 
+func hasObserver(o Observer) bool {
+	if os, ok := o.(Observers); ok {
+		return len(os) > 0
+	}
+	return o != nil
+}
+
 func (t *Tap) deliver() {
 	defer close(t.done)
-	for o := range t.queue {
-		if t.observer != nil {
-			t.safeObserve(o)
-		}
+	for p := range t.queue {
+		t.handOver(p)
 	}
 }
 
-// safeObserve keeps a failing observer from taking the relay down with it.
-func (t *Tap) safeObserve(o Observation) {
-	defer func() {
-		if p := recover(); p != nil {
-			slog.Error("Observer panicked; observation lost", "err", fmt.Errorf("%v", p), "method", o.Method, "stack", string(debug.Stack()))
-			t.recorder.ObservationDropped()
-		}
-	}()
-	t.observer.Observe(o)
-}
-
-func (t *Tap) publish(o Observation) {
-	t.recorder.CallFinished(o.Method, o.Code, o.End.Sub(o.Start))
-	if t.observer == nil {
+// handOver decodes one call and gives it to the Observer.
+func (t *Tap) handOver(p pending) {
+	defer t.budget.give(p.held)
+	if p.decode && !t.safeDecode(&p) {
 		return
 	}
+	if t.observer != nil {
+		t.safeObserve(p.obs)
+	}
+}
+
+// safeDecode fills the observation's fields from the raw messages; a
+// failure, even a panic, loses that one observation, counted.
+func (t *Tap) safeDecode(p *pending) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			slog.Error("Tap panicked decoding a call; observation lost",
+				"err", fmt.Errorf("%v", r), "method", p.obs.Method, "stack", string(debug.Stack()))
+			t.recorder.CallUndecoded(UndecodedPanic)
+			ok = false
+		}
+	}()
+	err := decodeCall(&p.obs, p.req, p.resp)
+	p.req, p.resp = nil, nil // the raw request, secrets included, goes now
+	if err != nil {
+		slog.Debug("Tap could not decode a call", "method", p.obs.Method, "err", err)
+		t.recorder.CallUndecoded(UndecodedMalformed)
+		return false
+	}
+	return true
+}
+
+// enqueue queues a finished call for decoding, or drops it (counted) when
+// the queue is full: the relay never waits for the Observer.
+func (t *Tap) enqueue(p pending) {
 	select {
-	case t.queue <- o:
+	case t.queue <- p:
 	default:
+		t.budget.give(p.held)
 		t.recorder.ObservationDropped()
 	}
 }
@@ -110,3 +154,15 @@ func (noRecorder) CallFinished(string, codes.Code, time.Duration) {}
 func (noRecorder) ConnectionTapped()                              {}
 func (noRecorder) ConnectionAbandoned(string)                     {}
 func (noRecorder) ObservationDropped()                            {}
+func (noRecorder) CallUndecoded(string)                           {}
+
+// safeObserve keeps a failing observer from taking the tap down with it.
+func (t *Tap) safeObserve(o Observation) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Error("Observer panicked; observation lost", "err", fmt.Errorf("%v", p), "method", o.Method, "stack", string(debug.Stack()))
+			t.recorder.ObservationDropped()
+		}
+	}()
+	t.observer.Observe(o)
+}

@@ -1,11 +1,10 @@
 package sidecar
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
+	"math"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,53 +13,34 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-const (
-	// maxMessageBytes bounds what is buffered for one call's message; CSI
-	// controller messages are tiny, larger ones are relayed but not decoded.
-	maxMessageBytes = 4 << 20
-	// hpackTableBytes is deliberately larger than any table size a peer can
-	// negotiate by default: entries are indexed newest first, so a decoder
-	// with a larger table resolves every index the encoder can send.
-	hpackTableBytes = 1 << 20
-)
-
 // TapConn follows one relayed connection: one parser per direction, each
 // run by that direction's relay goroutine, sharing the calls in flight.
+//
+// Only the client's request headers open a call record. The driver's half
+// may get to a stream first (its goroutine can parse the reply before the
+// client's goroutine parsed the request), so it may open an early record, but
+// only for a stream the client can still open, and at most maxEarlyCalls of
+// them. Frames of finished or unknown streams, WINDOW_UPDATE and PRIORITY
+// never make or keep a record.
 type TapConn struct {
 	tap       *Tap
 	abandoned atomic.Bool
+	tapped    atomic.Bool
 	client    *direction
 	driver    *direction
 
-	mu    sync.Mutex
-	calls map[uint32]*call
-}
-
-// call is one gRPC stream. Its two halves are parsed by two goroutines that
-// may get to it in either order, so whichever half completes it publishes it.
-type call struct {
-	method      string
-	start, end  time.Time
-	req, resp   []byte
-	tooLarge    bool
-	requestDone bool // the client sent END_STREAM
-	reset       bool // either side reset the stream
-	statusKnown bool
-	code        codes.Code
-	message     string
-}
-
-// complete tells whether everything needed to publish the call is known.
-func (c *call) complete() bool {
-	return c.statusKnown && c.method != "" && (c.requestDone || c.reset)
+	mu         sync.Mutex
+	calls      map[uint32]*call
+	lastOpened uint32 // the highest stream the client opened
+	goAway     uint32 // streams above this the driver will not process
+	early      int    // records opened by the driver's half
 }
 
 // NewConn starts following a new relayed connection.
 func (t *Tap) NewConn() *TapConn {
-	tc := &TapConn{tap: t, calls: map[uint32]*call{}}
+	tc := &TapConn{tap: t, calls: map[uint32]*call{}, goAway: math.MaxUint32}
 	tc.client = newDirection(tc, true)
 	tc.driver = newDirection(tc, false)
-	t.recorder.ConnectionTapped()
 	return tc
 }
 
@@ -70,10 +50,27 @@ func (tc *TapConn) FromClient() byteSink { return tc.client }
 // FromDriver is the sink for bytes the driver sent to the client.
 func (tc *TapConn) FromDriver() byteSink { return tc.driver }
 
+// sawBytes counts the connection as tapped once bytes flow: a connection
+// closed without a byte (a health check's, say) was never a CSI client.
+func (tc *TapConn) sawBytes() {
+	if !tc.tapped.Load() && !tc.tapped.Swap(true) {
+		tc.tap.recorder.ConnectionTapped()
+	}
+}
+
+func (tc *TapConn) peerOf(d *direction) *direction {
+	if d == tc.client {
+		return tc.driver
+	}
+	return tc.client
+}
+
 // Close ends the connection's parsing; both sinks must no longer be fed.
 // Calls still open when a connection ends are reported as Unavailable:
 // that is what the client got.
 func (tc *TapConn) Close() {
+	defer tc.release()
+	defer tc.recoverInto("close")
 	if tc.abandoned.Load() {
 		return
 	}
@@ -83,149 +80,244 @@ func (tc *TapConn) Close() {
 	tc.mu.Unlock()
 	now := time.Now()
 	for _, c := range open {
-		if c.method == "" {
-			continue // only a stray response half: nothing to report
+		if c.method == "" || c.refused {
+			c.free(tc.tap.budget)
+			continue
 		}
 		if !c.statusKnown {
-			c.code, c.message, c.end = codes.Unavailable, "connection closed before the call finished", now
+			c.setStatus(codes.Unavailable, now)
+			c.message = "connection closed before the call finished"
 		}
 		tc.publish(c)
 	}
 }
 
-// abandon stops following the connection for good; the relay is unaffected.
+// recoverInto turns a panic in tap work outside Feed into an abandoned tap.
+func (tc *TapConn) recoverInto(what string) {
+	if r := recover(); r != nil {
+		tc.abandon(AbandonPanic, fmt.Errorf("%s: %v\n%s", what, r, debug.Stack()))
+	}
+}
+
+// release frees both directions' state once neither is feeding.
+func (tc *TapConn) release() {
+	for _, d := range []*direction{tc.client, tc.driver} {
+		d.mu.Lock()
+		d.release()
+		d.mu.Unlock()
+	}
+}
+
+// abandon stops following the connection for good, and lets go at once of
+// everything it held: call records with their buffered messages (requests'
+// secrets included), frame buffers and header tables. The relay is
+// unaffected.
 func (tc *TapConn) abandon(reason string, err error) {
 	if tc.abandoned.Swap(true) {
 		return
 	}
 	slog.Info("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
 	tc.tap.recorder.ConnectionAbandoned(reason)
-}
-
-// onFrame applies one DATA or RST_STREAM frame to the calls in flight and
-// publishes the call it completes, if any.
-func (tc *TapConn) onFrame(f http2.Frame, fromClient bool, at time.Time) error {
-	return tc.update(f.Header().StreamID, func(c *call) {
-		switch f := f.(type) {
-		case *http2.DataFrame:
-			c.onData(f, fromClient)
-		case *http2.RSTStreamFrame:
-			c.onReset(f.ErrCode, fromClient, at)
+	tc.mu.Lock()
+	for _, c := range tc.calls {
+		c.free(tc.tap.budget)
+	}
+	tc.calls = nil
+	tc.mu.Unlock()
+	// A direction that is feeding right now frees itself when it returns.
+	for _, d := range []*direction{tc.client, tc.driver} {
+		if d.mu.TryLock() {
+			d.release()
+			d.mu.Unlock()
 		}
-	})
+	}
 }
 
-// onHeaders applies one decoded header block, as onFrame does a frame.
-func (tc *TapConn) onHeaders(h *headerBlock, fromClient bool, at time.Time) error {
-	return tc.update(h.streamID, func(c *call) {
+// onHeaders applies one decoded header block.
+func (tc *TapConn) onHeaders(h *headerBlock, fromClient bool, at time.Time) {
+	tc.update(h.streamID, func() *call {
 		if fromClient {
-			c.onRequestHeaders(h, at)
-		} else {
+			return tc.openCall(h, at)
+		}
+		c := tc.driverCall(h.streamID)
+		if c != nil {
 			c.onResponseHeaders(h, at)
 		}
+		return c
 	})
 }
 
-// update applies apply to stream id's call and publishes the call if that
-// completed it.
-func (tc *TapConn) update(id uint32, apply func(*call)) error {
-	if id == 0 {
-		return nil
+// update runs apply on the calls in flight under tc.mu (unlocked however
+// apply ends: a panic must not leave it held) and publishes the call apply
+// returns if that completed it.
+func (tc *TapConn) update(id uint32, apply func() *call) {
+	if c := tc.completed(id, apply); c != nil {
+		tc.publish(c)
 	}
+}
+
+func (tc *TapConn) completed(id uint32, apply func() *call) *call {
 	tc.mu.Lock()
-	c := tc.calls[id]
-	if c == nil {
-		c = &call{}
-		tc.calls[id] = c
-	}
-	apply(c)
-	done := c.complete()
-	if done {
-		delete(tc.calls, id)
-	}
-	tc.mu.Unlock()
-	if !done {
+	defer tc.mu.Unlock()
+	if tc.calls == nil { // abandoned meanwhile by the other direction
 		return nil
 	}
-	return tc.publish(c)
+	c := apply()
+	if c == nil || !c.complete() {
+		return nil
+	}
+	delete(tc.calls, id)
+	return c
 }
 
-func (c *call) onRequestHeaders(h *headerBlock, at time.Time) {
-	c.method, c.start = h.path, at
-	c.requestDone = c.requestDone || h.endStream
-}
-
-// onResponseHeaders handles both the response headers and the trailers; the
-// status is known when grpc-status arrives (trailers, or a trailers-only reply).
-func (c *call) onResponseHeaders(h *headerBlock, at time.Time) {
-	if h.hasStatus {
-		code, err := strconv.ParseUint(h.status, 10, 32)
-		if err != nil {
-			code = uint64(codes.Unknown)
+// openCall applies request headers: a new stream opens a record (or
+// completes the driver's early one).
+func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
+	id := h.streamID
+	c := tc.calls[id]
+	if c != nil && c.method != "" { // gRPC clients send no trailers; only END_STREAM matters
+		c.requestDone = c.requestDone || h.endStream
+		return c
+	}
+	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway {
+		return nil // not a client stream, finished, or refused by the GOAWAY
+	}
+	tc.lastOpened = id
+	tc.dropSkippedEarly(id)
+	if c == nil {
+		if len(tc.calls) >= maxCallsPerConn {
+			tc.tap.recorder.CallUndecoded(UndecodedStreams)
+			return nil
 		}
-		c.code, c.statusKnown, c.end = codes.Code(code), true, at
+		c = &call{buffer: tc.tap.buffers}
+		tc.calls[id] = c
+	} else {
+		tc.early--
 	}
-	if h.hasMessage {
-		c.message = decodeGRPCMessage(h.message)
-	}
+	c.open(h, at, tc.tap.budget)
+	return c
 }
 
-func (c *call) onData(f *http2.DataFrame, fromClient bool) {
-	dst := &c.resp
-	if fromClient {
-		dst = &c.req
-		c.requestDone = c.requestDone || f.StreamEnded()
-	}
-	data := f.Data()
-	if len(*dst)+len(data) > maxMessageBytes {
-		c.tooLarge = true
+// dropSkippedEarly forgets early records of streams below id the client
+// never opened: stream IDs only grow, so it never will.
+func (tc *TapConn) dropSkippedEarly(id uint32) {
+	if tc.early == 0 {
 		return
 	}
-	*dst = append(*dst, data...)
+	for sid, c := range tc.calls {
+		if c.early && sid < id {
+			c.free(tc.tap.budget)
+			delete(tc.calls, sid)
+			tc.early--
+		}
+	}
 }
 
-// onReset ends the call with the code grpc-go reports to a caller whose
-// stream was reset, unless the status had already arrived.
-func (c *call) onReset(ec http2.ErrCode, fromClient bool, at time.Time) {
-	c.reset = true
-	if c.statusKnown {
-		return
+// driverCall returns the record a driver frame of stream id applies to,
+// opening an early one when the client may not have been parsed yet.
+func (tc *TapConn) driverCall(id uint32) *call {
+	if c := tc.calls[id]; c != nil {
+		return c
 	}
-	code, who := codes.Internal, "driver"
-	if fromClient {
-		who = "client"
+	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway ||
+		tc.early >= maxEarlyCalls || len(tc.calls) >= maxCallsPerConn {
+		return nil
 	}
-	switch ec {
-	case http2.ErrCodeCancel:
-		code = codes.Canceled
-	case http2.ErrCodeRefusedStream:
-		code = codes.Unavailable
-	}
-	c.code, c.statusKnown, c.end = code, true, at
-	c.message = fmt.Sprintf("stream reset by %s: %v", who, ec)
+	c := &call{early: true, buffer: tc.tap.buffers}
+	tc.calls[id] = c
+	tc.early++
+	return c
 }
 
-// publish decodes the call's messages and hands the observation to the tap.
-// Compression cannot be followed, so it ends tapping rather than publish a
-// guess; other decoding trouble publishes the call without its fields.
-func (tc *TapConn) publish(c *call) error {
-	o := Observation{Method: c.method, Start: c.start, End: c.end, Code: c.code, Message: c.message}
-	if !c.tooLarge {
-		if err := decodeCall(&o, c.req, c.resp); err != nil {
-			if errors.Is(err, errCompressed) {
-				return err
+// onData applies one DATA frame.
+func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Time) {
+	tc.update(id, func() *call {
+		if fromClient {
+			c := tc.calls[id]
+			if c == nil || c.method == "" {
+				return nil
 			}
-			slog.Debug("Tap could not decode a call; publishing it without fields", "method", c.method, "err", err)
+			c.onData(p, true, tc.tap.budget)
+			c.requestDone = c.requestDone || end
+			return c
 		}
-	}
-	tc.tap.publish(o)
-	return nil
+		c := tc.driverCall(id)
+		if c != nil {
+			c.onData(p, false, tc.tap.budget)
+			if end { // a reply must end with trailers; grpc-go reports this
+				c.setStatus(codes.Internal, at)
+				c.message = "server closed the stream without sending trailers"
+			}
+		}
+		return c
+	})
 }
 
-// decodeGRPCMessage undoes gRPC's percent-encoding of grpc-message.
-func decodeGRPCMessage(s string) string {
-	if m, err := url.PathUnescape(s); err == nil {
-		return m
+// onReset applies one RST_STREAM frame.
+func (tc *TapConn) onReset(id uint32, ec http2.ErrCode, fromClient bool, at time.Time) {
+	tc.update(id, func() *call {
+		c := tc.calls[id]
+		if !fromClient {
+			c = tc.driverCall(id)
+		}
+		if c != nil {
+			c.onReset(ec, fromClient, at)
+		}
+		return c
+	})
+}
+
+// onGoAway forgets the calls the driver says it will not process: the
+// client retries them on another connection, so they are no answer.
+func (tc *TapConn) onGoAway(last uint32) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	tc.goAway = min(tc.goAway, last)
+	if tc.calls == nil {
+		return
 	}
-	return s
+	for id, c := range tc.calls {
+		if id > tc.goAway {
+			if c.early {
+				tc.early--
+			}
+			c.free(tc.tap.budget)
+			delete(tc.calls, id)
+		}
+	}
+}
+
+// publish records the call's timing and hands it on to be decoded; a
+// refused call is neither (the client retries it).
+func (tc *TapConn) publish(c *call) {
+	t := tc.tap
+	if c.refused {
+		c.free(t.budget)
+		return
+	}
+	t.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
+	if c.buffer && c.undecoded == "" {
+		c.checkMessages(t.budget)
+	}
+	if c.undecoded != "" {
+		t.recorder.CallUndecoded(c.undecoded)
+		return
+	}
+	o := Observation{Method: c.method, Start: c.start, End: c.end, Code: c.code, Message: c.message}
+	p := pending{obs: o, decode: c.buffer}
+	if c.buffer {
+		p.req, p.held = c.req.body, c.req.held+c.resp.held
+		if c.resp.started {
+			p.resp = c.resp.body
+		}
+	}
+	t.enqueue(p)
+}
+
+// checkMessages gives up on a call whose request, or reply once begun, is
+// not a whole message.
+func (c *call) checkMessages(b *budget) {
+	if !c.req.done() || (c.resp.started && !c.resp.done()) {
+		c.giveUp(UndecodedTruncated, b)
+	}
 }

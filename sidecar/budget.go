@@ -1,0 +1,80 @@
+package sidecar
+
+import "sync/atomic"
+
+// Memory the tap may hold. Together they give HeldBytesBound; change them
+// together with the README's "Memory" paragraph.
+const (
+	// maxMessageBytes bounds one buffered gRPC message. CSI controller
+	// requests and replies the tap decodes are a few KiB; a larger one is
+	// relayed and counted as undecoded, not buffered.
+	maxMessageBytes = 4 << 20
+	// maxBufferedBytes bounds every buffered message of every connection
+	// together, including those waiting in the queue to be decoded.
+	maxBufferedBytes = 32 << 20
+	// maxFrameBytes is the largest frame the tap follows. gRPC peers send
+	// 16 KiB frames; a peer sending larger ones than this is relayed
+	// untapped rather than buffered.
+	maxFrameBytes = 256 << 10
+	// maxHeaderBlockBytes bounds a HEADERS frame plus its CONTINUATIONs
+	// (gRPC metadata of a CSI call is well under 1 KiB).
+	maxHeaderBlockBytes = 256 << 10
+	// defaultHeaderTableBytes is HTTP/2's initial SETTINGS_HEADER_TABLE_SIZE:
+	// the size of every HPACK table until a peer says otherwise.
+	defaultHeaderTableBytes = 4096
+	// headerTableFloorBytes is the size an encoder's size update may name
+	// even before the tap has seen the SETTINGS that allowed it: the
+	// SETTINGS travel the other way, parsed by another goroutine, and may
+	// reach the tap after the header block that relies on them.
+	headerTableFloorBytes = 64 << 10
+	// maxHeaderTableBytes bounds a decoder table however much a peer
+	// advertises; a larger size update abandons the connection's tap.
+	maxHeaderTableBytes = 256 << 10
+	// relayBufferBytes is the copy buffer of each relayed direction.
+	relayBufferBytes = 64 << 10
+	// maxCallsPerConn bounds the calls followed at once on one connection.
+	// The kubernetes-csi sidecars run at most a few hundred workers.
+	maxCallsPerConn = 1024
+	// maxEarlyCalls bounds the calls the tap follows from the driver's side
+	// before it has parsed the client's request headers (the two directions
+	// are parsed by two goroutines, so a fast reply can overtake them).
+	maxEarlyCalls = 64
+)
+
+// HeldBytesBound returns the most memory, in bytes, the relay and its tap
+// hold for the given number of open connections and calls in flight on each:
+// per connection two relay buffers; per direction the bytes of an incomplete
+// frame or header block (at most twice their limits, as a slice grows), the
+// framer's frame buffer, an assembled header block and one HPACK table; per
+// call a small record; and every buffered message of all connections
+// together, at most maxBufferedBytes. Only messages of the methods the tap
+// decodes are buffered (never a ListVolumes reply, for instance). Against
+// well-behaved gRPC peers (16 KiB frames, 4 KiB tables) a direction holds
+// about 40 KiB, not this worst case.
+func HeldBytesBound(connections, callsPerConn int) int64 {
+	const callRecordBytes = 512
+	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxFrameBytes + maxHeaderBlockBytes + maxHeaderTableBytes)
+	perConn := 2*int64(relayBufferBytes) + 2*perDirection + int64(min(callsPerConn, maxCallsPerConn+maxEarlyCalls))*callRecordBytes
+	return int64(connections)*perConn + maxBufferedBytes
+}
+
+// budget is the shared allowance of buffered message bytes.
+type budget struct{ left atomic.Int64 }
+
+func newBudget(n int64) *budget {
+	b := &budget{}
+	b.left.Store(n)
+	return b
+}
+
+// take reserves n bytes, or reports that they are not available.
+func (b *budget) take(n int64) bool {
+	if b.left.Add(-n) >= 0 {
+		return true
+	}
+	b.left.Add(n)
+	return false
+}
+
+// give returns n bytes taken earlier.
+func (b *budget) give(n int64) { b.left.Add(n) }
