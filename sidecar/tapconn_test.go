@@ -1,0 +1,283 @@
+package sidecar
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+)
+
+// countingRecorder keeps what the tap recorded.
+type countingRecorder struct {
+	mu        sync.Mutex
+	finished  []codes.Code
+	undecoded []string
+	abandoned []string
+}
+
+func (r *countingRecorder) CallFinished(_ string, c codes.Code, _ time.Duration) {
+	r.mu.Lock()
+	r.finished = append(r.finished, c)
+	r.mu.Unlock()
+}
+func (r *countingRecorder) ConnectionTapped()   {}
+func (r *countingRecorder) ObservationDropped() {}
+func (r *countingRecorder) ConnectionAbandoned(reason string) {
+	r.mu.Lock()
+	r.abandoned = append(r.abandoned, reason)
+	r.mu.Unlock()
+}
+func (r *countingRecorder) CallUndecoded(reason string) {
+	r.mu.Lock()
+	r.undecoded = append(r.undecoded, reason)
+	r.mu.Unlock()
+}
+
+// wire writes both sides of one HTTP/2 connection with x/net's framer and
+// HPACK encoder, as a gRPC client and server would.
+type wire struct {
+	t              *testing.T
+	client, driver bytes.Buffer
+	cfr, dfr       *http2.Framer
+	cenc, denc     *hpack.Encoder
+	hbuf           bytes.Buffer
+}
+
+func newWire(t *testing.T) *wire {
+	w := &wire{t: t}
+	w.client.WriteString(http2.ClientPreface)
+	w.cfr, w.dfr = http2.NewFramer(&w.client, nil), http2.NewFramer(&w.driver, nil)
+	w.cenc, w.denc = hpack.NewEncoder(&w.hbuf), hpack.NewEncoder(&w.hbuf)
+	return w
+}
+
+func (w *wire) check(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// headers writes one header block on stream id from the client or driver.
+func (w *wire) headers(fromClient bool, id uint32, end bool, kv ...string) {
+	fr, enc := w.dfr, w.denc
+	if fromClient {
+		fr, enc = w.cfr, w.cenc
+	}
+	w.hbuf.Reset()
+	for i := 0; i < len(kv); i += 2 {
+		w.check(enc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]}))
+	}
+	w.check(fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: w.hbuf.Bytes(), EndHeaders: true, EndStream: end}))
+}
+
+// grpcMessage frames m as one uncompressed gRPC message.
+func grpcMessage(t *testing.T, m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)
+}
+
+// request writes a whole unary request.
+func (w *wire) request(id uint32, method string, m proto.Message) {
+	w.headers(true, id, false, ":method", "POST", ":path", method, "content-type", "application/grpc",
+		"grpc-timeout", strconv.Itoa(int(id))+"m")
+	w.check(w.cfr.WriteData(id, true, grpcMessage(w.t, m)))
+}
+
+// reply writes a whole unary reply: headers, the message unless nil, trailers.
+func (w *wire) reply(id uint32, m proto.Message, code codes.Code) {
+	w.headers(false, id, false, ":status", "200", "content-type", "application/grpc")
+	if m != nil {
+		w.check(w.dfr.WriteData(id, false, grpcMessage(w.t, m)))
+	}
+	w.headers(false, id, true, "grpc-status", strconv.Itoa(int(code)))
+}
+
+type tapUnderTest struct {
+	tap *Tap
+	tc  *TapConn
+	rec *countingRecorder
+	obs []Observation
+	mu  sync.Mutex
+}
+
+func newTapUnderTest() *tapUnderTest {
+	u := &tapUnderTest{rec: &countingRecorder{}}
+	u.tap = NewTap(ObserverFunc(func(o Observation) { u.mu.Lock(); u.obs = append(u.obs, o); u.mu.Unlock() }), u.rec, 4096)
+	u.tc = u.tap.NewConn()
+	return u
+}
+
+// feed hands what the wire holds to the tap, client side first, and empties it.
+func (u *tapUnderTest) feed(w *wire) {
+	u.tc.FromClient().Feed(w.client.Bytes(), time.Now())
+	u.tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+	w.client.Reset()
+	w.driver.Reset()
+}
+
+// feedDriverFirst is feed with the driver's bytes parsed first.
+func (u *tapUnderTest) feedDriverFirst(w *wire) {
+	u.tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+	w.driver.Reset()
+	u.feed(w)
+}
+
+func (u *tapUnderTest) records() int {
+	u.tc.mu.Lock()
+	defer u.tc.mu.Unlock()
+	return len(u.tc.calls)
+}
+
+func (u *tapUnderTest) close() []Observation {
+	u.tc.Close()
+	u.tap.Close()
+	return u.obs
+}
+
+// Only request headers open a call: WINDOW_UPDATE, PRIORITY, a client's DATA
+// without headers, and any frame of a finished stream keep nothing; a
+// thousand finished calls leave no record behind.
+func TestOnlyRequestHeadersOpenCalls(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	w.check(w.cfr.WriteSettings())
+	w.check(w.cfr.WriteWindowUpdate(1, 100))
+	w.check(w.cfr.WritePriority(3, http2.PriorityParam{Weight: 1}))
+	w.check(w.cfr.WriteData(5, false, []byte("x")))
+	w.check(w.dfr.WriteWindowUpdate(7, 100))
+	w.check(w.dfr.WritePriority(9, http2.PriorityParam{Weight: 1}))
+	u.feed(w)
+	if n := u.records(); n != 0 {
+		t.Fatalf("%d call records from frames that open no call", n)
+	}
+	for id := uint32(11); id < 11+2*1000; id += 2 {
+		w.request(id, MethodDeleteVolume, &csi.DeleteVolumeRequest{VolumeId: "v"})
+		w.reply(id, &csi.DeleteVolumeResponse{}, codes.OK)
+		w.check(w.dfr.WriteWindowUpdate(id, 10))
+		w.check(w.cfr.WriteRSTStream(id, http2.ErrCodeCancel))
+		w.check(w.dfr.WriteData(id, true, []byte("late")))
+	}
+	u.feed(w)
+	if n := u.records(); n != 0 {
+		t.Fatalf("%d call records held after 1000 finished calls", n)
+	}
+	if obs := u.close(); len(obs) != 1000 {
+		t.Fatalf("%d observations, want 1000", len(obs))
+	}
+}
+
+// The driver's half may parse a reply before the client's half parsed its
+// request; that reply is kept, but only for streams the client can still
+// open, and at most maxEarlyCalls of them.
+func TestEarlyRepliesAreBounded(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	for id := uint32(101); id < 101+2*200; id += 2 {
+		w.reply(id, &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "v"}}, codes.OK)
+	}
+	u.feed(w)
+	if n := u.records(); n != maxEarlyCalls {
+		t.Fatalf("%d early records, want the bound %d", n, maxEarlyCalls)
+	}
+	w.request(1001, MethodProbe, &csi.ProbeRequest{})
+	u.feed(w)
+	if n := u.records(); n != 1 {
+		t.Fatalf("%d records once the client opened a later stream, want only its own", n)
+	}
+	// A reply that overtook its request still makes a whole observation.
+	w.reply(1003, &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "early"}}, codes.OK)
+	u.tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+	w.driver.Reset()
+	w.request(1003, MethodCreateVolume, &csi.CreateVolumeRequest{Name: "n"})
+	u.feed(w)
+	obs := u.close()
+	if len(obs) != 2 || obs[0].Response.VolumeID != "early" || obs[0].Request.Name != "n" {
+		t.Fatalf("observations %+v, want the early CreateVolume whole, then the open Probe", obs)
+	}
+}
+
+const MethodProbe = "/csi.v1.Identity/Probe"
+
+// Status as grpc-go reports it to the caller.
+func TestStatusAsGRPCGoReportsIt(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	w.request(1, MethodProbe, &csi.ProbeRequest{})
+	w.headers(false, 1, true, ":status", "200", "grpc-status", "bogus")
+	rst := map[uint32]http2.ErrCode{3: http2.ErrCodeCancel, 5: http2.ErrCodeFlowControl,
+		7: http2.ErrCodeEnhanceYourCalm, 9: http2.ErrCodeProtocol, 11: http2.ErrCodeRefusedStream}
+	for id := uint32(3); id <= 11; id += 2 {
+		w.request(id, MethodProbe, &csi.ProbeRequest{})
+		w.check(w.dfr.WriteRSTStream(id, rst[id]))
+	}
+	w.request(13, MethodProbe, &csi.ProbeRequest{})
+	w.headers(false, 13, true, ":status", "200") // ends without grpc-status
+	w.request(15, MethodProbe, &csi.ProbeRequest{})
+	w.request(17, MethodProbe, &csi.ProbeRequest{})
+	w.check(w.dfr.WriteGoAway(15, http2.ErrCodeNo, nil))
+	w.reply(15, &csi.ProbeResponse{}, codes.OK)
+	u.feed(w)
+	got := map[codes.Code]int{}
+	for _, o := range u.close() {
+		got[o.Code]++
+	}
+	want := map[codes.Code]int{codes.Internal: 2, codes.Canceled: 1, codes.ResourceExhausted: 2, codes.Unknown: 1, codes.OK: 1}
+	if len(got) != len(want) {
+		t.Fatalf("codes %v, want %v (REFUSED_STREAM and the stream above GOAWAY not reported)", got, want)
+	}
+	for c, n := range want {
+		if got[c] != n {
+			t.Fatalf("codes %v, want %v", got, want)
+		}
+	}
+}
+
+// A decoded method whose message cannot be decoded is counted by reason and
+// never published with empty fields; its timing is still recorded.
+func TestUndecodableCallsAreCountedNotPublished(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	send := func(id uint32, body []byte) {
+		w.headers(true, id, false, ":path", MethodCreateVolume)
+		w.check(w.cfr.WriteData(id, true, body))
+		w.reply(id, nil, codes.Internal)
+	}
+	send(1, []byte{1, 0, 0, 0, 1, 0})                                    // compressed
+	send(3, []byte{0, 0, 0, 0, 3, 0x0a, 0x05, 'x'})                      // name field cut short
+	send(5, binary.BigEndian.AppendUint32([]byte{0}, maxMessageBytes+1)) // too large
+	w.headers(true, 7, false, ":path", MethodCreateVolume)
+	w.check(w.cfr.WriteData(7, false, []byte{0, 0, 0, 0, 9, 1})) // ends inside the message
+	w.check(w.cfr.WriteRSTStream(7, http2.ErrCodeCancel))
+	u.feed(w)
+	if obs := u.close(); len(obs) != 0 {
+		t.Fatalf("published %+v", obs)
+	}
+	want := []string{UndecodedCompressed, UndecodedMalformed, UndecodedTooLarge, UndecodedTruncated}
+	if !equalSets(u.rec.undecoded, want) || len(u.rec.finished) != 4 {
+		t.Fatalf("undecoded %v (want %v), %d timings recorded (want 4)", u.rec.undecoded, want, len(u.rec.finished))
+	}
+}
+
+func equalSets(a, b []string) bool {
+	count := map[string]int{}
+	for _, s := range a {
+		count[s]++
+	}
+	for _, s := range b {
+		count[s]--
+	}
+	for _, n := range count {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
