@@ -37,6 +37,7 @@ type call struct {
 	req, resp   message
 	requestDone bool // the client sent END_STREAM
 	reset       bool // either side reset the stream
+	clientReset bool // the client reset it: nothing more comes from the client
 	refused     bool // the driver refused it: the client retries it elsewhere
 	statusKnown bool
 	code        codes.Code
@@ -46,7 +47,17 @@ type call struct {
 
 // complete tells whether everything needed to publish the call is known.
 func (c *call) complete() bool {
-	return c.method != "" && (c.statusKnown || c.refused) && (c.requestDone || c.reset)
+	if c.method == "" || !(c.statusKnown || c.refused) {
+		return false
+	}
+	return c.requestDone || c.clientReset || (c.reset && !c.awaitsRequest())
+}
+
+// awaitsRequest tells whether a call the driver reset still waits for its
+// request: the client's bytes sent before the reset are parsed by the other
+// goroutine and may reach the tap after it.
+func (c *call) awaitsRequest() bool {
+	return c.buffer && c.undecoded == "" && !c.req.done()
 }
 
 // open applies the request headers.
@@ -124,7 +135,7 @@ var rstCodes = map[http2.ErrCode]codes.Code{
 // onReset ends the call with the code grpc-go reports to a caller whose
 // stream was reset, unless the status had already arrived.
 func (c *call) onReset(ec http2.ErrCode, fromClient bool, at time.Time) {
-	c.reset = true
+	c.reset, c.clientReset = true, c.clientReset || fromClient
 	if c.statusKnown {
 		return
 	}

@@ -47,10 +47,10 @@ type decoder struct {
 
 var decoders = map[string]decoder{
 	MethodCreateVolume:           {decodeCreateVolumeRequest, decodeCreateVolumeResponse},
-	MethodDeleteVolume:           {decodeDeleteVolumeRequest, skipMessage},
+	MethodDeleteVolume:           {decodeDeleteVolumeRequest, checkMessage},
 	MethodControllerExpandVolume: {decodeExpandRequest, decodeExpandResponse},
 	MethodCreateSnapshot:         {decodeCreateSnapshotRequest, decodeCreateSnapshotResponse},
-	MethodDeleteSnapshot:         {decodeDeleteSnapshotRequest, skipMessage},
+	MethodDeleteSnapshot:         {decodeDeleteSnapshotRequest, checkMessage},
 }
 
 // decodes tells whether the tap decodes a method's messages (and so buffers them).
@@ -130,7 +130,11 @@ func (f wireField) int() (int64, error) {
 	return int64(f.u), nil
 }
 
-func skipMessage(*Observation, []byte) error { return nil }
+// checkMessage decodes a reply the tap reports nothing of (DeleteVolume's,
+// DeleteSnapshot's), only to tell a well-formed one from garbage.
+func checkMessage(_ *Observation, b []byte) error {
+	return fields(b, func(wireField) error { return nil })
+}
 
 var (
 	capRequired = field(&csi.CapacityRange{}, "required_bytes")

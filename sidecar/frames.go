@@ -46,9 +46,10 @@ func newDirection(tc *TapConn, fromClient bool) *direction {
 	return d
 }
 
-// Feed parses the complete frames now available; it keeps the rest for the
-// next call. Any trouble, a panic included, abandons the connection's tap,
-// never the relay.
+// Feed parses the complete frames now available and keeps only an
+// incomplete one for the next call: whole frames are parsed straight from p,
+// so a large message is not copied into a buffer of the tap's first. Any
+// trouble, a panic included, abandons the connection's tap, never the relay.
 func (d *direction) Feed(p []byte, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -65,28 +66,72 @@ func (d *direction) Feed(p []byte, at time.Time) {
 		}
 	}()
 	d.conn.sawBytes()
-	d.buf = append(d.buf, p...)
-	if d.preface && !d.consumePreface() {
+	if d.preface {
+		if p = d.consumePreface(p); d.preface {
+			return
+		}
+	}
+	p = d.completePending(p, at)
+	if len(d.buf) > 0 || d.conn.abandoned.Load() {
 		return
 	}
-	n, err := completeFrames(d.buf)
+	n := d.parse(p, at)
+	if n >= 0 && !d.conn.abandoned.Load() {
+		d.buf = append(d.buf, p[n:]...)
+	}
+}
+
+// completePending adds to the kept incomplete frame only the bytes of p it
+// still misses, parses it once whole, and returns the rest of p.
+func (d *direction) completePending(p []byte, at time.Time) []byte {
+	for len(d.buf) > 0 && len(p) > 0 && !d.conn.abandoned.Load() {
+		k := min(missingBytes(d.buf), len(p))
+		d.buf, p = append(d.buf, p[:k]...), p[k:]
+		n := d.parse(d.buf, at)
+		if n < 0 {
+			return nil
+		}
+		d.compact(n)
+	}
+	return p
+}
+
+// parse reads the whole frames at the start of b and returns how many bytes
+// they took, or -1 when the connection's tap was given up.
+func (d *direction) parse(b []byte, at time.Time) int {
+	n, err := completeFrames(b)
 	if err != nil {
 		d.conn.abandon(AbandonOversized, err)
-		return
+		return -1
 	}
-	d.src.Reset(d.buf[:n])
-	for d.src.Len() > 0 && !d.conn.abandoned.Load() {
+	d.src.Reset(b[:n])
+	for d.src.Len() > 0 {
 		f, err := d.fr.ReadFrame()
 		if err != nil {
 			d.conn.abandon(AbandonFraming, err)
-			return
+			return -1
 		}
 		if reason, err := d.onFrame(f, at); err != nil {
 			d.conn.abandon(reason, err)
-			return
+			return -1
 		}
 	}
-	d.compact(n)
+	return n
+}
+
+// missingBytes is how many more bytes b needs before its last frame (or,
+// for a 9-byte frame header still incomplete, that header) is whole. A
+// header block waiting for its CONTINUATION gets the next frame header.
+func missingBytes(b []byte) int {
+	off := 0
+	for len(b)-off >= frameHeaderLen {
+		end := off + frameHeaderLen + (int(b[off])<<16 | int(b[off+1])<<8 | int(b[off+2]))
+		if end > len(b) {
+			return end - len(b)
+		}
+		off = end
+	}
+	return frameHeaderLen - (len(b) - off)
 }
 
 // compact drops the n parsed bytes; an emptied buffer that grew for a large
@@ -168,20 +213,20 @@ func (d *direction) headerFragment(p []byte, end bool, at time.Time) (string, er
 	return "", nil
 }
 
-// consumePreface checks the client's HTTP/2 preface once it is complete.
-func (d *direction) consumePreface() bool {
+// consumePreface checks the client's HTTP/2 preface and returns what
+// follows it; until the preface is complete it is kept in d.buf.
+func (d *direction) consumePreface(p []byte) []byte {
 	want := []byte(http2.ClientPreface)
-	k := min(len(d.buf), len(want))
-	if !bytes.Equal(d.buf[:k], want[:k]) {
+	k := min(len(want)-len(d.buf), len(p))
+	d.buf, p = append(d.buf, p[:k]...), p[k:]
+	if !bytes.Equal(d.buf, want[:len(d.buf)]) {
 		d.conn.abandon(AbandonNotHTTP2, errors.New("client did not send the HTTP/2 preface"))
-		return false
+		return nil
 	}
-	if k < len(want) {
-		return false
+	if len(d.buf) == len(want) {
+		d.buf, d.preface = d.buf[:0], false
 	}
-	d.buf = append(d.buf[:0], d.buf[len(want):]...)
-	d.preface = false
-	return true
+	return p
 }
 
 // completeFrames returns how many leading bytes of b are whole frames that

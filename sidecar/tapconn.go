@@ -262,9 +262,35 @@ func (tc *TapConn) onReset(id uint32, ec http2.ErrCode, fromClient bool, at time
 		}
 		if c != nil {
 			c.onReset(ec, fromClient, at)
+			if c.awaitsRequest() {
+				tc.boundAwaiting()
+			}
 		}
 		return c
 	})
+}
+
+// boundAwaiting gives up on the oldest call that waits for the rest of a
+// request the driver reset, once more than maxEarlyCalls wait: a client that
+// got the reset sends no more, and a connection lives for days.
+func (tc *TapConn) boundAwaiting() {
+	var oldest uint32
+	waiting := 0
+	for id, c := range tc.calls {
+		if c.method != "" && c.reset && c.awaitsRequest() {
+			waiting++
+			if oldest == 0 || id < oldest {
+				oldest = id
+			}
+		}
+	}
+	if waiting > maxEarlyCalls {
+		c := tc.calls[oldest]
+		c.giveUp(UndecodedTruncated, tc.tap.budget)
+		delete(tc.calls, oldest)
+		tc.tap.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
+		tc.tap.recorder.CallUndecoded(UndecodedTruncated)
+	}
 }
 
 // onGoAway forgets the calls the driver says it will not process: the
@@ -296,6 +322,9 @@ func (tc *TapConn) publish(c *call) {
 		return
 	}
 	t.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
+	if c.code != codes.OK { // a failed call's reply carries nothing the tap reports
+		c.resp.free(t.budget)
+	}
 	if c.buffer && c.undecoded == "" {
 		c.checkMessages(t.budget)
 	}
