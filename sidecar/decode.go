@@ -106,28 +106,26 @@ func fields(b []byte, visit func(f wireField) error) error {
 	return nil
 }
 
-// text returns a length-delimited field as a string.
-func (f wireField) text() (string, error) {
-	if f.typ != protowire.BytesType {
-		return "", fmt.Errorf("field %d: wire type %d, want bytes", f.num, f.typ)
+// A field whose wire type is not its declared one is an unknown field to
+// protobuf, skipped without error; the accessors below do the same.
+
+// setText stores a length-delimited field in dst.
+func (f wireField) setText(dst *string) {
+	if f.typ == protowire.BytesType {
+		*dst = string(f.b)
 	}
-	return string(f.b), nil
 }
 
-// message returns an embedded message's bytes.
-func (f wireField) message() ([]byte, error) {
-	if f.typ != protowire.BytesType {
-		return nil, fmt.Errorf("field %d: wire type %d, want a message", f.num, f.typ)
+// setInt stores a varint field (int64, bool) in dst.
+func (f wireField) setInt(dst *int64) {
+	if f.typ == protowire.VarintType {
+		*dst = int64(f.u)
 	}
-	return f.b, nil
 }
 
-// int returns a varint field as int64 (int64 and bool fields).
-func (f wireField) int() (int64, error) {
-	if f.typ != protowire.VarintType {
-		return 0, fmt.Errorf("field %d: wire type %d, want varint", f.num, f.typ)
-	}
-	return int64(f.u), nil
+// sub returns an embedded message's bytes, ok false when f is not one.
+func (f wireField) sub() ([]byte, bool) {
+	return f.b, f.typ == protowire.BytesType
 }
 
 // checkMessage decodes a reply the tap reports nothing of (DeleteVolume's,
@@ -143,14 +141,14 @@ var (
 
 // decodeCapacity merges a CapacityRange into r.
 func decodeCapacity(r *Request, b []byte) error {
-	return fields(b, func(f wireField) (err error) {
+	return fields(b, func(f wireField) error {
 		switch f.num {
 		case capRequired:
-			r.RequiredBytes, err = f.int()
+			f.setInt(&r.RequiredBytes)
 		case capLimit:
-			r.LimitBytes, err = f.int()
+			f.setInt(&r.LimitBytes)
 		}
-		return err
+		return nil
 	})
 }
 
@@ -170,6 +168,9 @@ var (
 func decodeClaimParameter(params *map[string]string, b []byte) error {
 	var key, value []byte
 	err := fields(b, func(f wireField) error {
+		if f.typ != protowire.BytesType {
+			return nil
+		}
 		switch f.num {
 		case entryKey:
 			key = f.b
@@ -195,31 +196,30 @@ var (
 	volumeID       = field(&csi.VolumeContentSource_VolumeSource{}, "volume_id")
 )
 
-// decodeContentSource sets the volume or snapshot a VolumeContentSource names.
+// decodeContentSource sets the volume or snapshot a VolumeContentSource
+// names; a later member of the oneof replaces an earlier one.
 func decodeContentSource(volume, snapshot *string, b []byte) error {
 	return fields(b, func(f wireField) error {
-		switch f.num {
-		case sourceSnapshot:
+		m, ok := f.sub()
+		switch {
+		case !ok:
+		case f.num == sourceSnapshot:
 			*volume = ""
-			return decodeOneString(snapshot, f, snapshotID)
-		case sourceVolume:
+			return decodeString(snapshot, m, snapshotID)
+		case f.num == sourceVolume:
 			*snapshot = ""
-			return decodeOneString(volume, f, volumeID)
+			return decodeString(volume, m, volumeID)
 		}
 		return nil
 	})
 }
 
-// decodeOneString reads field num of the embedded message in f into dst.
-func decodeOneString(dst *string, f wireField, num protowire.Number) error {
-	b, err := f.message()
-	if err != nil {
-		return err
-	}
-	return fields(b, func(g wireField) (err error) {
-		if g.num == num {
-			*dst, err = g.text()
+// decodeString reads string field num of message b into dst.
+func decodeString(dst *string, b []byte, num protowire.Number) error {
+	return fields(b, func(f wireField) error {
+		if f.num == num {
+			f.setText(dst)
 		}
-		return err
+		return nil
 	})
 }

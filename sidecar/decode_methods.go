@@ -18,32 +18,26 @@ var (
 
 func decodeCreateVolumeRequest(o *Observation, b []byte) error {
 	r := &o.Request
-	return fields(b, func(f wireField) (err error) {
-		var m []byte
-		switch f.num {
-		case cvName:
-			r.Name, err = f.text()
-			return err
-		case cvParameters:
-			if m, err = f.message(); err == nil {
-				err = decodeClaimParameter(&r.Parameters, m)
-			}
-		case cvCapacity:
-			if m, err = f.message(); err == nil {
-				err = decodeCapacity(r, m)
-			}
-		case cvCapability:
-			var block bool
-			if m, err = f.message(); err == nil {
-				block, err = isBlockAfter(false, m)
-				r.Block = r.Block || block
-			}
-		case cvSource:
-			if m, err = f.message(); err == nil {
-				err = decodeContentSource(&r.SourceVolumeID, &r.SourceSnapshotID, m)
-			}
+	return fields(b, func(f wireField) error {
+		if f.num == cvName {
+			f.setText(&r.Name)
+			return nil
 		}
-		return err
+		m, ok := f.sub()
+		switch {
+		case !ok:
+		case f.num == cvParameters:
+			return decodeClaimParameter(&r.Parameters, m)
+		case f.num == cvCapacity:
+			return decodeCapacity(r, m)
+		case f.num == cvCapability: // repeated: any block capability makes it block
+			block, err := isBlockAfter(false, m)
+			r.Block = r.Block || block
+			return err
+		case f.num == cvSource:
+			return decodeContentSource(&r.SourceVolumeID, &r.SourceSnapshotID, m)
+		}
+		return nil
 	})
 }
 
@@ -56,28 +50,29 @@ var (
 
 func decodeCreateVolumeResponse(o *Observation, b []byte) error {
 	r := &o.Response
-	return fields(b, func(f wireField) error {
-		if f.num != cvrVolume {
-			return nil
-		}
-		m, err := f.message()
-		if err != nil {
-			return err
-		}
-		return fields(m, func(g wireField) (err error) {
-			switch g.num {
-			case volumeCapacity:
-				r.CapacityBytes, err = g.int()
-			case volumeVolumeID:
-				r.VolumeID, err = g.text()
-			case volumeContentSrc:
-				var src []byte
-				if src, err = g.message(); err == nil {
-					err = decodeContentSource(&r.SourceVolumeID, &r.SourceSnapshotID, src)
-				}
+	return embedded(b, cvrVolume, func(f wireField) error {
+		switch f.num {
+		case volumeCapacity:
+			f.setInt(&r.CapacityBytes)
+		case volumeVolumeID:
+			f.setText(&r.VolumeID)
+		case volumeContentSrc:
+			if m, ok := f.sub(); ok {
+				return decodeContentSource(&r.SourceVolumeID, &r.SourceSnapshotID, m)
 			}
-			return err
-		})
+		}
+		return nil
+	})
+}
+
+// embedded calls visit for every field of each occurrence of the embedded
+// message num in b (occurrences merge, as protobuf's do).
+func embedded(b []byte, num protowire.Number, visit func(wireField) error) error {
+	return fields(b, func(f wireField) error {
+		if m, ok := f.sub(); ok && f.num == num {
+			return fields(m, visit)
+		}
+		return nil
 	})
 }
 
@@ -87,11 +82,11 @@ var (
 )
 
 func decodeDeleteVolumeRequest(o *Observation, b []byte) error {
-	return decodeOneString(&o.Request.VolumeID, wireField{typ: protowire.BytesType, b: b}, dvVolumeID)
+	return decodeString(&o.Request.VolumeID, b, dvVolumeID)
 }
 
 func decodeDeleteSnapshotRequest(o *Observation, b []byte) error {
-	return decodeOneString(&o.Request.SnapshotID, wireField{typ: protowire.BytesType, b: b}, dsSnapshotID)
+	return decodeString(&o.Request.SnapshotID, b, dsSnapshotID)
 }
 
 var (
@@ -105,19 +100,17 @@ var (
 func decodeExpandRequest(o *Observation, b []byte) error {
 	r := &o.Request
 	return fields(b, func(f wireField) (err error) {
-		var m []byte
-		switch f.num {
-		case evVolumeID:
-			r.VolumeID, err = f.text()
-		case evCapacity:
-			if m, err = f.message(); err == nil {
-				err = decodeCapacity(r, m)
-			}
-		case evCapability:
-			if m, err = f.message(); err == nil {
-				// A repeated occurrence merges; the last access type wins.
-				r.Block, err = isBlockAfter(r.Block, m)
-			}
+		if f.num == evVolumeID {
+			f.setText(&r.VolumeID)
+			return nil
+		}
+		m, ok := f.sub()
+		switch {
+		case !ok:
+		case f.num == evCapacity:
+			return decodeCapacity(r, m)
+		case f.num == evCapability: // singular: a repeated occurrence merges
+			r.Block, err = isBlockAfter(r.Block, m)
 		}
 		return err
 	})
@@ -129,6 +122,9 @@ func decodeExpandRequest(o *Observation, b []byte) error {
 func isBlockAfter(was bool, b []byte) (bool, error) {
 	block := was
 	err := fields(b, func(f wireField) error {
+		if f.typ != protowire.BytesType {
+			return nil
+		}
 		switch f.num {
 		case capabilityBlock:
 			block = true
@@ -142,16 +138,16 @@ func isBlockAfter(was bool, b []byte) (bool, error) {
 
 func decodeExpandResponse(o *Observation, b []byte) error {
 	o.Response.VolumeID = o.Request.VolumeID
-	return fields(b, func(f wireField) (err error) {
-		var v int64
+	return fields(b, func(f wireField) error {
 		switch f.num {
 		case evrCapacity:
-			o.Response.CapacityBytes, err = f.int()
+			f.setInt(&o.Response.CapacityBytes)
 		case evrNodeExp:
-			v, err = f.int()
-			o.Response.NodeExpansionRequired = v != 0
+			if f.typ == protowire.VarintType {
+				o.Response.NodeExpansionRequired = f.u != 0
+			}
 		}
-		return err
+		return nil
 	})
 }
 
@@ -167,42 +163,32 @@ var (
 
 func decodeCreateSnapshotRequest(o *Observation, b []byte) error {
 	r := &o.Request
-	return fields(b, func(f wireField) (err error) {
+	return fields(b, func(f wireField) error {
 		switch f.num {
 		case csSourceVolume:
-			r.SourceVolumeID, err = f.text()
+			f.setText(&r.SourceVolumeID)
 		case csName:
-			r.Name, err = f.text()
+			f.setText(&r.Name)
 		case csParameters:
-			var m []byte
-			if m, err = f.message(); err == nil {
-				err = decodeClaimParameter(&r.Parameters, m)
+			if m, ok := f.sub(); ok {
+				return decodeClaimParameter(&r.Parameters, m)
 			}
 		}
-		return err
+		return nil
 	})
 }
 
 func decodeCreateSnapshotResponse(o *Observation, b []byte) error {
 	r := &o.Response
-	return fields(b, func(f wireField) error {
-		if f.num != csrSnapshot {
-			return nil
+	return embedded(b, csrSnapshot, func(f wireField) error {
+		switch f.num {
+		case snapSize:
+			f.setInt(&r.SnapshotSizeBytes)
+		case snapID:
+			f.setText(&r.SnapshotID)
+		case snapSource:
+			f.setText(&r.SourceVolumeID)
 		}
-		m, err := f.message()
-		if err != nil {
-			return err
-		}
-		return fields(m, func(g wireField) (err error) {
-			switch g.num {
-			case snapSize:
-				r.SnapshotSizeBytes, err = g.int()
-			case snapID:
-				r.SnapshotID, err = g.text()
-			case snapSource:
-				r.SourceVolumeID, err = g.text()
-			}
-			return err
-		})
+		return nil
 	})
 }

@@ -17,12 +17,18 @@ import (
 type Config struct {
 	// ListenPath is the unix socket the kubernetes-csi sidecars connect to.
 	ListenPath string
-	// SocketMode is the permission of ListenPath (0660 when zero).
+	// SocketMode is the permission of ListenPath (0660 when zero). The socket
+	// has it from the moment ListenPath names it.
 	SocketMode os.FileMode
 	// DriverPath is the CSI driver's unix socket.
 	DriverPath string
-	// DialTimeout bounds each connection attempt to the driver (1s when zero).
+	// DialTimeout bounds each connection attempt to the driver, and the check
+	// whether a socket left at ListenPath is still in use (1s when zero).
 	DialTimeout time.Duration
+	// CloseTimeout bounds how long Close waits for the relayed connections
+	// to end and the queued observations to reach Observer (10s when zero);
+	// what is still queued then is lost, and Close says so.
+	CloseTimeout time.Duration
 	// Observer receives decoded calls; nil means the tap only feeds Recorder.
 	Observer Observer
 	// Recorder receives per-call timings and tap health; nil means none.
@@ -38,18 +44,26 @@ type Config struct {
 // answers a CSI call itself: when the driver is unreachable the client's
 // connection is closed, exactly as if it had dialled the driver directly.
 type Relay struct {
-	cfg      Config
-	listener *net.UnixListener
-	tap      *Tap
+	cfg         Config
+	listener    *net.UnixListener
+	socket      os.FileInfo // what listenSocket put at ListenPath
+	tap         *Tap
+	unreachable *logThrottle
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	accepted chan struct{} // closed and replaced at every accepted connection
+	wg       sync.WaitGroup
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed when Close starts
+	closed    chan struct{} // closed when Close has finished
+	closeErr  error
 }
 
 // NewRelay listens on cfg.ListenPath, replacing a stale socket left by a
-// previous run but refusing to remove anything that is not a socket.
+// previous run but refusing to remove a live socket or anything that is not
+// a socket.
 func NewRelay(cfg Config) (*Relay, error) {
 	if cfg.ListenPath == "" || cfg.DriverPath == "" {
 		return nil, errors.New("relay needs both a listen path and a driver path")
@@ -57,69 +71,59 @@ func NewRelay(cfg Config) (*Relay, error) {
 	if cfg.ListenPath == cfg.DriverPath {
 		return nil, fmt.Errorf("listen path and driver path are the same (%s): the relay would dial itself", cfg.ListenPath)
 	}
-	if cfg.SocketMode == 0 {
-		cfg.SocketMode = 0o660
-	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = time.Second
-	}
-	if err := removeStaleSocket(cfg.ListenPath); err != nil {
+	cfg = withDefaults(cfg)
+	l, own, err := listenSocket(cfg.ListenPath, cfg.SocketMode, cfg.DialTimeout)
+	if err != nil {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.ListenPath, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen on %s: %w", cfg.ListenPath, err)
-	}
-	if err := os.Chmod(cfg.ListenPath, cfg.SocketMode); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("failed to set mode %o on %s: %w", cfg.SocketMode, cfg.ListenPath, err)
-	}
-	r := &Relay{cfg: cfg, listener: l, conns: map[net.Conn]struct{}{}}
+	r := &Relay{cfg: cfg, listener: l, socket: own, unreachable: newLogThrottle(10 * time.Second),
+		conns: map[net.Conn]struct{}{}, accepted: make(chan struct{}),
+		closing: make(chan struct{}), closed: make(chan struct{})}
 	if cfg.Tap {
 		r.tap = NewTap(cfg.Observer, cfg.Recorder, cfg.QueueSize)
 	}
 	return r, nil
 }
 
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+func withDefaults(cfg Config) Config {
+	if cfg.SocketMode == 0 {
+		cfg.SocketMode = 0o660
 	}
-	if err != nil {
-		return fmt.Errorf("failed to inspect %s: %w", path, err)
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = time.Second
 	}
-	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
+	if cfg.CloseTimeout == 0 {
+		cfg.CloseTimeout = 10 * time.Second
 	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("failed to remove stale socket %s: %w", path, err)
-	}
-	return nil
+	return cfg
 }
 
-// Serve accepts connections until ctx is done or Close is called. It returns
-// nil after an orderly stop.
+// Serve accepts connections until ctx is done or Close is called, and
+// returns once Close has finished: the queued observations were delivered
+// (nil) or Close gave up on them (its error). A failing accept (out of file
+// descriptors, an aborted connection) is retried after a pause that doubles
+// from 5ms to 1s, as net/http does: it never ends the relay.
 func (r *Relay) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { r.Close() })
 	defer stop()
+	var pause time.Duration
 	for {
 		conn, err := r.listener.AcceptUnix()
 		if err != nil {
-			if r.isClosed() {
-				return nil
+			if r.isClosing() {
+				<-r.closed
+				return r.closeErr
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("accept on %s: %w", r.cfg.ListenPath, err)
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			slog.Warn("Accept failed; retrying", "listen", r.cfg.ListenPath, "err", err, "retryIn", pause)
+			r.sleep(pause)
+			continue
 		}
-		if !r.track(conn) {
+		pause = 0
+		if !r.admit(conn) {
 			conn.Close()
-			return nil
+			continue // closing: the next accept fails
 		}
-		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			defer r.untrack(conn)
@@ -128,38 +132,89 @@ func (r *Relay) Serve(ctx context.Context) error {
 	}
 }
 
-// Close stops accepting, closes every relayed connection (clients see the
-// same connection loss a driver restart would cause), removes the socket and
-// waits for the tap to deliver what it already decoded.
-func (r *Relay) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
+// sleep pauses for d or until Close starts.
+func (r *Relay) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.closing:
 	}
-	r.closed = true
+}
+
+// Close stops accepting, closes every relayed connection (clients see the
+// same connection loss a driver restart would cause), removes the socket if
+// it is still ours and waits, at most Config.CloseTimeout, for the tap to
+// deliver what it already decoded. Every call waits for that first one.
+func (r *Relay) Close() error {
+	r.closeOnce.Do(r.shutdown)
+	return r.closeErr
+}
+
+func (r *Relay) shutdown() {
+	defer close(r.closed)
+	r.mu.Lock()
+	close(r.closing)
 	for c := range r.conns {
 		c.Close()
 	}
 	r.mu.Unlock()
-	err := r.listener.Close() // also unlinks the socket file
-	r.wg.Wait()
-	if r.tap != nil {
-		r.tap.Close()
-	}
-	return err
+	r.closeErr = errors.Join(r.listener.Close(), removeOwnSocket(r.cfg.ListenPath, r.socket), r.drain())
 }
 
-func (r *Relay) isClosed() bool {
+// drain waits for the connections' goroutines and then the tap's queue.
+func (r *Relay) drain() error {
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		r.wg.Wait()
+		if r.tap != nil {
+			r.tap.Close()
+		}
+	}()
+	t := time.NewTimer(r.cfg.CloseTimeout)
+	defer t.Stop()
+	select {
+	case <-drained:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("relay on %s: connections or queued observations still pending after %v; given up", r.cfg.ListenPath, r.cfg.CloseTimeout)
+	}
+}
+
+func (r *Relay) isClosing() bool {
+	select {
+	case <-r.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// admit tracks an accepted client connection and counts it in r.wg, under
+// the same lock Close takes, so that no connection starts after Close began
+// waiting.
+func (r *Relay) admit(c net.Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.closed
+	if !r.trackLocked(c) {
+		return false
+	}
+	r.wg.Add(1)
+	close(r.accepted)
+	r.accepted = make(chan struct{})
+	return true
 }
 
+// track adds a driver connection for Close to close.
 func (r *Relay) track(c net.Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	return r.trackLocked(c)
+}
+
+func (r *Relay) trackLocked(c net.Conn) bool {
+	if r.isClosing() {
 		return false
 	}
 	r.conns[c] = struct{}{}
@@ -172,6 +227,33 @@ func (r *Relay) untrack(c net.Conn) {
 	delete(r.conns, c)
 }
 
+// CheckListener reports whether the relay serves its socket: it dials
+// ListenPath and waits until the Serve loop accepts a connection. A
+// successful connect alone would prove little: the kernel completes it into
+// the listen backlog even while the loop is stuck or gone. The accept it
+// sees may be another client's, which proves the loop runs just as well.
+// The relay pairs the check's connection with a driver connection like any
+// other; both close at once, without a byte.
+func (r *Relay) CheckListener(ctx context.Context) error {
+	r.mu.Lock()
+	accepted := r.accepted
+	r.mu.Unlock()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", r.cfg.ListenPath)
+	if err != nil {
+		return fmt.Errorf("relay socket %s does not accept connections: %w", r.cfg.ListenPath, err)
+	}
+	defer c.Close()
+	select {
+	case <-accepted:
+		return nil
+	case <-r.closing:
+		return fmt.Errorf("relay on %s is closed", r.cfg.ListenPath)
+	case <-ctx.Done():
+		return fmt.Errorf("relay on %s did not accept a connection: %w", r.cfg.ListenPath, ctx.Err())
+	}
+}
+
 // handle pairs one client connection with one driver connection.
 func (r *Relay) handle(client *net.UnixConn) {
 	defer client.Close()
@@ -179,7 +261,7 @@ func (r *Relay) handle(client *net.UnixConn) {
 	if err != nil {
 		// The client would have got "connection refused" from the driver's
 		// socket; closing its connection is the nearest equivalent.
-		slog.Debug("Driver unreachable, closing client connection", "driver", r.cfg.DriverPath, "err", err)
+		r.unreachable.Info("Driver unreachable, closing client connection", "driver", r.cfg.DriverPath, "err", err)
 		return
 	}
 	driver := d.(*net.UnixConn)

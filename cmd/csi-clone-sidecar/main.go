@@ -39,11 +39,16 @@ var version = "dev"
 type options struct {
 	listenAddress   string
 	socketMode      string
+	healthInterval  time.Duration
 	observationsLog string
 	queueSize       int
 	tap             bool
 	verdicts        bool
 	cloner          cloner.Config
+
+	// listenPath and driverPath are --listen-address and --csi-address as
+	// socket paths, set by validate.
+	listenPath, driverPath string
 }
 
 func main() {
@@ -114,8 +119,9 @@ func registerFlags(fs *flag.FlagSet) *options {
 	standardflags.RegisterCommonFlags(fs)
 	fs.StringVar(&standardflags.Configuration.MetricsPath, "metrics-path", "/metrics", "The HTTP path where prometheus metrics will be exposed.")
 	o := &options{}
-	fs.StringVar(&o.listenAddress, "listen-address", "", "Unix socket the CSI sidecars (provisioner, resizer, snapshotter) connect to; every byte is relayed to --csi-address. Required.")
+	fs.StringVar(&o.listenAddress, "listen-address", "", "Unix socket the CSI sidecars (provisioner, resizer, snapshotter) connect to, as /path or unix:///path; every byte is relayed to --csi-address (same forms). Required.")
 	fs.StringVar(&o.socketMode, "listen-socket-mode", "0660", "Permissions of --listen-address, in octal.")
+	fs.DurationVar(&o.healthInterval, "health-probe-interval", 10*time.Second, "How often the driver is asked for Probe (each probe may take as long); /healthz fails when it has not answered for two intervals.")
 	fs.StringVar(&o.observationsLog, "observations-log", "", "Append every observed CSI call as a JSON line to this file (debugging; holds no secrets).")
 	fs.IntVar(&o.queueSize, "observation-queue", 1024, "Observations that may wait for the verdict engine before new ones are dropped (and counted).")
 	fs.BoolVar(&o.tap, "tap", true, "Decode the relayed calls. With --tap=false the relay only copies bytes.")
@@ -156,9 +162,21 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
+// validate checks the flags, resolves the two socket addresses into o and
+// returns the listen socket's mode.
 func validate(o *options, cfg standardflags.SidecarConfiguration) (os.FileMode, error) {
 	if o.listenAddress == "" {
 		return 0, errors.New("--listen-address is required (the socket the CSI sidecars should connect to)")
+	}
+	var err error
+	if o.listenPath, err = sidecar.SocketPath(o.listenAddress); err != nil {
+		return 0, fmt.Errorf("--listen-address: %w", err)
+	}
+	if o.driverPath, err = sidecar.SocketPath(cfg.CSIAddress); err != nil {
+		return 0, fmt.Errorf("--csi-address: %w", err)
+	}
+	if o.healthInterval <= 0 {
+		return 0, fmt.Errorf("--health-probe-interval must be positive, got %v", o.healthInterval)
 	}
 	mode, err := strconv.ParseUint(o.socketMode, 8, 32)
 	if err != nil || mode > 0o777 {
@@ -199,30 +217,47 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 		observers = append(observers, ctrl)
 	}
 	relay, err := sidecar.NewRelay(sidecar.Config{
-		ListenPath: o.listenAddress, SocketMode: mode, DriverPath: cfg.CSIAddress,
+		ListenPath: o.listenPath, SocketMode: mode, DriverPath: o.driverPath,
 		Observer: observers, Recorder: m, QueueSize: o.queueSize, Tap: o.tap,
 	})
 	if err != nil {
 		return err
 	}
-	endpoint := cfg.HttpEndpoint
-	if endpoint == "" {
-		endpoint = cfg.MetricsAddress
-	}
-	if endpoint != "" {
-		if err := metrics.Serve(ctx, endpoint, cfg.MetricsPath, m); err != nil {
-			relay.Close()
-			return err
-		}
+	if err := serveHTTP(ctx, o, cfg, m, relay); err != nil {
+		relay.Close()
+		return err
 	}
 	// Only now, with the socket listening, may anything wait on the API
 	// server: the CSI sidecars give up on a socket that does not answer.
 	if ctrl != nil {
 		startVerdicts(ctx, ctrl, kube, o, cfg)
 	}
-	go learnDriverName(ctx, cfg.CSIAddress, m)
-	klog.InfoS("Relaying CSI calls", "listen", o.listenAddress, "driver", cfg.CSIAddress, "tap", o.tap, "version", version)
+	go learnDriverName(ctx, o.driverPath, m)
+	klog.InfoS("Relaying CSI calls", "listen", o.listenPath, "driver", o.driverPath, "tap", o.tap, "version", version)
 	return relay.Serve(ctx)
+}
+
+// serveHTTP starts the metrics and /healthz endpoint, if one is set.
+// /healthz fails while the relay's Serve loop does not accept or the driver
+// has not answered Probe lately. Kubernetes is not part of it: a slow API
+// server must not get the data path restarted by a liveness probe.
+func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfiguration, m *metrics.Metrics, relay *sidecar.Relay) error {
+	endpoint := cfg.HttpEndpoint
+	if endpoint == "" {
+		endpoint = cfg.MetricsAddress
+	}
+	if endpoint == "" {
+		return nil
+	}
+	probe := sidecar.NewDriverProbe(o.driverPath, o.healthInterval)
+	go probe.Run(ctx)
+	listening := func() error {
+		// Well below the 5s timeout of the probes in deploy/.
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		return relay.CheckListener(ctx)
+	}
+	return metrics.Serve(ctx, endpoint, cfg.MetricsPath, m, listening, probe.Check)
 }
 
 // newVerdicts builds the cloner without touching the network yet.
@@ -290,12 +325,13 @@ func logIfFailed(what string, err error) {
 	}
 }
 
-// learnDriverName asks the driver for its name (for the metrics' driver_name
-// label), waiting for it to come up; the relay does not depend on it.
-func learnDriverName(ctx context.Context, address string, m *metrics.Metrics) {
-	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// learnDriverName asks the driver at path (a socket path, as SocketPath
+// returns) for its name (for the metrics' driver_name label), waiting for it
+// to come up; the relay does not depend on it.
+func learnDriverName(ctx context.Context, path string, m *metrics.Metrics) {
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		klog.ErrorS(err, "Cannot ask the driver for its name", "driver", address)
+		klog.ErrorS(err, "Cannot ask the driver for its name", "driver", path)
 		return
 	}
 	defer conn.Close()
@@ -304,7 +340,10 @@ func learnDriverName(ctx context.Context, address string, m *metrics.Metrics) {
 		name, err := rpc.GetDriverName(callCtx, conn)
 		cancel()
 		if err == nil {
-			m.SetDriverName(name)
+			if err := m.SetDriverName(name); err != nil {
+				klog.ErrorS(err, "Driver answered GetPluginInfo with a name the metrics cannot carry")
+				return
+			}
 			klog.InfoS("Driver identified", "driver", name)
 			return
 		}

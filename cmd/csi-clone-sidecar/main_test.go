@@ -1,13 +1,23 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cozystack/csi-clone-sidecar/test/csidriver"
 )
 
 // TestMain lets the tests run this binary's main in a child process.
@@ -28,14 +38,18 @@ func sidecarCmd(args ...string) *exec.Cmd {
 func TestBadFlagsExitWithOneLine(t *testing.T) {
 	dir := t.TempDir()
 	cases := map[string][]string{
-		"listen-address is required":            {},
-		"not an octal permission":               {"--listen-address=" + dir + "/s", "--listen-socket-mode=0999"},
-		"flag provided but not defined":         {"--no-such-flag"},
-		"--stuck-after must be positive":        {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--stuck-after=0s"},
-		"--evidence-grace must not be negative": {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--evidence-grace=-1s"},
-		"POD_NAMESPACE is not set":              {"--listen-address=" + dir + "/s"},
-		"want table or json":                    {"report", "-o", "yaml"},
-		"unexpected argument":                   {"--listen-address=" + dir + "/s", "extra"},
+		"listen-address is required":                             {},
+		"not an octal permission":                                {"--listen-address=" + dir + "/s", "--listen-socket-mode=0999"},
+		"flag provided but not defined":                          {"--no-such-flag"},
+		"--stuck-after must be positive":                         {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--stuck-after=0s"},
+		"--evidence-grace must not be negative":                  {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--evidence-grace=-1s"},
+		"POD_NAMESPACE is not set":                               {"--listen-address=" + dir + "/s"},
+		"want table or json":                                     {"report", "-o", "yaml"},
+		"unexpected argument":                                    {"--listen-address=" + dir + "/s", "extra"},
+		`--csi-address: "tcp://host:1" is not a unix socket`:     {"--listen-address=" + dir + "/s", "--csi-address=tcp://host:1"},
+		`--listen-address: "unix://" has an empty path`:          {"--listen-address=unix://"},
+		`--listen-address: "relay.sock" is not an absolute path`: {"--listen-address=relay.sock"},
+		"--health-probe-interval must be positive, got 0s":       {"--listen-address=" + dir + "/s", "--health-probe-interval=0"},
 	}
 	for want, args := range cases {
 		cmd := sidecarCmd(args...)
@@ -99,4 +113,70 @@ current-context: c
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitHealthz polls url until it answers code with a body containing want.
+func waitHealthz(t *testing.T, url string, code int, want string) {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			if resp.StatusCode == code && strings.Contains(string(body), want) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("/healthz = %q; want %d with %q", last, code, want)
+}
+
+// TestUnixURLAddressesAndHealthz runs the binary with both sockets given as
+// unix:// URLs: a call goes through the relay to the driver, and /healthz
+// follows the driver: ok while it answers Probe, 503 with the reason once it
+// is gone.
+func TestUnixURLAddressesAndHealthz(t *testing.T) {
+	dir := t.TempDir()
+	drv, err := csidriver.Start(csidriver.Config{Endpoint: filepath.Join(dir, "driver.sock"), StateDir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Stop()
+	relaySock, endpoint := filepath.Join(dir, "relay.sock"), freePort(t)
+	cmd := sidecarCmd("--csi-address=unix://"+drv.SocketPath(), "--listen-address=unix://"+relaySock,
+		"--verdicts=false", "--http-endpoint="+endpoint, "--health-probe-interval=500ms")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	healthz := "http://" + endpoint + "/healthz"
+	waitHealthz(t, healthz, http.StatusOK, "ok")
+
+	conn, err := grpc.NewClient("unix://"+relaySock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil || info.GetName() != csidriver.DefaultDriverName {
+		t.Fatalf("GetPluginInfo through the relay = %v, %v", info, err)
+	}
+
+	drv.Stop()
+	waitHealthz(t, healthz, http.StatusServiceUnavailable, "driver at "+drv.SocketPath()+" did not answer Probe since")
 }

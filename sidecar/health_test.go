@@ -1,0 +1,106 @@
+package sidecar_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
+)
+
+// probeServer answers Probe as told: ready, not ready, or never.
+type probeServer struct {
+	csi.UnimplementedIdentityServer
+	notReady, hang atomic.Bool
+}
+
+func (p *probeServer) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	if p.hang.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(!p.notReady.Load())}, nil
+}
+
+// checkFailsWith waits until check fails with an error containing every part.
+func checkFailsWith(t *testing.T, check func() error, parts ...string) {
+	t.Helper()
+	var last error
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if last = check(); last != nil && containsAll(last.Error(), parts) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("check = %v; want an error containing %q", last, parts)
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestDriverProbe(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "driver.sock")
+	probe := sidecar.NewDriverProbe(sock, 500*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go probe.Run(ctx)
+
+	// No driver at all: unhealthy, saying where and why.
+	checkFailsWith(t, probe.Check, "driver at "+sock+" has not answered Probe yet", "no such file or directory")
+
+	srv := &probeServer{}
+	serveGRPC(t, sock, func(s *grpc.Server) { csi.RegisterIdentityServer(s, srv) })
+	waitFor(t, func() bool { return probe.Check() == nil })
+
+	srv.notReady.Store(true)
+	checkFailsWith(t, probe.Check, "did not answer Probe since", "not ready")
+	srv.notReady.Store(false)
+	waitFor(t, func() bool { return probe.Check() == nil })
+
+	// Accepting connections but not answering: unhealthy once a probe's
+	// interval ran out.
+	srv.hang.Store(true)
+	checkFailsWith(t, probe.Check, "did not answer Probe since", "DeadlineExceeded")
+}
+
+// TestCheckListenerNeedsTheServeLoop: the kernel completes a connect to a
+// listening socket whether or not anyone accepts, so the check must wait
+// for the Serve loop itself.
+func TestCheckListenerNeedsTheServeLoop(t *testing.T) {
+	dir := t.TempDir()
+	r, err := sidecar.NewRelay(relayAt(filepath.Join(dir, "relay.sock")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	check := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return r.CheckListener(ctx)
+	}
+	if err := check(200 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not accept") {
+		t.Errorf("check before Serve = %v; want not accepted", err)
+	}
+	go r.Serve(context.Background())
+	if err := check(10 * time.Second); err != nil {
+		t.Errorf("check while serving = %v", err)
+	}
+	r.Close()
+	if err := check(10 * time.Second); err == nil {
+		t.Error("check after Close passed")
+	}
+}
