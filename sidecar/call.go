@@ -66,7 +66,7 @@ func (c *call) open(h *headerBlock, at time.Time, b *budget) {
 	c.requestDone = c.requestDone || h.endStream
 	if !decodes(c.method) {
 		c.buffer = false
-		c.resp.free(b)
+		c.resp.free(b, false)
 	}
 }
 
@@ -118,8 +118,8 @@ func (c *call) giveUp(reason string, b *budget) {
 }
 
 func (c *call) free(b *budget) {
-	c.req.free(b)
-	c.resp.free(b)
+	c.req.free(b, true)
+	c.resp.free(b, false)
 }
 
 // rstCodes is how grpc-go reports a stream reset to its caller
@@ -211,15 +211,18 @@ func (m *message) reserve(b *budget) string {
 	if n > maxMessageBytes {
 		return UndecodedTooLarge
 	}
-	if !b.take(int64(n)) {
+	size := bufferSize(int(n))
+	if !b.take(int64(size)) {
 		return UndecodedBudget
 	}
-	m.want, m.held, m.body = int(n), int64(n), make([]byte, 0, n)
+	m.want, m.held, m.body = int(n), int64(size), getBuffer(int(n))
 	return ""
 }
 
-// free returns the message's bytes to the budget.
-func (m *message) free(b *budget) {
+// free returns the message's bytes to the budget and its buffer to the
+// pool; wipe clears it first (a request's secrets).
+func (m *message) free(b *budget, wipe bool) {
 	b.give(m.held)
+	putBuffer(m.body, wipe)
 	*m = message{}
 }

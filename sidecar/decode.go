@@ -24,33 +24,47 @@ const ClaimParameterPrefix = "csi.storage.k8s.io/pvc/"
 
 // decodeCall fills o's Request and Response from the first gRPC message of
 // each half of a call whose method the tap decodes (nil resp: no reply).
-func decodeCall(o *Observation, req, resp []byte) error {
+// Once the request is decoded, its secrets are zeroed in place, so the
+// buffer needs no wiping as a whole; wiped tells whether that happened.
+func decodeCall(o *Observation, req, resp []byte) (wiped bool, err error) {
 	dec, ok := decoders[o.Method]
 	if !ok {
-		return nil
+		return false, nil
 	}
 	if err := dec.request(o, req); err != nil {
-		return fmt.Errorf("request: %w", err)
+		return false, fmt.Errorf("request: %w", err)
 	}
+	wiped = wipeField(req, dec.secrets) == nil
 	if resp == nil {
-		return nil
+		return wiped, nil
 	}
 	if err := dec.response(o, resp); err != nil {
-		return fmt.Errorf("response: %w", err)
+		return wiped, fmt.Errorf("response: %w", err)
 	}
-	return nil
+	return wiped, nil
 }
 
 type decoder struct {
 	request, response func(o *Observation, b []byte) error
+	secrets           protowire.Number // the request's secrets field
+}
+
+// wipeField zeroes the bytes of every occurrence of field num in message b.
+func wipeField(b []byte, num protowire.Number) error {
+	return fields(b, func(f wireField) error {
+		if f.num == num {
+			clear(f.b)
+		}
+		return nil
+	})
 }
 
 var decoders = map[string]decoder{
-	MethodCreateVolume:           {decodeCreateVolumeRequest, decodeCreateVolumeResponse},
-	MethodDeleteVolume:           {decodeDeleteVolumeRequest, checkMessage},
-	MethodControllerExpandVolume: {decodeExpandRequest, decodeExpandResponse},
-	MethodCreateSnapshot:         {decodeCreateSnapshotRequest, decodeCreateSnapshotResponse},
-	MethodDeleteSnapshot:         {decodeDeleteSnapshotRequest, checkMessage},
+	MethodCreateVolume:           {decodeCreateVolumeRequest, decodeCreateVolumeResponse, field(&csi.CreateVolumeRequest{}, "secrets")},
+	MethodDeleteVolume:           {decodeDeleteVolumeRequest, checkMessage, field(&csi.DeleteVolumeRequest{}, "secrets")},
+	MethodControllerExpandVolume: {decodeExpandRequest, decodeExpandResponse, field(&csi.ControllerExpandVolumeRequest{}, "secrets")},
+	MethodCreateSnapshot:         {decodeCreateSnapshotRequest, decodeCreateSnapshotResponse, field(&csi.CreateSnapshotRequest{}, "secrets")},
+	MethodDeleteSnapshot:         {decodeDeleteSnapshotRequest, checkMessage, field(&csi.DeleteSnapshotRequest{}, "secrets")},
 }
 
 // decodes tells whether the tap decodes a method's messages (and so buffers them).

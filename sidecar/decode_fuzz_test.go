@@ -106,7 +106,7 @@ func FuzzDecode(f *testing.F) {
 		want := Observation{Method: method}
 		ref.fill(&want, rq, rs)
 		got := Observation{Method: method}
-		if err := decodeCall(&got, req, resp); err != nil {
+		if _, err := decodeCall(&got, req, resp); err != nil {
 			t.Fatalf("%s: protobuf accepts the messages, the tap does not: %v", method, err)
 		}
 		if !reflect.DeepEqual(got, want) {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -13,7 +14,10 @@ import (
 
 const frameHeaderLen = 9
 
-var errOversized = errors.New("frame or header block larger than the tap follows")
+var (
+	errOversized   = errors.New("frame or header block larger than the tap follows")
+	errInterleaved = errors.New("a frame other than CONTINUATION inside a header block")
+)
 
 // direction parses one way of a connection. Feed runs on that direction's
 // relay goroutine right after the bytes were forwarded, so parsing adds no
@@ -100,24 +104,63 @@ func (d *direction) completePending(p []byte, at time.Time) []byte {
 // they took, or -1 when the connection's tap was given up.
 func (d *direction) parse(b []byte, at time.Time) int {
 	n, err := completeFrames(b)
+	if errors.Is(err, errInterleaved) {
+		d.conn.abandon(AbandonFraming, err)
+		return -1
+	}
 	if err != nil {
 		d.conn.abandon(AbandonOversized, err)
 		return -1
 	}
-	d.src.Reset(b[:n])
-	for d.src.Len() > 0 {
-		f, err := d.fr.ReadFrame()
+	for off := 0; off < n && !d.conn.abandoned.Load(); {
+		end := off + frameHeaderLen + frameLength(b[off:])
+		reason, err := d.parseFrame(b[off:end], at)
 		if err != nil {
-			d.conn.abandon(AbandonFraming, err)
-			return -1
-		}
-		if reason, err := d.onFrame(f, at); err != nil {
 			d.conn.abandon(reason, err)
 			return -1
 		}
+		off = end
 	}
 	return n
 }
+
+// parseFrame reads one whole frame. DATA frames, which carry every message
+// byte, are read here without the framer: it would copy each payload into a
+// buffer of its own first. Every other frame goes through x/net's framer,
+// which checks it (and, across calls, that CONTINUATIONs follow their
+// HEADERS; completeFrames already refuses anything in between).
+func (d *direction) parseFrame(b []byte, at time.Time) (string, error) {
+	if http2.FrameType(b[3]) == http2.FrameData {
+		return d.dataFrame(b, at)
+	}
+	d.src.Reset(b)
+	f, err := d.fr.ReadFrame()
+	if err != nil {
+		return AbandonFraming, err
+	}
+	return d.onFrame(f, at)
+}
+
+// dataFrame applies a DATA frame's payload less its padding (RFC 9113 6.1),
+// refusing what the framer would: stream 0, padding longer than the frame.
+func (d *direction) dataFrame(b []byte, at time.Time) (string, error) {
+	flags, id := http2.Flags(b[4]), binary.BigEndian.Uint32(b[5:9])&(1<<31-1)
+	payload := b[frameHeaderLen:]
+	if id == 0 {
+		return AbandonFraming, errors.New("DATA frame on stream 0")
+	}
+	if flags.Has(http2.FlagDataPadded) {
+		if len(payload) == 0 || int(payload[0]) >= len(payload) {
+			return AbandonFraming, errors.New("DATA frame with more padding than payload")
+		}
+		payload = payload[1 : len(payload)-int(payload[0])]
+	}
+	d.conn.onData(id, payload, flags.Has(http2.FlagDataEndStream), d.fromClient, at)
+	return "", nil
+}
+
+// frameLength reads the payload length from a frame header.
+func frameLength(h []byte) int { return int(h[0])<<16 | int(h[1])<<8 | int(h[2]) }
 
 // missingBytes is how many more bytes b needs before its last frame (or,
 // for a 9-byte frame header still incomplete, that header) is whole. A
@@ -125,7 +168,7 @@ func (d *direction) parse(b []byte, at time.Time) int {
 func missingBytes(b []byte) int {
 	off := 0
 	for len(b)-off >= frameHeaderLen {
-		end := off + frameHeaderLen + (int(b[off])<<16 | int(b[off+1])<<8 | int(b[off+2]))
+		end := off + frameHeaderLen + frameLength(b[off:])
 		if end > len(b) {
 			return end - len(b)
 		}
@@ -174,8 +217,6 @@ func (d *direction) onFrame(f http2.Frame, at time.Time) (string, error) {
 		if v, ok := f.Value(http2.SettingHeaderTableSize); ok && !f.IsAck() {
 			d.conn.peerOf(d).headers.allow(v)
 		}
-	case *http2.DataFrame:
-		d.conn.onData(f.StreamID, f.Data(), f.StreamEnded(), d.fromClient, at)
 	case *http2.RSTStreamFrame:
 		d.conn.onReset(f.StreamID, f.ErrCode, d.fromClient, at)
 	case *http2.GoAwayFrame:
@@ -235,7 +276,7 @@ func (d *direction) consumePreface(p []byte) []byte {
 func completeFrames(b []byte) (int, error) {
 	done, blockStart := 0, -1
 	for off := 0; len(b)-off >= frameHeaderLen; {
-		length := int(b[off])<<16 | int(b[off+1])<<8 | int(b[off+2])
+		length := frameLength(b[off:])
 		typ, flags := http2.FrameType(b[off+3]), http2.Flags(b[off+4])
 		if length > maxFrameBytes {
 			return 0, errOversized
@@ -245,6 +286,9 @@ func completeFrames(b []byte) (int, error) {
 			break
 		}
 		inBlock := blockStart >= 0
+		if inBlock && typ != http2.FrameContinuation {
+			return 0, errInterleaved
+		}
 		startsBlock := (typ == http2.FrameHeaders || typ == http2.FramePushPromise) && !inBlock
 		if startsBlock && flags&http2.FlagHeadersEndHeaders == 0 {
 			blockStart = off

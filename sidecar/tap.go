@@ -67,6 +67,16 @@ type pending struct {
 	decode    bool
 	req, resp []byte
 	held      int64
+	reqWiped  bool // the request's secrets were zeroed in place
+}
+
+// release returns the raw messages' buffers (the request's wiped) and
+// budget; a second call does nothing.
+func (p *pending) release(b *budget) {
+	putBuffer(p.req, !p.reqWiped)
+	putBuffer(p.resp, false)
+	b.give(p.held)
+	p.req, p.resp, p.held = nil, nil, 0
 }
 
 // NewTap returns a tap delivering to o (may be nil) and recording to r (may
@@ -107,7 +117,7 @@ func (t *Tap) deliver() {
 
 // handOver decodes one call and gives it to the Observer.
 func (t *Tap) handOver(p pending) {
-	defer t.budget.give(p.held)
+	defer p.release(t.budget)
 	if p.decode && !t.safeDecode(&p) {
 		return
 	}
@@ -127,8 +137,9 @@ func (t *Tap) safeDecode(p *pending) (ok bool) {
 			ok = false
 		}
 	}()
-	err := decodeCall(&p.obs, p.req, p.resp)
-	p.req, p.resp = nil, nil // the raw request, secrets included, goes now
+	wiped, err := decodeCall(&p.obs, p.req, p.resp)
+	p.reqWiped = wiped
+	p.release(t.budget) // the raw request, secrets included, goes now
 	if err != nil {
 		slog.Debug("Tap could not decode a call", "method", p.obs.Method, "err", err)
 		t.recorder.CallUndecoded(UndecodedMalformed)
@@ -143,7 +154,7 @@ func (t *Tap) enqueue(p pending) {
 	select {
 	case t.queue <- p:
 	default:
-		t.budget.give(p.held)
+		p.release(t.budget)
 		t.recorder.ObservationDropped()
 	}
 }

@@ -323,7 +323,7 @@ func (tc *TapConn) publish(c *call) {
 	}
 	t.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
 	if c.code != codes.OK { // a failed call's reply carries nothing the tap reports
-		c.resp.free(t.budget)
+		c.resp.free(t.budget, false)
 	}
 	if c.buffer && c.undecoded == "" {
 		c.checkMessages(t.budget)
