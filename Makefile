@@ -9,10 +9,11 @@ GOBUILD     := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/csi-clone-sidecar
 IMAGE       ?= ghcr.io/cozystack/csi-clone-sidecar:$(VERSION)
 FUZZTIME    ?= 20s
+DIFFTIME    ?= 60s
 E2E_RUN     ?= .
 BIN         ?= bin
 
-.PHONY: all build sidecar tools test unit fuzz e2e bench demo lint image clean
+.PHONY: all build sidecar tools test unit fuzz diff e2e bench demo lint image clean
 
 all: build
 
@@ -29,7 +30,7 @@ tools:
 	test/tools/build.sh
 
 ## test: everything CI runs
-test: tools unit fuzz e2e
+test: tools unit fuzz diff e2e
 
 ## unit: unit tests, csi-sanity against the test driver directly and through the relay
 unit:
@@ -37,17 +38,23 @@ unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)
 	$(GO) test -count=1 -race ./sidecar/...
 
-## fuzz: a short run of the tap parser's fuzz target (FUZZTIME=10m for a long one)
+## fuzz: short runs of the tap's fuzz targets: the parser, and the wire decoder against protobuf (FUZZTIME=10m for long ones)
 fuzz:
 	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzTap$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+
+## diff: the tap's differential property test: random sessions encoded by x/net, checked call by call (DIFFTIME=10m for a long one)
+diff:
+	CSI_CLONE_DIFF_TIME=$(DIFFTIME) $(GO) test -count=1 -v -run '^TestTapDifferential$$' ./sidecar
 
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 e2e: build
 	$(GO) test -count=1 -timeout 40m -run '$(E2E_RUN)' ./test/e2e/...
 
-## bench: the relay's cost, measured against the driver directly (not a test)
+## bench: the relay's cost against the driver directly, short rounds then one long connection per mode (not a test; BENCH_FLAGS=-long=false or -short=false runs one part)
+BENCH_FLAGS ?=
 bench:
-	$(GO) run ./test/bench
+	$(GO) run ./test/bench $(BENCH_FLAGS)
 
 ## demo: one golden, 20 worker disks in 6 pools on the loopback stack; the verdicts, the report, the metrics (KEEP=1 leaves it running)
 demo: tools build

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The goals of issue 8, for the relay with its tap against the driver directly.
+const (
+	goalP50        = 1.30
+	goalP99        = 1.40
+	goalThroughput = 0.75
+	goalGrowth     = 1.10
+)
+
+// The short report's table: absolute columns, then ratios to direct.
+const (
+	absRow   = "  %-18s %9s %9s %9s   "
+	ratioRow = "%-17s %-17s %s"
+)
+
+func (r *shortRun) report(t *tally) {
+	for _, k := range r.kinds {
+		res := r.results[k]
+		fmt.Printf("\n%s\n  %d sequential calls and %v of %d concurrent callers per mode\n",
+			k.label, len(res[direct].latencies), res[direct].elapsed.Round(time.Millisecond), r.opts.workers)
+		row(absRow+ratioRow, "mode", "p50", "p99", "calls/s", "p50 vs direct", "p99 vs direct", "calls/s vs direct")
+		d := summarize(res[direct])
+		row(absRow, r.modes[direct].name, short(d.p50), short(d.p99), fmt.Sprintf("%.0f", d.rate))
+		for _, mi := range []int{tapped, bare} {
+			s := summarize(res[mi])
+			row(absRow+ratioRow, r.modes[mi].name, short(s.p50), short(s.p99), fmt.Sprintf("%.0f", s.rate),
+				fmt.Sprintf("%.2fx (%s)", ratio(s.p50, d.p50), signed(s.p50-d.p50)),
+				fmt.Sprintf("%.2fx", ratio(s.p99, d.p99)), fmt.Sprintf("%.2fx", s.rate/d.rate))
+		}
+		s := summarize(res[tapped])
+		row(absRow+ratioRow, "goal for relay+tap", "", "", "",
+			meets(ratio(s.p50, d.p50) <= goalP50, "<= %.2fx", goalP50),
+			meets(ratio(s.p99, d.p99) <= goalP99, "<= %.2fx", goalP99),
+			meets(s.rate/d.rate >= goalThroughput, ">= %.2fx", goalThroughput))
+		r.reportTap(t, k)
+	}
+	fmt.Printf("\ntap observations by method: %v\n", t.byMethod)
+	fmt.Print("connections opened per mode (1 = one connection carried every call):")
+	for _, m := range r.modes {
+		fmt.Printf(" %s %d", m.name, m.dials.Load())
+	}
+	fmt.Println()
+}
+
+func (r *shortRun) reportTap(t *tally, k *kind) {
+	observed, decoded := t.counts(k)
+	sent := r.results[k][tapped].sent
+	if k.req == nil {
+		fmt.Printf("  tap: %d observations of this method for %d calls through relay+tap (timing only)\n", observed, sent)
+		return
+	}
+	fmt.Printf("  tap: %d of %d calls through relay+tap decoded in full (name, clone source, capacity, block, pvc name, volume id)\n",
+		decoded, sent)
+}
+
+// row prints one table row; a row with empty last columns would otherwise
+// end in blanks, which pasted figures carry along.
+func row(format string, a ...any) {
+	fmt.Println(strings.TrimRight(fmt.Sprintf(format, a...), " "))
+}
+
+type summary struct {
+	p50, p99 time.Duration
+	rate     float64 // calls per second in throughput rounds
+}
+
+func summarize(r *result) summary {
+	return summary{p50: percentile(r.latencies, .5), p99: percentile(r.latencies, .99),
+		rate: float64(r.done) / r.elapsed.Seconds()}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p)]
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+// meets prints a goal and whether it was met; the bench reports, it does
+// not fail.
+func meets(ok bool, format string, goal float64) string {
+	verdict := "met"
+	if !ok {
+		verdict = "MISSED"
+	}
+	return fmt.Sprintf(format+" %s", goal, verdict)
+}
+
+func signed(d time.Duration) string {
+	if d < 0 {
+		return short(d).String()
+	}
+	return "+" + short(d).String()
+}
+
+// short rounds a latency to three significant digits or so, enough to read.
+func short(d time.Duration) time.Duration {
+	switch a := max(d, -d); {
+	case a >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	case a >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
