@@ -1,35 +1,22 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
 )
 
-// lockedBuffer is written by the relay's goroutines and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
+// lines splits what a test logger wrote into lines.
+func logLines(b *syncbuf.Buffer) []string {
+	return strings.Split(strings.TrimSpace(b.String()), "\n")
 }
 
 // dialUntilClosed connects to the relay and waits until it hangs up, which
@@ -56,7 +43,7 @@ func TestDriverUnreachableIsLoggedAtInfoAtMostOncePerInterval(t *testing.T) {
 	}
 	defer r.Close()
 	var now atomic.Int64
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	r.unreachable.now = func() time.Time { return time.Unix(now.Load(), 0) }
 	r.unreachable.logger = slog.New(slog.NewTextHandler(&out, nil))
 	go r.Serve(context.Background())
@@ -64,19 +51,19 @@ func TestDriverUnreachableIsLoggedAtInfoAtMostOncePerInterval(t *testing.T) {
 	for range 3 {
 		dialUntilClosed(t, r.cfg.ListenPath)
 	}
-	lines := out.lines()
+	lines := logLines(&out)
 	if len(lines) != 1 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[0], "driver="+driver) ||
 		!strings.Contains(lines[0], "no such file or directory") || strings.Contains(lines[0], "suppressed") {
 		t.Fatalf("after 3 failed dials in one interval, log = %q; want one info line with the driver and the error", lines)
 	}
 	now.Add(9)
 	dialUntilClosed(t, r.cfg.ListenPath)
-	if lines = out.lines(); len(lines) != 1 {
+	if lines = logLines(&out); len(lines) != 1 {
 		t.Fatalf("9s later, log = %q; want still one line", lines)
 	}
 	now.Add(1)
 	dialUntilClosed(t, r.cfg.ListenPath)
-	if lines = out.lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=3") {
+	if lines = logLines(&out); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=3") {
 		t.Fatalf("10s later, log = %q; want a second line counting the 3 suppressed", lines)
 	}
 }

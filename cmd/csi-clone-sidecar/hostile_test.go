@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/test/csidriver"
 	"github.com/cozystack/csi-clone-sidecar/test/rawh2"
+	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
 )
 
 // binaryUnderTest is the sidecar binary relaying to the test driver, with
@@ -26,26 +25,7 @@ import (
 type binaryUnderTest struct {
 	cmd                *exec.Cmd
 	relaySock, metrics string
-	stderr             syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer the process's output goroutine may write
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	stderr             syncbuf.Buffer
 }
 
 func startBinary(t *testing.T, args ...string) *binaryUnderTest {
