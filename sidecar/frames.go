@@ -36,6 +36,7 @@ type direction struct {
 	src      bytes.Reader
 	fr       *http2.Framer
 	headers  *headerDecoder
+	data     dataState
 	// block assembles a header block split over CONTINUATION frames.
 	block       []byte
 	blockStream uint32
@@ -52,7 +53,8 @@ func newDirection(tc *TapConn, fromClient bool) *direction {
 
 // Feed parses the complete frames now available and keeps only an
 // incomplete one for the next call: whole frames are parsed straight from p,
-// so a large message is not copied into a buffer of the tap's first. Any
+// and a DATA frame cut by the end of p is followed as its bytes arrive, so
+// message bytes are never copied into a buffer of the tap's first. Any
 // trouble, a panic included, abandons the connection's tap, never the relay.
 func (d *direction) Feed(p []byte, at time.Time) {
 	d.mu.Lock()
@@ -75,22 +77,42 @@ func (d *direction) Feed(p []byte, at time.Time) {
 			return
 		}
 	}
-	p = d.completePending(p, at)
-	if len(d.buf) > 0 || d.conn.abandoned.Load() {
-		return
-	}
-	n := d.parse(p, at)
-	if n >= 0 && !d.conn.abandoned.Load() {
-		d.buf = append(d.buf, p[n:]...)
+	for len(p) > 0 && !d.conn.abandoned.Load() {
+		switch {
+		case d.data.left > 0:
+			p = d.streamData(p, at)
+		case len(d.buf) > 0:
+			p = d.completePending(p, at)
+		default:
+			n := d.parse(p, at)
+			if n < 0 {
+				return
+			}
+			// What is left is one incomplete frame: followed as it comes
+			// if it is DATA, kept otherwise.
+			if p = p[n:]; len(p) > 0 && !d.startData(p, at) {
+				d.buf = append(d.buf, p...)
+			}
+			p = nil
+		}
 	}
 }
 
 // completePending adds to the kept incomplete frame only the bytes of p it
-// still misses, parses it once whole, and returns the rest of p.
+// still misses (for a DATA frame, only its header), parses it once whole,
+// and returns the rest of p.
 func (d *direction) completePending(p []byte, at time.Time) []byte {
 	for len(d.buf) > 0 && len(p) > 0 && !d.conn.abandoned.Load() {
-		k := min(missingBytes(d.buf), len(p))
+		want := missingBytes(d.buf)
+		if h, ok := dataHeaderLen(d.buf); ok {
+			want = max(h-len(d.buf), 0)
+		}
+		k := min(want, len(p))
 		d.buf, p = append(d.buf, p[:k]...), p[k:]
+		if d.startData(d.buf, at) {
+			d.buf = d.buf[:0]
+			return p
+		}
 		n := d.parse(d.buf, at)
 		if n < 0 {
 			return nil
@@ -98,6 +120,71 @@ func (d *direction) completePending(p []byte, at time.Time) []byte {
 		d.compact(n)
 	}
 	return p
+}
+
+// dataState follows a DATA frame whose payload arrives over several reads.
+type dataState struct {
+	stream uint32
+	end    bool
+	left   int // payload bytes still to come, padding included
+	pad    int // padding bytes at the end of the payload
+}
+
+// dataHeaderLen is the length of the header of the DATA frame b starts
+// with (9 bytes, one more for the pad length), ok false when b does not
+// start with one (or does not show it yet).
+func dataHeaderLen(b []byte) (int, bool) {
+	if len(b) < 5 || http2.FrameType(b[3]) != http2.FrameData {
+		return 0, false
+	}
+	if http2.Flags(b[4]).Has(http2.FlagDataPadded) {
+		return frameHeaderLen + 1, true
+	}
+	return frameHeaderLen, true
+}
+
+// startData begins following the incomplete DATA frame b starts with, once
+// its header is there, and applies the payload bytes b already holds. It
+// reports false (b is kept as an incomplete frame) for anything else.
+func (d *direction) startData(b []byte, at time.Time) bool {
+	h, ok := dataHeaderLen(b)
+	if !ok || len(b) < h {
+		return false
+	}
+	length, flags := frameLength(b), http2.Flags(b[4])
+	id := binary.BigEndian.Uint32(b[5:9]) & (1<<31 - 1)
+	pad := 0
+	if h > frameHeaderLen {
+		pad = int(b[frameHeaderLen])
+	}
+	switch {
+	case length > maxFrameBytes:
+		d.conn.abandon(AbandonOversized, errOversized)
+	case id == 0:
+		d.conn.abandon(AbandonFraming, errors.New("DATA frame on stream 0"))
+	case length == 0 || pad >= length:
+		if h > frameHeaderLen {
+			d.conn.abandon(AbandonFraming, errors.New("DATA frame with more padding than payload"))
+		}
+		return false
+	}
+	d.data = dataState{stream: id, end: flags.Has(http2.FlagDataEndStream), left: length - (h - frameHeaderLen), pad: pad}
+	d.streamData(b[h:], at)
+	return true
+}
+
+// streamData applies the next payload bytes of the DATA frame in progress,
+// less its padding, and returns what follows the frame in p.
+func (d *direction) streamData(p []byte, at time.Time) []byte {
+	k := min(len(p), d.data.left)
+	if payload := min(k, d.data.left-d.data.pad); payload > 0 {
+		d.conn.onData(d.data.stream, p[:payload], false, d.fromClient, at)
+	}
+	d.data.left -= k
+	if d.data.left == 0 && d.data.end {
+		d.conn.onData(d.data.stream, nil, true, d.fromClient, at)
+	}
+	return p[k:]
 }
 
 // parse reads the whole frames at the start of b and returns how many bytes
