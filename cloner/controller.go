@@ -91,7 +91,14 @@ func (c *Controller) Observe(o sidecar.Observation) {
 	}
 }
 
-var _ sidecar.Observer = (*Controller)(nil)
+// Observes implements sidecar.MethodSelector: the evidence is made of the
+// calls whose fields the tap decodes; the rest need not be queued.
+func (c *Controller) Observes(method string) bool { return sidecar.DecodedMethod(method) }
+
+var (
+	_ sidecar.Observer       = (*Controller)(nil)
+	_ sidecar.MethodSelector = (*Controller)(nil)
+)
 
 // Start starts the informers for the life of ctx and returns at once.
 // DataVolumes and VolumeSnapshotContents are watched as soon as their CRDs

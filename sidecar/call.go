@@ -60,11 +60,13 @@ func (c *call) awaitsRequest() bool {
 	return c.buffer && c.undecoded == "" && !c.req.done()
 }
 
-// open applies the request headers.
-func (c *call) open(h *headerBlock, at time.Time, b *budget) {
+// open applies the request headers; wanted tells whether the observer
+// takes the method's calls.
+func (c *call) open(h *headerBlock, at time.Time, b *budget, wanted func(string) bool) {
 	c.method, c.start, c.early = CanonicalMethod(h.path), at, false
+	c.req.method = c.method
 	c.requestDone = c.requestDone || h.endStream
-	if !decodes(c.method) {
+	if !decodes(c.method) || !wanted(c.method) {
 		c.buffer = false
 		c.resp.free(b, false)
 	}
@@ -171,11 +173,16 @@ type message struct {
 	np      int
 	started bool
 	body    []byte
+	got     int // body bytes taken, kept or not
 	want    int
 	held    int64
+	// filter, set for a request, keeps only the fields the tap decodes;
+	// body is what it kept once the message is whole.
+	filter *fieldFilter
+	method string // a request's method, which chooses its filter
 }
 
-func (m *message) done() bool { return m.np == len(m.prefix) && len(m.body) == m.want }
+func (m *message) done() bool { return m.np == len(m.prefix) && m.got == m.want }
 
 // feed takes the next bytes of the stream; it returns an undecoded reason
 // when the message cannot be kept.
@@ -192,9 +199,28 @@ func (m *message) feed(p []byte, b *budget) string {
 			}
 			continue
 		}
-		k := min(len(p), m.want-len(m.body))
-		m.body, p = append(m.body, p[:k]...), p[k:]
+		k := min(len(p), m.want-m.got)
+		if m.filter != nil {
+			m.filter.write(p[:k])
+		} else {
+			m.body = append(m.body, p[:k]...)
+		}
+		m.got, p = m.got+k, p[k:]
 	}
+	if m.filter != nil && m.done() {
+		return m.filtered()
+	}
+	return ""
+}
+
+// filtered takes the filter's message as the body.
+func (m *message) filtered() string {
+	body, err := m.filter.finish()
+	m.filter = nil
+	if err != nil {
+		return UndecodedMalformed
+	}
+	m.body = body
 	return ""
 }
 
@@ -215,7 +241,12 @@ func (m *message) reserve(b *budget) string {
 	if !b.take(int64(size)) {
 		return UndecodedBudget
 	}
-	m.want, m.held, m.body = int(n), int64(size), getBuffer(int(n))
+	m.want, m.held = int(n), int64(size)
+	if dec, ok := decoders[m.method]; ok {
+		m.filter = newFieldFilter(dec, int(n))
+	} else {
+		m.body = getBuffer(int(n))
+	}
 	return ""
 }
 
@@ -224,5 +255,8 @@ func (m *message) reserve(b *budget) string {
 func (m *message) free(b *budget, wipe bool) {
 	b.give(m.held)
 	putBuffer(m.body, wipe)
+	if m.filter != nil {
+		putBuffer(m.filter.out, wipe)
+	}
 	*m = message{}
 }

@@ -47,6 +47,18 @@ func decodeCall(o *Observation, req, resp []byte) (wiped bool, err error) {
 type decoder struct {
 	request, response func(o *Observation, b []byte) error
 	secrets           protowire.Number // the request's secrets field
+	// keep lists the request's top-level fields request reads, claim its
+	// parameters map (0: none): what a fieldFilter keeps.
+	keep  map[protowire.Number]bool
+	claim protowire.Number
+}
+
+func fieldSet(nums ...protowire.Number) map[protowire.Number]bool {
+	set := map[protowire.Number]bool{}
+	for _, n := range nums {
+		set[n] = true
+	}
+	return set
 }
 
 // wipeField zeroes the bytes of every occurrence of field num in message b.
@@ -60,11 +72,16 @@ func wipeField(b []byte, num protowire.Number) error {
 }
 
 var decoders = map[string]decoder{
-	MethodCreateVolume:           {decodeCreateVolumeRequest, decodeCreateVolumeResponse, field(&csi.CreateVolumeRequest{}, "secrets")},
-	MethodDeleteVolume:           {decodeDeleteVolumeRequest, checkMessage, field(&csi.DeleteVolumeRequest{}, "secrets")},
-	MethodControllerExpandVolume: {decodeExpandRequest, decodeExpandResponse, field(&csi.ControllerExpandVolumeRequest{}, "secrets")},
-	MethodCreateSnapshot:         {decodeCreateSnapshotRequest, decodeCreateSnapshotResponse, field(&csi.CreateSnapshotRequest{}, "secrets")},
-	MethodDeleteSnapshot:         {decodeDeleteSnapshotRequest, checkMessage, field(&csi.DeleteSnapshotRequest{}, "secrets")},
+	MethodCreateVolume: {decodeCreateVolumeRequest, decodeCreateVolumeResponse, field(&csi.CreateVolumeRequest{}, "secrets"),
+		fieldSet(cvName, cvCapacity, cvCapability, cvSource), cvParameters},
+	MethodDeleteVolume: {decodeDeleteVolumeRequest, checkMessage, field(&csi.DeleteVolumeRequest{}, "secrets"),
+		fieldSet(dvVolumeID), 0},
+	MethodControllerExpandVolume: {decodeExpandRequest, decodeExpandResponse, field(&csi.ControllerExpandVolumeRequest{}, "secrets"),
+		fieldSet(evVolumeID, evCapacity, evCapability), 0},
+	MethodCreateSnapshot: {decodeCreateSnapshotRequest, decodeCreateSnapshotResponse, field(&csi.CreateSnapshotRequest{}, "secrets"),
+		fieldSet(csSourceVolume, csName), csParameters},
+	MethodDeleteSnapshot: {decodeDeleteSnapshotRequest, checkMessage, field(&csi.DeleteSnapshotRequest{}, "secrets"),
+		fieldSet(dsSnapshotID), 0},
 }
 
 // decodes tells whether the tap decodes a method's messages (and so buffers them).

@@ -112,5 +112,24 @@ func FuzzDecode(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s:\n tap      %+v\n protobuf %+v", method, got, want)
 		}
+		filtered := filterInChunks(t, method, req, int(which)/len(methods)+1)
+		got = Observation{Method: method}
+		if _, err := decodeCall(&got, filtered, resp); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s, request filtered as it streams in:\n tap      %+v (%v)\n protobuf %+v", method, got, err, want)
+		}
 	})
+}
+
+// filterInChunks runs a request through its method's fieldFilter in pieces
+// of n bytes, as DATA frames would bring it.
+func filterInChunks(t *testing.T, method string, req []byte, n int) []byte {
+	f := newFieldFilter(decoders[method], len(req))
+	for b := req; len(b) > 0; b = b[min(n, len(b)):] {
+		f.write(b[:min(n, len(b))])
+	}
+	out, err := f.finish()
+	if err != nil {
+		t.Fatalf("%s: the filter refused a request protobuf accepts: %v", method, err)
+	}
+	return out
 }

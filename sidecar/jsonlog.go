@@ -10,11 +10,23 @@ import (
 // Observers fans one observation out to several observers, in order.
 type Observers []Observer
 
-// Observe implements Observer.
+// Observe implements Observer: each member gets the calls it selects.
 func (os Observers) Observe(o Observation) {
 	for _, ob := range os {
-		ob.Observe(o)
+		if observes(ob)(o.Method) {
+			ob.Observe(o)
+		}
 	}
+}
+
+// Observes implements MethodSelector: a method any member selects.
+func (os Observers) Observes(method string) bool {
+	for _, ob := range os {
+		if observes(ob)(method) {
+			return true
+		}
+	}
+	return false
 }
 
 // JSONLines writes each observation as one JSON object per line: a debugging

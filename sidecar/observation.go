@@ -86,6 +86,26 @@ type Observer interface {
 	Observe(Observation)
 }
 
+// MethodSelector may be implemented by an Observer that needs the calls of
+// some methods only: the tap then neither buffers nor queues the others (a
+// queued call wakes the tap's delivery goroutine, which a small call's
+// latency feels); their timings still reach the Recorder.
+type MethodSelector interface {
+	Observes(method string) bool
+}
+
+// DecodedMethod tells whether the tap decodes method's fields (the five
+// Method* constants): what an Observer of clone evidence selects.
+func DecodedMethod(method string) bool { return decodes(method) }
+
+// observes returns o's choice of methods: its MethodSelector, or all.
+func observes(o Observer) func(string) bool {
+	if s, ok := o.(MethodSelector); ok {
+		return s.Observes
+	}
+	return func(string) bool { return true }
+}
+
 // ObserverFunc adapts a function to Observer.
 type ObserverFunc func(Observation)
 

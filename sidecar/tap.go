@@ -54,6 +54,8 @@ type Tap struct {
 	// buffers is false when nobody reads the decoded fields: then no
 	// message is kept at all.
 	buffers bool
+	// wants tells which methods' calls the observer takes.
+	wants   func(string) bool
 	budget  *budget
 	queue   chan pending
 	done    chan struct{}
@@ -88,7 +90,7 @@ func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 	if r == nil {
 		r = noRecorder{}
 	}
-	t := &Tap{observer: o, recorder: r, buffers: hasObserver(o), budget: newBudget(maxBufferedBytes),
+	t := &Tap{observer: o, recorder: r, buffers: hasObserver(o), wants: observes(o), budget: newBudget(maxBufferedBytes),
 		queue: make(chan pending, queueSize), done: make(chan struct{})}
 	go t.deliver()
 	return t

@@ -194,7 +194,7 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 	} else {
 		tc.early--
 	}
-	c.open(h, at, tc.tap.budget)
+	c.open(h, at, tc.tap.budget, tc.tap.wants)
 	return c
 }
 
@@ -330,6 +330,10 @@ func (tc *TapConn) publish(c *call) {
 	}
 	if c.undecoded != "" {
 		t.recorder.CallUndecoded(c.undecoded)
+		return
+	}
+	if t.observer == nil || !t.wants(c.method) {
+		c.free(t.budget)
 		return
 	}
 	o := Observation{Method: c.method, Start: c.start, End: c.end, Code: c.code, Message: c.message}

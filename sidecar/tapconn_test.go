@@ -281,3 +281,29 @@ func equalSets(a, b []string) bool {
 	}
 	return true
 }
+
+// selectingObserver takes only the decoded methods' calls.
+type selectingObserver struct{ got []Observation }
+
+func (s *selectingObserver) Observe(o Observation)       { s.got = append(s.got, o) }
+func (s *selectingObserver) Observes(method string) bool { return DecodedMethod(method) }
+
+// An Observer that selects methods gets only those; every call is still
+// timed for the Recorder.
+func TestObserverSelectsMethods(t *testing.T) {
+	obs, rec := &selectingObserver{}, &countingRecorder{}
+	tap := NewTap(Observers{obs}, rec, 16)
+	tc := tap.NewConn()
+	w := newWire(t)
+	w.request(1, MethodProbe, &csi.ProbeRequest{})
+	w.reply(1, &csi.ProbeResponse{}, codes.OK)
+	w.request(3, MethodDeleteVolume, &csi.DeleteVolumeRequest{VolumeId: "v"})
+	w.reply(3, &csi.DeleteVolumeResponse{}, codes.OK)
+	tc.FromClient().Feed(w.client.Bytes(), time.Now())
+	tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+	tc.Close()
+	tap.Close()
+	if len(obs.got) != 1 || obs.got[0].Method != MethodDeleteVolume || len(rec.finished) != 2 {
+		t.Fatalf("observed %+v with %d calls timed; want only the DeleteVolume, both timed", obs.got, len(rec.finished))
+	}
+}

@@ -118,6 +118,10 @@ func newTally(ks []*kind) *tally {
 	return &tally{kinds: ks, byMethod: map[string]int{}, decoded: map[*kind]int{}}
 }
 
+// Observes selects the methods the tap decodes, as the verdict engine does,
+// so relay+tap costs here what it costs in the binary.
+func (t *tally) Observes(method string) bool { return sidecar.DecodedMethod(method) }
+
 func (t *tally) Observe(o sidecar.Observation) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -54,7 +54,7 @@ func (r *shortRun) reportTap(t *tally, k *kind) {
 	observed, decoded := t.counts(k)
 	sent := r.results[k][tapped].sent
 	if k.req == nil {
-		fmt.Printf("  tap: %d observations of this method for %d calls through relay+tap (timing only)\n", observed, sent)
+		fmt.Printf("  tap: timed only, %d queued to the observer (it selects the decoded methods, as the verdict engine does)\n", observed)
 		return
 	}
 	fmt.Printf("  tap: %d of %d calls through relay+tap decoded in full (name, clone source, capacity, block, pvc name, volume id)\n",
