@@ -1,10 +1,8 @@
 package cloner
 
 import (
-	"bytes"
 	"flag"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,25 +11,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
+	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
 )
-
-// lockedBuffer collects klog output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestParametersNeverReachLogsOrObjects: CreateVolume parameters can carry
 // anything a StorageClass holds; only the two claim parameters are ever read.
@@ -41,7 +22,7 @@ func TestParametersNeverReachLogsOrObjects(t *testing.T) {
 	klog.InitFlags(fs)
 	_ = fs.Set("v", "10")
 	_ = fs.Set("logtostderr", "false")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	klog.SetOutput(&logs)
 	defer func() { _ = fs.Set("v", "0"); klog.SetOutput(nil); _ = fs.Set("logtostderr", "true") }()
 

@@ -1,12 +1,10 @@
 package csidriver_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,32 +14,23 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/test/csidriver"
+	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
 )
 
-// syncBuffer collects klog output written from the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// klogBuffer collects klog output written from the server's goroutines;
+// reading it flushes klog first.
+type klogBuffer struct{ syncbuf.Buffer }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
+func (b *klogBuffer) String() string {
 	klog.Flush()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return b.Buffer.String()
 }
 
 // captureKlog sends klog (at -v=5) to a buffer for the rest of the test.
-func captureKlog(t *testing.T) *syncBuffer {
+func captureKlog(t *testing.T) *klogBuffer {
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
-	buf := &syncBuffer{}
+	buf := &klogBuffer{}
 	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL", "v": "5"} {
 		if err := fs.Set(k, v); err != nil {
 			t.Fatal(err)
