@@ -25,8 +25,9 @@ build: sidecar
 sidecar:
 	$(GOBUILD) -o $(BIN)/csi-clone-sidecar ./cmd/csi-clone-sidecar
 
-## tools: pinned Kubernetes, CSI sidecar and CDI binaries, built once into the cache
+## tools: the Debian packages the tests use (installed when missing), and the pinned Kubernetes, CSI sidecar and CDI binaries, built once into the cache
 tools:
+	test/tools/packages.sh
 	test/tools/build.sh
 
 ## test: everything CI runs
