@@ -147,31 +147,52 @@ func dataHeaderLen(b []byte) (int, bool) {
 // its header is there, and applies the payload bytes b already holds. It
 // reports false (b is kept as an incomplete frame) for anything else.
 func (d *direction) startData(b []byte, at time.Time) bool {
-	h, ok := dataHeaderLen(b)
-	if !ok || len(b) < h {
+	if _, ok := dataHeaderLen(b); !ok {
 		return false
 	}
-	length, flags := frameLength(b), http2.Flags(b[4])
-	id := binary.BigEndian.Uint32(b[5:9]) & (1<<31 - 1)
-	pad := 0
-	if h > frameHeaderLen {
-		pad = int(b[frameHeaderLen])
-	}
+	st, n, reason, err := dataHeader(b)
 	switch {
-	case length > maxFrameBytes:
-		d.conn.abandon(AbandonOversized, errOversized)
-	case id == 0:
-		d.conn.abandon(AbandonFraming, errors.New("DATA frame on stream 0"))
-	case length == 0 || pad >= length:
-		if h > frameHeaderLen {
-			d.conn.abandon(AbandonFraming, errors.New("DATA frame with more padding than payload"))
-		}
+	case err != nil:
+		d.conn.abandon(reason, err)
+	case n == 0:
 		return false
+	default:
+		d.data = st
+		d.streamData(b[n:], at)
 	}
-	d.data = dataState{stream: id, end: flags.Has(http2.FlagDataEndStream), left: length - (h - frameHeaderLen), pad: pad}
-	d.streamData(b[h:], at)
 	return true
 }
+
+// dataHeader reads the header of the DATA frame b starts with, refusing
+// what the framer would (stream 0, padding longer than the payload) and a
+// frame larger than the tap follows; n is the header's length, 0 while b
+// does not hold all of it yet.
+func dataHeader(b []byte) (st dataState, n int, reason string, err error) {
+	n, _ = dataHeaderLen(b)
+	length, flags := frameLength(b), http2.Flags(b[4])
+	padded := n > frameHeaderLen
+	switch {
+	case length > maxFrameBytes:
+		return st, 0, AbandonOversized, errOversized
+	case padded && length == 0:
+		return st, 0, AbandonFraming, errPadding
+	case len(b) < n:
+		return st, 0, "", nil
+	}
+	st = dataState{stream: binary.BigEndian.Uint32(b[5:9]) & (1<<31 - 1), end: flags.Has(http2.FlagDataEndStream), left: length}
+	if padded {
+		st.pad, st.left = int(b[frameHeaderLen]), length-1
+	}
+	switch {
+	case st.stream == 0:
+		return st, 0, AbandonFraming, errors.New("DATA frame on stream 0")
+	case padded && st.pad >= length:
+		return st, 0, AbandonFraming, errPadding
+	}
+	return st, n, "", nil
+}
+
+var errPadding = errors.New("DATA frame with more padding than payload")
 
 // streamData applies the next payload bytes of the DATA frame in progress,
 // less its padding, and returns what follows the frame in p.
@@ -228,21 +249,15 @@ func (d *direction) parseFrame(b []byte, at time.Time) (string, error) {
 	return d.onFrame(f, at)
 }
 
-// dataFrame applies a DATA frame's payload less its padding (RFC 9113 6.1),
-// refusing what the framer would: stream 0, padding longer than the frame.
+// dataFrame applies a whole DATA frame: its payload less its padding
+// (RFC 9113 6.1), then its END_STREAM.
 func (d *direction) dataFrame(b []byte, at time.Time) (string, error) {
-	flags, id := http2.Flags(b[4]), binary.BigEndian.Uint32(b[5:9])&(1<<31-1)
-	payload := b[frameHeaderLen:]
-	if id == 0 {
-		return AbandonFraming, errors.New("DATA frame on stream 0")
+	st, n, reason, err := dataHeader(b)
+	if err != nil {
+		return reason, err
 	}
-	if flags.Has(http2.FlagDataPadded) {
-		if len(payload) == 0 || int(payload[0]) >= len(payload) {
-			return AbandonFraming, errors.New("DATA frame with more padding than payload")
-		}
-		payload = payload[1 : len(payload)-int(payload[0])]
-	}
-	d.conn.onData(id, payload, flags.Has(http2.FlagDataEndStream), d.fromClient, at)
+	d.data = st
+	d.streamData(b[n:], at)
 	return "", nil
 }
 
