@@ -50,6 +50,8 @@ func putBuffer(b []byte, wipe bool) {
 	if wipe {
 		clear(b)
 	}
-	b = b[:0]
-	bufferPools[c].Put(&b)
+	// A copy: taking b's own address would move the parameter to the heap,
+	// an allocation on every call, the many with nothing to return included.
+	kept := b[:0]
+	bufferPools[c].Put(&kept)
 }

@@ -238,8 +238,14 @@ func (d *direction) parse(b []byte, at time.Time) int {
 // which checks it (and, across calls, that CONTINUATIONs follow their
 // HEADERS; completeFrames already refuses anything in between).
 func (d *direction) parseFrame(b []byte, at time.Time) (string, error) {
-	if http2.FrameType(b[3]) == http2.FrameData {
+	switch http2.FrameType(b[3]) {
+	case http2.FrameData:
 		return d.dataFrame(b, at)
+	case http2.FramePing, http2.FrameWindowUpdate, http2.FramePriority:
+		// Nothing in them concerns a call, and grpc-go sends a PING and
+		// WINDOW_UPDATEs around nearly every call: the framer would
+		// allocate a frame for each only for the tap to drop it.
+		return "", nil
 	}
 	d.src.Reset(b)
 	f, err := d.fr.ReadFrame()
