@@ -123,7 +123,9 @@ func BenchmarkTapPerCall(b *testing.B) {
 
 // capabilities answers ControllerGetCapabilities, the call kubernetes-csi
 // sidecars repeat most and the tap only times.
-type capabilities struct{ csi.UnimplementedControllerServer }
+type capabilities struct {
+	csi.UnimplementedControllerServer
+}
 
 func (capabilities) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	return &csi.ControllerGetCapabilitiesResponse{}, nil
@@ -132,5 +134,5 @@ func (capabilities) ControllerGetCapabilities(context.Context, *csi.ControllerGe
 // decodedOnly selects the methods the tap decodes, as the verdict engine does.
 type decodedOnly struct{}
 
-func (decodedOnly) Observe(sidecar.Observation)  {}
+func (decodedOnly) Observe(sidecar.Observation) {}
 func (decodedOnly) Observes(method string) bool { return sidecar.DecodedMethod(method) }
