@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -95,6 +96,8 @@ func reportLong(o options, k *kind, modes []*mode, lat [][]time.Duration, t *tal
 		row("  %-18s %5d %18s %18s %7.2fx   %s", m.name, m.dials.Load(), short(e), short(l), growth[mi], vs)
 	}
 	fmt.Printf("  goal for relay+tap: growth vs direct's %s\n", meets(growth[tapped]/growth[direct] <= goalGrowth, "<= %.2fx", goalGrowth))
+	fmt.Printf("  fitted over every block (relay+tap p50 / direct p50 per block, same machine moment): %.2fx from first call to last\n",
+		pairedDrift(lat[tapped], lat[direct], o.longBlock))
 	fmt.Printf("  median per %d calls, in call order:\n", n/trendSegments)
 	for mi, m := range modes {
 		fmt.Printf("    %-16s %s\n", m.name, trend(lat[mi]))
@@ -118,4 +121,32 @@ func thousands(i int) string {
 		return fmt.Sprintf("%dk", i/1000)
 	}
 	return fmt.Sprint(i)
+}
+
+// pairedDrift fits a line through log(a's median / b's median) per block of
+// calls, the two modes having run each block back to back, and returns how
+// much the ratio changes from the first block to the last by that line. It
+// reads the same growth as the two windows above but from every block, so a
+// burst of load during one window moves it less.
+func pairedDrift(a, b []time.Duration, block int) float64 {
+	var xs, ys []float64
+	for from := 0; from+block <= len(a); from += block {
+		ra := percentile(a[from:from+block], .5)
+		rb := percentile(b[from:from+block], .5)
+		xs, ys = append(xs, float64(from)), append(ys, math.Log(ratio(ra, rb)))
+	}
+	if len(xs) < 2 {
+		return 1
+	}
+	var mx, my float64
+	for i := range xs {
+		mx, my = mx+xs[i], my+ys[i]
+	}
+	mx, my = mx/float64(len(xs)), my/float64(len(ys))
+	var sxy, sxx float64
+	for i := range xs {
+		sxy += (xs[i] - mx) * (ys[i] - my)
+		sxx += (xs[i] - mx) * (xs[i] - mx)
+	}
+	return math.Exp(sxy / sxx * (xs[len(xs)-1] - xs[0]))
 }
