@@ -138,3 +138,17 @@ func (t *tally) counts(k *kind) (observed, decoded int) {
 	defer t.mu.Unlock()
 	return t.byMethod[k.method], t.decoded[k]
 }
+
+// add counts what a relay process's tap delivered.
+func (t *tally) add(c childCounts) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for m, n := range c.ByMethod {
+		t.byMethod[m] += n
+	}
+	for _, k := range t.kinds {
+		if k.req != nil {
+			t.decoded[k] += c.Decoded[k.req.Name]
+		}
+	}
+}

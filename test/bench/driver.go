@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
-	"github.com/cozystack/csi-clone-sidecar/metrics"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -56,26 +54,35 @@ func (controller) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) 
 
 func volumeID(name string) string { return "vol-" + name }
 
-// stack is one measurement's world: the driver, a relay with its tap and a
-// relay without one, each on its own socket in a private directory.
+// stack is the driver and the two relays (the tapped one and the bare
+// one), each on its own socket in a private directory; the relays run in
+// a process of their own unless inProcess.
 type stack struct {
 	dir                  string
 	driver, tapped, bare string
 	server               *grpc.Server
-	relays               []*sidecar.Relay
+	relays               []*sidecar.Relay // in-process relays
 	served               sync.WaitGroup
+	process              *relayProcess
+	tally                *tally
+}
+
+// stackIn names the sockets of a stack in dir.
+func stackIn(dir string) *stack {
+	return &stack{dir: dir, driver: filepath.Join(dir, "driver.sock"),
+		tapped: filepath.Join(dir, "tapped.sock"), bare: filepath.Join(dir, "bare.sock")}
 }
 
 // startStack starts the driver and both relays; the tapped relay hands its
-// observations to obs and its timings to a real metrics Recorder, as the
+// observations to t and its timings to a real metrics Recorder, as the
 // binary does.
-func startStack(obs sidecar.Observer) (*stack, error) {
+func startStack(t *tally, inProcess bool) (*stack, error) {
 	dir, err := os.MkdirTemp("", "csi-clone-bench-")
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dir: dir, driver: filepath.Join(dir, "driver.sock"),
-		tapped: filepath.Join(dir, "tapped.sock"), bare: filepath.Join(dir, "bare.sock")}
+	s := stackIn(dir)
+	s.tally = t
 	lis, err := net.Listen("unix", s.driver)
 	if err != nil {
 		s.stop()
@@ -84,27 +91,30 @@ func startStack(obs sidecar.Observer) (*stack, error) {
 	s.server = grpc.NewServer()
 	csi.RegisterControllerServer(s.server, controller{})
 	go s.server.Serve(lis)
-	for _, cfg := range []sidecar.Config{
-		{ListenPath: s.tapped, DriverPath: s.driver, Tap: true, Recorder: metrics.New(), Observer: obs},
-		{ListenPath: s.bare, DriverPath: s.driver},
-	} {
-		relay, err := sidecar.NewRelay(cfg)
+	if !inProcess {
+		s.process, err = startRelayProcess(dir)
 		if err != nil {
 			s.stop()
-			return nil, fmt.Errorf("relay on %s: %w", cfg.ListenPath, err)
+			return nil, err
 		}
-		s.relays = append(s.relays, relay)
+		return s, nil
+	}
+	if s.relays, err = startRelays(s, t); err != nil {
+		s.stop()
+		return nil, err
+	}
+	for _, relay := range s.relays {
 		s.served.Go(func() { relay.Serve(context.Background()) })
 	}
 	return s, nil
 }
 
-// measureOn starts a stack whose tap reports to obs, dials every mode and
+// measureOn starts a stack whose tap reports to t, dials every mode and
 // runs measure on them. Then the clients hang up, so the relays see orderly
-// ends and nobody redials a closing relay, and the relays close, so obs has
-// seen every observation by the time it returns.
-func measureOn(obs sidecar.Observer, measure func([]*mode) error) error {
-	s, err := startStack(obs)
+// ends and nobody redials a closing relay, and the relays close, so t has
+// counted every observation by the time it returns.
+func measureOn(o options, t *tally, measure func([]*mode) error) error {
+	s, err := startStack(t, o.inProcess)
 	if err != nil {
 		return err
 	}
@@ -122,9 +132,13 @@ func measureOn(obs sidecar.Observer, measure func([]*mode) error) error {
 }
 
 // closeRelays closes both relays; Close returns once the tap has delivered
-// what it decoded, so the observer's counts are final afterwards.
+// what it decoded, so the tally's counts are final afterwards.
 func (s *stack) closeRelays() error {
 	var errs []error
+	if s.process != nil {
+		errs = append(errs, s.process.close(s.tally))
+		s.process = nil
+	}
 	for _, r := range s.relays {
 		errs = append(errs, r.Close())
 	}
@@ -134,6 +148,10 @@ func (s *stack) closeRelays() error {
 }
 
 func (s *stack) stop() {
+	if s.process != nil {
+		s.process.kill()
+		s.process = nil
+	}
 	s.closeRelays()
 	if s.server != nil {
 		s.server.Stop()

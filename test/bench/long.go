@@ -26,7 +26,7 @@ func runLong(o options) error {
 	t := newTally([]*kind{k})
 	var modes []*mode
 	var lat [][]time.Duration
-	err := measureOn(t, func(ms []*mode) (err error) {
+	err := measureOn(o, t, func(ms []*mode) (err error) {
 		modes = ms
 		lat, err = interleave(o, k, ms)
 		return err

@@ -2,7 +2,8 @@
 // stateless in-process driver directly, through the relay with its tap (and
 // a metrics Recorder and an Observer, as the binary runs it) and through the
 // relay without its tap, interleaved in one process so every mode sees the
-// same machine. Short mode: per call kind, p50, p99 and throughput with their
+// same machine; the relays run in a process of their own, as the sidecar
+// does (-in-process keeps them in the bench's). Short mode: per call kind, p50, p99 and throughput with their
 // ratios to direct. Long mode: whether calls slow down as one connection
 // ages. It measures; it asserts nothing.
 package main
@@ -31,6 +32,7 @@ type options struct {
 	workers     int
 	longCalls   int
 	longBlock   int
+	inProcess   bool
 }
 
 func main() {
@@ -44,12 +46,21 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 16, "short mode: concurrent callers in throughput rounds")
 	flag.IntVar(&o.longCalls, "long-calls", 40000, "long mode: calls per mode")
 	flag.IntVar(&o.longBlock, "long-block", 1000, "long mode: calls a mode makes before the next mode's turn")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all modes) to this file")
+	flag.BoolVar(&o.inProcess, "in-process", false, "run the relays in the bench's process rather than in a process of their own, as the sidecar runs")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all modes) to this file; with -in-process it covers the relays too")
+	child := flag.String(childFlag, "", "internal: be the relay process serving the sockets in this directory")
 	flag.Parse()
 	// Nothing here should log per call; if anything does, that is the same
 	// cost in every mode and only noise on a terminal.
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
+	if *child != "" {
+		if err := relayChild(*child); err != nil {
+			fmt.Fprintln(os.Stderr, "bench relay process:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(o, *cpuProfile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -29,7 +29,7 @@ type shortRun struct {
 func runShort(o options) error {
 	r := &shortRun{opts: o, kinds: kinds(o.calls, o.largeCalls), results: map[*kind][]*result{}}
 	t := newTally(r.kinds)
-	if err := measureOn(t, r.measure); err != nil {
+	if err := measureOn(o, t, r.measure); err != nil {
 		return err
 	}
 	r.report(t)
