@@ -1,11 +1,11 @@
 // Command bench measures what the relay costs. The same CSI calls go to a
 // stateless in-process driver directly, through the relay with its tap (and
 // a metrics Recorder and an Observer, as the binary runs it) and through the
-// relay without its tap, interleaved in one process so every mode sees the
-// same machine; the relays run in a process of their own, as the sidecar
-// does (-in-process keeps them in the bench's). Short mode: per call kind, p50, p99 and throughput with their
-// ratios to direct. Long mode: whether calls slow down as one connection
-// ages. It measures; it asserts nothing.
+// relay without its tap, interleaved so every mode sees the same machine;
+// the relays run in a process of their own, as the sidecar does
+// (-in-process keeps them in the bench's). Short mode: per call kind, p50,
+// p99 and throughput with their ratios to direct. Long mode: whether calls
+// slow down as one connection ages. It measures; it asserts nothing.
 package main
 
 import (
