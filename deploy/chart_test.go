@@ -67,7 +67,7 @@ func renderPodTemplate(t *testing.T) string {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"Chart.yaml": "apiVersion: v2\nname: wrapper\nversion: 0.0.0\ndependencies:\n  - name: csi-clone-sidecar\n    version: 0.1.0\n    alias: csiCloneSidecar\n",
+		"Chart.yaml":                 "apiVersion: v2\nname: wrapper\nversion: 0.0.0\ndependencies:\n  - name: csi-clone-sidecar\n    version: 0.1.0\n    alias: csiCloneSidecar\n",
 		"templates/podtemplate.yaml": "spec:\n  containers:\n    {{- include \"csi-clone-sidecar.podTemplateContainers\" .Subcharts.csiCloneSidecar | nindent 4 }}\n",
 	}
 	for name, content := range files {

@@ -1,70 +1,22 @@
 package deploy_test
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
+
+	"github.com/cozystack/csi-clone-sidecar/test/cozychart"
 )
 
-const (
-	cozystackDoc     = "../docs/cozystack.md"
-	cozystackFixture = "testdata/cozystack-linstor"
-	linstorPackage   = "packages/system/linstor"
-)
-
-var fenced = regexp.MustCompile("(?s)```(yaml|diff)\n(.*?)```")
+const cozystackFixture = "testdata/cozystack-linstor"
 
 // cozystackLinstor builds the stand-in of Cozystack's linstor package with
-// the change docs/cozystack.md describes: its ```diff block applied with git
-// apply, its "(append)" YAML blocks appended to the files they name, and
-// this checkout's chart vendored into charts/. It returns the chart's path.
+// the change of docs/cozystack.md (test/cozychart) and returns its path.
 func cozystackLinstor(t *testing.T) string {
 	t.Helper()
-	root := t.TempDir()
-	pkg := filepath.Join(root, linstorPackage)
-	if err := os.CopyFS(pkg, os.DirFS(cozystackFixture)); err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(cozystackDoc)
+	chart, err := cozychart.Build(repoFile(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var diffs, appends int
-	for _, m := range fenced.FindAllStringSubmatch(string(doc), -1) {
-		body := m[2]
-		first, rest, _ := strings.Cut(body, "\n")
-		switch target, ok := strings.CutSuffix(strings.TrimPrefix(first, "# "), " (append)"); {
-		case m[1] == "diff":
-			p := filepath.Join(root, "change.diff")
-			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := run(root, "git", "apply", "--verbose", p); err != nil {
-				t.Fatalf("git apply of docs/cozystack.md's diff onto %s: %v\n%s", cozystackFixture, err, out)
-			}
-			diffs++
-		case ok && strings.HasPrefix(target, linstorPackage+"/"):
-			f, err := os.OpenFile(filepath.Join(root, target), os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = f.WriteString(rest)
-			f.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			appends++
-		}
-	}
-	if diffs != 1 || appends != 2 {
-		t.Fatalf("docs/cozystack.md has %d diff and %d append blocks, want 1 and 2", diffs, appends)
-	}
-	if err := os.CopyFS(filepath.Join(pkg, "charts", "csi-clone-sidecar"), os.DirFS(chartDir)); err != nil {
-		t.Fatal(err)
-	}
-	return pkg
+	return chart
 }
 
 // linstorCluster renders a linstor chart and returns its LinstorCluster and
