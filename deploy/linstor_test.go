@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -22,24 +21,8 @@ const (
 	piraeusTemplateFix = "testdata/piraeus-csi-controller-template.yaml"
 	sidecarName        = linstorpod.Sidecar
 	// cozyLinstorCSI is the image Cozystack's linstor chart swaps in.
-	cozyLinstorCSI = "ghcr.io/cozystack/cozystack/linstor-csi:v1.10.5"
+	cozyLinstorCSI = linstorpod.CozystackImage
 )
-
-// cozyCluster is a LinstorCluster as Cozystack's linstor chart renders it:
-// a podTemplate that already overrides linstor-csi's image.
-const cozyCluster = `apiVersion: piraeus.io/v1
-kind: LinstorCluster
-metadata:
-  name: linstorcluster
-  resourceVersion: "1"
-spec:
-  csiController:
-    podTemplate:
-      spec:
-        containers:
-          - name: linstor-csi
-            image: ` + cozyLinstorCSI + `
-`
 
 // linstorSidecar is the csi-clone-sidecar container of deploy/linstor/podtemplate.yaml.
 func linstorSidecar(t *testing.T) map[string]any {
@@ -51,30 +34,23 @@ func linstorSidecar(t *testing.T) map[string]any {
 	return c
 }
 
-// addedWithPatch adds deploy/linstor/podtemplate.yaml to cozyCluster the
+// addedWithPatch adds deploy/linstor/podtemplate.yaml to Cozystack's LinstorCluster the
 // documented way (linstorpatch's JSON patch, applied by the JSON patch
 // implementation the API server uses) and returns the LinstorCluster before
 // and after.
 func addedWithPatch(t *testing.T) (before, after map[string]any) {
 	t.Helper()
-	if err := yaml.Unmarshal([]byte(cozyCluster), &before); err != nil {
+	if err := yaml.Unmarshal([]byte(linstorpod.CozystackCluster), &before); err != nil {
 		t.Fatal(err)
 	}
+	// As the API server returns it.
+	before["metadata"].(map[string]any)["resourceVersion"] = "1"
 	ops, err := linstorpatch.Add(before, readYAML(t, linstorPodTemplateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, _ := json.Marshal(before)
-	raw, _ := json.Marshal(ops)
-	p, err := jsonpatch.DecodePatch(raw)
+	after, err = linstorpod.ApplyJSONPatch(before, ops)
 	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := p.Apply(doc)
-	if err != nil {
-		t.Fatalf("applying %s: %v", raw, err)
-	}
-	if err := json.Unmarshal(out, &after); err != nil {
 		t.Fatal(err)
 	}
 	return before, after

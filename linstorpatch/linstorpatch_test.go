@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"github.com/cozystack/csi-clone-sidecar/test/linstorpod"
 )
 
 // addition is what deploy/linstor/podtemplate.yaml holds, shortened: a
@@ -29,20 +29,14 @@ func decode(s string) map[string]any {
 const header = `"apiVersion":"piraeus.io/v1","kind":"LinstorCluster","metadata":{"name":"linstorcluster","resourceVersion":"7"}`
 
 // apply runs the operations through the JSON patch implementation the API
-// server uses and returns the podTemplate's containers afterwards.
+// server uses and returns the object afterwards.
 func apply(t *testing.T, cluster map[string]any, ops []Op) map[string]any {
 	t.Helper()
-	doc, _ := json.Marshal(cluster)
-	raw, _ := json.Marshal(ops)
-	p, err := jsonpatch.DecodePatch(raw)
+	out, err := linstorpod.ApplyJSONPatch(cluster, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := p.Apply(doc)
-	if err != nil {
-		t.Fatalf("applying %s: %v", raw, err)
-	}
-	return decode(string(out))
+	return out
 }
 
 func containers(t *testing.T, cluster map[string]any) []any {
@@ -124,10 +118,7 @@ func TestPatchAppliedTwiceIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	once := apply(t, cluster, ops)
-	doc, _ := json.Marshal(once)
-	raw, _ := json.Marshal(ops)
-	p, _ := jsonpatch.DecodePatch(raw)
-	if _, err := p.Apply(doc); err == nil {
+	if _, err := linstorpod.ApplyJSONPatch(once, ops); err == nil {
 		t.Error("the same patch applied again was accepted")
 	}
 }

@@ -24,22 +24,6 @@ import (
 
 var linstorClusterGVR = schema.GroupVersionResource{Group: "piraeus.io", Version: "v1", Resource: "linstorclusters"}
 
-// ownerLinstorCluster is a LinstorCluster that something else (here the
-// field manager "owner") created with a podTemplate overriding linstor-csi's
-// image, as Cozystack's linstor chart renders it.
-const ownerLinstorCluster = `apiVersion: piraeus.io/v1
-kind: LinstorCluster
-metadata:
-  name: linstorcluster
-spec:
-  csiController:
-    podTemplate:
-      spec:
-        containers:
-          - name: linstor-csi
-            image: ghcr.io/cozystack/cozystack/linstor-csi:v1.10.5
-`
-
 // TestLinstorClusterGainsTheSidecarBothWays adds the sidecar to a
 // LinstorCluster that already has a podTemplate with a linstor-csi image
 // override, on a real API server with piraeus-operator's CRD, both
@@ -77,7 +61,7 @@ func TestLinstorClusterGainsTheSidecarBothWays(t *testing.T) {
 	check := func(way string, before, after *unstructured.Unstructured) {
 		t.Helper()
 		b := pod(before)
-		if d, err := linstorpod.Find(b.Spec, linstorpod.Driver); err != nil || d.Image != "ghcr.io/cozystack/cozystack/linstor-csi:v1.10.5" {
+		if d, err := linstorpod.Find(b.Spec, linstorpod.Driver); err != nil || d.Image != linstorpod.CozystackImage {
 			t.Fatalf("%s: the pod before has linstor-csi %q (%v), not the override", way, d.Image, err)
 		}
 		for _, err := range linstorpod.Check(b, pod(after)) {
@@ -87,9 +71,10 @@ func TestLinstorClusterGainsTheSidecarBothWays(t *testing.T) {
 
 	t.Run("json patch", func(t *testing.T) {
 		var obj unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(ownerLinstorCluster), &obj.Object); err != nil {
+		if err := yaml.Unmarshal([]byte(linstorpod.CozystackCluster), &obj.Object); err != nil {
 			t.Fatal(err)
 		}
+		// Created by another owner, with linstor-csi's image overridden.
 		before, err := lc.Apply(ctx, "linstorcluster", &obj, metav1.ApplyOptions{FieldManager: "owner"})
 		if err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
@@ -203,4 +204,46 @@ func checkSockets(pod corev1.PodTemplateSpec) []error {
 		}
 	}
 	return errs
+}
+
+// CozystackImage is the linstor-csi image Cozystack's linstor chart swaps in
+// (the value deploy/testdata/cozystack-linstor renders too).
+const CozystackImage = "ghcr.io/cozystack/cozystack/linstor-csi:v1.10.5"
+
+// CozystackCluster is a LinstorCluster as Cozystack's linstor chart renders
+// it: a podTemplate that already overrides linstor-csi's image.
+const CozystackCluster = `apiVersion: piraeus.io/v1
+kind: LinstorCluster
+metadata:
+  name: linstorcluster
+spec:
+  csiController:
+    podTemplate:
+      spec:
+        containers:
+          - name: linstor-csi
+            image: ` + CozystackImage + `
+`
+
+// ApplyJSONPatch applies JSON patch operations to a decoded object with the
+// implementation the API server uses, and returns the result decoded.
+func ApplyJSONPatch(obj map[string]any, ops any) (map[string]any, error) {
+	doc, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		return nil, err
+	}
+	p, err := jsonpatch.DecodePatch(raw)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.Apply(doc)
+	if err != nil {
+		return nil, fmt.Errorf("applying %s: %w", raw, err)
+	}
+	var res map[string]any
+	return res, json.Unmarshal(out, &res)
 }
