@@ -13,7 +13,7 @@ DIFFTIME    ?= 60s
 E2E_RUN     ?= .
 BIN         ?= bin
 
-.PHONY: all build sidecar tools test unit fuzz diff e2e bench demo lint image clean
+.PHONY: all build sidecar tools test unit fuzz diff e2e bench demo lint image chart clean
 
 all: build
 
@@ -61,6 +61,11 @@ bench:
 demo: tools build
 	$(GO) build -o bin/csi-clone-demo ./test/demo
 	test/e2e/run-in-netns.sh bin/csi-clone-demo -sidecar bin/csi-clone-sidecar $(if $(filter-out 0,$(KEEP)),-keep)
+
+## chart: regenerate what is derived from deploy/'s sources: the chart's files/ (rules, dashboard, RBAC rules), deploy/linstor/podtemplate.yaml and the PrometheusRule (needs Helm: make tools)
+chart:
+	test/tools/build.sh helm
+	$(GO) test -count=1 ./deploy -run '^(TestChartGeneratedFilesAreCurrent|TestPrometheusRuleMatchesRulesFile)$$' -update
 
 ## lint: formatting and vet
 lint:

@@ -240,37 +240,6 @@ func compareSidecars(t *testing.T, linstor, generic map[string]any) {
 	}
 }
 
-func TestGenericRootComponent(t *testing.T) {
-	// Build a copy of deploy/ with the root component switched on.
-	dir := t.TempDir()
-	for _, sub := range []string{"rbac", "generic"} {
-		if err := os.CopyFS(filepath.Join(dir, sub), os.DirFS(sub)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	k := filepath.Join(dir, "generic", "kustomization.yaml")
-	raw, err := os.ReadFile(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	on := strings.Replace(string(raw), "  # - root\n", "  - root\n", 1)
-	if on == string(raw) {
-		t.Fatalf("%s has no commented-out root component line", "generic/kustomization.yaml")
-	}
-	if err := os.WriteFile(k, []byte(on), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs := kustomize(t, filepath.Join(dir, "generic"))
-	sc := container(t, get(object(t, objs, "Deployment", ""), "spec", "template", "spec"), "csi-clone-sidecar")
-	sec := get(sc, "securityContext").(map[string]any)
-	if sec["runAsUser"] != float64(0) || sec["runAsNonRoot"] != false {
-		t.Errorf("root component: securityContext %v", sec)
-	}
-	if get(sec, "capabilities", "drop", 0) != "ALL" || sec["readOnlyRootFilesystem"] != true || sec["allowPrivilegeEscalation"] != false {
-		t.Errorf("root component loosened more than the user: %v", sec)
-	}
-}
-
 func TestGenericMonitoringOverlay(t *testing.T) {
 	params := genericParams(t)
 	objs := kustomize(t, "generic/monitoring")

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,51 +181,47 @@ func (l *socketLab) sidecarSocket(t *testing.T, name string, id identity) string
 	return sock
 }
 
-// sidecarIdentity is runAsUser/runAsGroup of the sidecar in the LinstorCluster patch.
+// sidecarIdentity is runAsUser/runAsGroup of the sidecar the chart renders
+// (deploy/linstor/podtemplate.yaml).
 func sidecarIdentity(t *testing.T) identity {
 	t.Helper()
 	sec := linstorSidecar(t)["securityContext"].(map[string]any)
-	uid, _ := sec["runAsUser"].(float64)
-	gid, ok := sec["runAsGroup"].(float64)
-	if !ok {
-		t.Fatal("the sidecar's securityContext sets no runAsGroup")
+	uid, ok1 := sec["runAsUser"].(float64)
+	gid, ok2 := sec["runAsGroup"].(float64)
+	if !ok1 || !ok2 {
+		t.Fatal("the sidecar's securityContext sets no runAsUser or runAsGroup")
 	}
 	return identity{uint32(uid), uint32(gid)}
 }
 
-// The kernel's view of the pod the LinstorCluster patch produces: the
-// non-root sidecar can dial the driver only because of the driver's umask,
-// and the root, capability-less kubernetes-csi sidecars can dial the
-// sidecar's socket only because it runs in group 0.
-func TestSocketPermissionsInThePatchedPod(t *testing.T) {
+// The kernel's view of the pod with the sidecar added and the driver left as
+// it is: the driver, root, creates its socket with the container runtime's
+// default umask 0022 (srwxr-xr-x root:root). The sidecar, uid 0 with every
+// capability dropped, dials it as its owner, as csi-provisioner does; a
+// non-root uid, even in group 0, could not. The capability-less root
+// kubernetes-csi sidecars dial the sidecar's own socket (mode 0660) as its
+// owner.
+func TestSocketPermissionsInThePod(t *testing.T) {
 	lab := newSocketLab(t)
 	sidecar := sidecarIdentity(t)
 	root := identity{0, 0}
-	umask, err := strconv.ParseInt(driverUmask(t), 8, 32)
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	withUmask := lab.driverSocket(t, "csi.sock", int(umask))
-	if !lab.dial(t, withUmask, sidecar) {
-		t.Errorf("the sidecar (%d:%d) cannot dial the driver's socket made with umask %04o", sidecar.uid, sidecar.gid, umask)
+	driverSock := lab.driverSocket(t, "csi.sock", 0o022)
+	if !lab.dial(t, driverSock, sidecar) {
+		t.Errorf("the sidecar (%d:%d, no capabilities) cannot dial the driver's socket made with umask 0022", sidecar.uid, sidecar.gid)
 	}
-	if !lab.dial(t, withUmask, root) {
-		t.Errorf("csi-attacher and csi-livenessprobe (root, no capabilities) cannot dial the driver's socket made with umask %04o", umask)
-	}
-	// Without the wrapper the driver gets the runtime's umask 0022.
-	defaultUmask := lab.driverSocket(t, "csi-default.sock", 0o022)
-	if lab.dial(t, defaultUmask, sidecar) {
-		t.Errorf("the sidecar can dial a socket made with umask 0022: the driver's umask wrapper is not needed any more")
+	if lab.dial(t, driverSock, identity{65532, 0}) {
+		t.Errorf("a non-root uid in group 0 dials the driver's socket made with umask 0022: uid 0 is not needed")
 	}
 
 	own := lab.sidecarSocket(t, "csi-clone.sock", sidecar)
 	if !lab.dial(t, own, root) {
 		t.Errorf("csi-provisioner (root, no capabilities) cannot dial the sidecar's socket (sidecar %d:%d, mode 0660)", sidecar.uid, sidecar.gid)
 	}
-	// In its own group, the sidecar's socket would shut the sidecars out.
-	ownGroup := lab.sidecarSocket(t, "csi-clone-own-group.sock", identity{sidecar.uid, sidecar.uid})
-	if lab.dial(t, ownGroup, root) {
-		t.Errorf("root without capabilities dials a 0660 socket of %d:%d: runAsGroup 0 is not needed", sidecar.uid, sidecar.uid)
+	// The check can fail: a socket of another owner and group shuts a
+	// capability-less root out.
+	other := lab.sidecarSocket(t, "csi-clone-other.sock", identity{65532, 65532})
+	if lab.dial(t, other, root) {
+		t.Errorf("root without capabilities dials a 0660 socket of 65532:65532: the permission check is not in effect")
 	}
 }

@@ -57,6 +57,9 @@ func main() {
 	if len(args) > 0 && args[0] == "report" {
 		run, args = runReport, args[1:]
 	}
+	if len(args) > 0 && args[0] == "linstor-patch" {
+		run, args = runLinstorPatch, args[1:]
+	}
 	if err := run(args); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(os.Stderr, "csi-clone-sidecar: %v\n", err)

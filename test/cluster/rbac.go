@@ -2,14 +2,11 @@ package cluster
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"time"
@@ -20,15 +17,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // The sidecar runs as it does in production: as the ServiceAccount that the
-// bindings of deploy/rbac name, with exactly the roles deploy/rbac ships.
-// The harness renders deploy/rbac with kubectl's kustomize (the way
-// docs/install.md applies it), creates that ServiceAccount, applies the
-// objects and writes a kubeconfig holding a token of the ServiceAccount. A
-// permission missing from deploy/rbac thus fails the e2e tests.
+// bindings of the chart (deploy/chart/csi-clone-sidecar, whose rules are
+// deploy/rbac's) name, with exactly the roles it ships. The harness renders
+// them with Helm, creates that ServiceAccount, applies the objects and writes
+// a kubeconfig holding a token of the ServiceAccount. A permission missing
+// from deploy/rbac thus fails the e2e tests.
 
 // RBACEdit changes the RBAC objects rendered from deploy/rbac before they are
 // applied.
@@ -46,34 +42,10 @@ var rbacGVRs = map[string]schema.GroupVersionResource{
 	"RoleBinding":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 }
 
-// RenderRBAC renders deploy/rbac with `kubectl kustomize`.
+// RenderRBAC renders the RBAC of deploy/chart/csi-clone-sidecar (whose
+// rules are deploy/rbac's) into NamespaceCSI with the pinned Helm.
 func RenderRBAC() ([]*unstructured.Unstructured, error) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		return nil, fmt.Errorf("kubectl (its built-in kustomize renders deploy/rbac): %w", err)
-	}
-	dir := filepath.Join(repoRoot(), "deploy", "rbac")
-	var stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", dir)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("kubectl kustomize %s: %v: %s", dir, err, stderr.String())
-	}
-	dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		o := &unstructured.Unstructured{}
-		if err := dec.Decode(&o.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
-		}
-		if len(o.Object) > 0 {
-			objs = append(objs, o)
-		}
-	}
+	return RenderChart(NamespaceCSI, "--show-only", "templates/rbac.yaml")
 }
 
 // sidecarServiceAccount is the one ServiceAccount every binding names; it

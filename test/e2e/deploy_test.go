@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,25 +95,25 @@ func TestDeployManifestsServerSideDryRun(t *testing.T) {
 	}
 
 	dryRun := []string{"--dry-run=server", "--validate=strict"}
-	for _, dir := range append(kustomizations(t), rootVariant(t)) {
+	for _, dir := range kustomizations(t) {
 		out := run(append([]string{"apply", "--server-side", "-k", dir}, dryRun...)...)
 		t.Logf("%s:\n%s", dir, out)
 	}
-
-	// The LinstorCluster patch, as docs/install.md applies it: onto an
-	// existing LinstorCluster with a merge patch. The operator's own
-	// LinstorCluster is created for real first; the patch is only dry-run.
-	run("apply", "--server-side", "-f", writeTemp(t, "apiVersion: piraeus.io/v1\nkind: LinstorCluster\nmetadata:\n  name: linstorcluster\nspec: {}\n"))
-	out := run(append([]string{"patch", "linstorcluster", "linstorcluster", "--type", "merge",
-		"--patch-file", filepath.Join(deployDir, "linstor/linstorcluster-patch.yaml")}, dryRun[:1]...)...)
-	t.Logf("deploy/linstor:\n%s", out)
-	out = run(append([]string{"apply", "--server-side", "-f", filepath.Join(deployDir, "linstor/linstorcluster-patch.yaml")}, dryRun...)...)
-	t.Logf("deploy/linstor (apply):\n%s", out)
-
-	// Dry runs persist nothing: no sidecar in the LinstorCluster, no role.
-	if out := run("get", "linstorcluster", "linstorcluster", "-o", "jsonpath={.spec}"); strings.Contains(out, "csiController") {
-		t.Errorf("a dry run changed the LinstorCluster: spec %s", out)
+	// The chart, for each values of the matrix (deploy/chart_test.go renders
+	// the same); the custom namespace is made for real too.
+	if err := c.CreateNamespace(ctx, "piraeus-datastore"); err != nil {
+		t.Fatal(err)
 	}
+	for name, m := range chartMatrix {
+		file, skipped := renderedChart(t, m.namespace, m.set...)
+		out := run(append([]string{"apply", "--server-side", "-f", file}, dryRun...)...)
+		t.Logf("chart, %s:\n%s", name, out)
+		if len(skipped) > 0 {
+			t.Logf("chart, %s: not dry-run (no CRD here; deploy/chart_test.go checks their spec equals the prometheus-operator kinds'): %v", name, skipped)
+		}
+	}
+
+	// Dry runs persist nothing: no role.
 	if out, err := kubectl(t, c, cache, "get", "clusterrole", "csi-clone-sidecar"); err == nil {
 		t.Errorf("a dry run created the ClusterRole:\n%s", out)
 	}
@@ -128,8 +127,7 @@ func TestDeployManifestsServerSideDryRun(t *testing.T) {
 }
 
 // applied are deploy/'s kustomizations the dry run applies; params is a
-// resource of generic and generic/monitoring, sidecar and root are
-// components (root through rootVariant).
+// resource of generic and generic/monitoring, sidecar a component.
 var applied = []string{"rbac", "monitoring", "generic", "generic/monitoring"}
 
 // kustomizations returns the applied directories, failing if deploy/ holds
@@ -137,7 +135,7 @@ var applied = []string{"rbac", "monitoring", "generic", "generic/monitoring"}
 // escape the dry run.
 func kustomizations(t *testing.T) []string {
 	t.Helper()
-	known := append([]string{"generic/params", "generic/sidecar", "generic/root"}, applied...)
+	known := append([]string{"generic/params", "generic/sidecar"}, applied...)
 	err := filepath.WalkDir(deployDir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.Name() != "kustomization.yaml" {
 			return err
@@ -158,27 +156,6 @@ func kustomizations(t *testing.T) []string {
 	return dirs
 }
 
-// rootVariant is deploy/generic with its optional root component enabled,
-// as docs/install.md describes, in a kustomization of its own.
-func rootVariant(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	generic, err := filepath.Abs(filepath.Join(deployDir, "generic"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := filepath.Rel(dir, generic) // kustomize refuses absolute paths
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n",
-		rel, filepath.Join(rel, "root"))
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func writeTemp(t *testing.T, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "manifest.yaml")
@@ -186,4 +163,46 @@ func writeTemp(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// chartMatrix are the values deploy/chart/csi-clone-sidecar is dry-run with.
+var chartMatrix = map[string]struct {
+	namespace string
+	set       []string
+}{
+	"defaults":         {cluster.NamespaceCSI, nil},
+	"victoria-metrics": {cluster.NamespaceCSI, []string{"monitoring.kind=victoria-metrics"}},
+	"no monitoring":    {cluster.NamespaceCSI, []string{"monitoring.kind=none", "dashboard.enabled=false"}},
+	"custom namespace": {"piraeus-datastore", []string{"csiController.serviceAccount=my-csi-controller"}},
+}
+
+// renderedChart renders the chart into a file for kubectl, leaving out the
+// VictoriaMetrics kinds, whose CRDs are not available here; it returns the
+// file and the kinds left out.
+func renderedChart(t *testing.T, namespace string, set ...string) (string, []string) {
+	t.Helper()
+	var args []string
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	objs, err := cluster.RenderChart(namespace, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	var skipped []string
+	for _, o := range objs {
+		if o.GetAPIVersion() == "operator.victoriametrics.com/v1beta1" {
+			skipped = append(skipped, o.GetKind())
+			continue
+		}
+		raw, err := o.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString("---\n")
+		b.Write(raw)
+		b.WriteString("\n")
+	}
+	return writeTemp(t, b.String()), skipped
 }

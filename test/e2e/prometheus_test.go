@@ -279,16 +279,13 @@ func scrapeConfig(t *testing.T, c *cluster.Cluster) []byte {
 			}
 		}
 	}
-	readYAML(t, "../../deploy/monitoring/service.yaml", &svc)
-	readYAML(t, "../../deploy/monitoring/servicemonitor.yaml", &sm)
+	chartObject(t, "Service", &svc)
+	chartObject(t, "ServiceMonitor", &sm)
 	if len(sm.Spec.Endpoints) != 1 || len(svc.Spec.Ports) != 1 {
 		t.Fatalf("want one ServiceMonitor endpoint and one Service port, got %d and %d", len(sm.Spec.Endpoints), len(svc.Spec.Ports))
 	}
 	ep := sm.Spec.Endpoints[0]
-	rules, err := filepath.Abs("../../deploy/monitoring/rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := chartRuleFile(t)
 	cfg := map[string]any{
 		"global":     map[string]any{"scrape_interval": promScrape.String(), "evaluation_interval": promScrape.String()},
 		"rule_files": []string{rules},

@@ -34,6 +34,7 @@ want() { [ ${#wanted[@]} -eq 0 ] || [ -n "${wanted[$1]:-}" ]; }
 ldflags_for() {
 	local dir=$1 ver=$2
 	case $dir in
+	helm) printf -- ' -X helm.sh/helm/v3/internal/version.version=%s' "$ver" ;;
 	kubernetes)
 		local mm=${ver#v} p
 		local major=${mm%%.*} minor=${mm#*.}

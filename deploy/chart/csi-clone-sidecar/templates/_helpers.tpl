@@ -1,0 +1,131 @@
+{{/*
+Named templates. Every object is called csi-clone-sidecar whatever the
+release is called: the alert rules and the dashboard select on the scrape job
+of that name (the Service's), and the Lease and ledger names are the binary's
+defaults.
+*/}}
+
+{{/* csi-clone-sidecar.labels: the labels of every object of the chart. */}}
+{{- define "csi-clone-sidecar.labels" -}}
+app.kubernetes.io/name: csi-clone-sidecar
+app.kubernetes.io/part-of: csi-clone-sidecar
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/*
+csi-clone-sidecar.container: the sidecar container, one list item, for the
+containers of a pod template. The context needs only .Values (this chart's:
+from a parent chart pass .Subcharts.<name> or (dict "Values" ...)).
+It runs as uid 0 with no capability at all: the driver creates its socket as
+root with the runtime's umask (srwxr-xr-x), and connecting to a unix socket
+needs write permission, which only its owner has. That is how csi-provisioner,
+csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
+*/}}
+{{- define "csi-clone-sidecar.container" -}}
+{{- $s := .Values.sidecar -}}
+- name: csi-clone-sidecar
+  image: {{ printf "%s:%s" $s.image.repository $s.image.tag | quote }}
+  args:
+    - --csi-address=$(DRIVER_ADDRESS)
+    - --listen-address=$(ADDRESS)
+    - --leader-election=true
+    - --leader-election-namespace=$(POD_NAMESPACE)
+    - --http-endpoint=:{{ $s.metricsPort }}
+    - --metrics-path=/metrics
+    - --golden-namespace={{ $s.goldenNamespace }}
+    - --stuck-after={{ $s.stuckAfter }}
+    - --v={{ $s.logLevel }}
+    {{- range $s.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: DRIVER_ADDRESS
+      value: {{ $s.driverAddress | quote }}
+    - name: ADDRESS
+      value: {{ $s.listenAddress | quote }}
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          apiVersion: v1
+          fieldPath: metadata.namespace
+  ports:
+    - name: clone-metrics
+      containerPort: {{ $s.metricsPort }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: clone-metrics
+    initialDelaySeconds: 10
+    periodSeconds: 20
+    timeoutSeconds: 5
+    failureThreshold: 6
+  readinessProbe:
+    httpGet:
+      path: /healthz
+      port: clone-metrics
+    periodSeconds: 10
+    timeoutSeconds: 5
+    failureThreshold: 3
+  resources:
+    {{- toYaml $s.resources | nindent 4 }}
+  securityContext:
+    runAsNonRoot: false
+    runAsUser: 0
+    runAsGroup: 0
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop:
+        - ALL
+    seccompProfile:
+      type: RuntimeDefault
+  volumeMounts:
+    - name: {{ $s.socketVolume }}
+      mountPath: {{ $s.socketMountPath }}
+{{- end -}}
+
+{{/*
+csi-clone-sidecar.repointedContainers: one sparse list item per repointed
+kubernetes-csi sidecar, holding only its ADDRESS env entry. Merged by name
+into the operator's containers (and their env by name), it changes nothing
+else of them.
+*/}}
+{{- define "csi-clone-sidecar.repointedContainers" -}}
+{{- $s := .Values.sidecar -}}
+{{- range $s.repoint }}
+- name: {{ . }}
+  env:
+    - name: ADDRESS
+      value: {{ $s.listenAddress | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+csi-clone-sidecar.podTemplateContainers: what a LinstorCluster's
+spec.csiController.podTemplate.spec.containers gains: the sidecar and the
+ADDRESS overrides. Cozystack's linstor chart includes it (docs/cozystack.md);
+deploy/linstor/podtemplate.yaml is its rendering with the defaults.
+*/}}
+{{- define "csi-clone-sidecar.podTemplateContainers" -}}
+{{ include "csi-clone-sidecar.container" . }}
+{{ include "csi-clone-sidecar.repointedContainers" . | trim }}
+{{- end -}}
+
+{{/*
+csi-clone-sidecar.monitoringLabels: the chart's labels plus monitoring.labels
+(the chart's win where both set a key).
+*/}}
+{{- define "csi-clone-sidecar.monitoringLabels" -}}
+{{- $own := include "csi-clone-sidecar.labels" . | fromYaml -}}
+{{- toYaml (merge $own .Values.monitoring.labels) -}}
+{{- end -}}
+
+{{/*
+csi-clone-sidecar.rules: the role rules of files/<name>.yaml, a generated copy
+of deploy/rbac/<name>.yaml (`make chart`), where each rule says why.
+*/}}
+{{- define "csi-clone-sidecar.rules" -}}
+{{- $role := .root.Files.Get (printf "files/%s.yaml" .file) | fromYaml -}}
+{{- toYaml $role.rules -}}
+{{- end -}}
