@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/csi-clone-sidecar/linstorpatch"
+	"github.com/cozystack/csi-clone-sidecar/deploy/linstorpatch"
 	"github.com/cozystack/csi-clone-sidecar/test/linstorpod"
 )
 

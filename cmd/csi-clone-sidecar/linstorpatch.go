@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/csi-clone-sidecar/linstorpatch"
+	"github.com/cozystack/csi-clone-sidecar/deploy/linstorpatch"
 )
 
 // runLinstorPatch reads a LinstorCluster (JSON or YAML, as `kubectl get -o

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/csi-clone-sidecar/linstorpatch"
+	"github.com/cozystack/csi-clone-sidecar/deploy/linstorpatch"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/cozychart"
 	"github.com/cozystack/csi-clone-sidecar/test/linstorpod"
