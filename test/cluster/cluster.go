@@ -189,6 +189,21 @@ func New(opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// NewStateDir makes a fresh state directory for a stack run outside a test
+// (the demo, benchmarks), where the e2e tests keep theirs
+// ($CSI_CLONE_E2E_DIR, default <os temp dir>/csi-clone-e2e), so that the
+// leak check sees its sockets; pass it as Options.Dir.
+func NewStateDir(prefix string) (string, error) {
+	base := os.Getenv("CSI_CLONE_E2E_DIR")
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "csi-clone-e2e")
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, prefix)
+}
+
 func withDefaults(o Options) Options {
 	if o.DriverName == "" {
 		o.DriverName = DefaultDriverName

@@ -53,11 +53,15 @@ func (c *Cluster) setReplica(i int, r SidecarReplica) {
 
 // replica returns the replica named name, or nil.
 func (c *Cluster) replica(name string) *SidecarReplica {
+	return c.findReplica(func(r SidecarReplica) bool { return r.Name == name })
+}
+
+// findReplica returns a copy of the first replica match accepts, or nil.
+func (c *Cluster) findReplica(match func(SidecarReplica) bool) *SidecarReplica {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range c.Replicas {
-		if c.Replicas[i].Name == name {
-			r := c.Replicas[i]
+	for _, r := range c.Replicas {
+		if match(r) {
 			return &r
 		}
 	}
@@ -115,15 +119,7 @@ func (c *Cluster) LeaderIdentity(ctx context.Context) (string, error) {
 
 // ReplicaByIdentity returns the replica with that identity, or nil.
 func (c *Cluster) ReplicaByIdentity(identity string) *SidecarReplica {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range c.Replicas {
-		if c.Replicas[i].Identity == identity {
-			r := c.Replicas[i]
-			return &r
-		}
-	}
-	return nil
+	return c.findReplica(func(r SidecarReplica) bool { return r.Identity == identity })
 }
 
 // KillReplica SIGKILLs one csi-clone-sidecar replica. For replica 0 it is

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -40,23 +41,45 @@ func (f fault) String() string { return fmt.Sprintf("%s@%s", f.kind, f.at.Round(
 const faultSpread = 8 * time.Second
 
 // planFaults places every fault in a random wave at a random offset, all
-// drawn from the seed.
+// drawn from the seed. The outage, the driver's and the leader's kill go to
+// different waves while there are enough, and the driver's kill comes first
+// in its wave, within driverSpread: a minute-long outage or a lease
+// hand-over before it would leave no CreateVolume in flight to cut.
 func planFaults(cfg soakConfig, waves int) [][]fault {
 	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
-	kinds := []faultKind{faultAPIOutage, faultDriverRestart, faultLeaderKill}
-	for range cfg.kills {
-		kinds = append(kinds, faultKillSidecar)
-	}
 	plan := make([][]fault, waves)
-	for _, k := range kinds {
+	single := rng.Perm(waves)
+	for i, k := range []faultKind{faultDriverRestart, faultAPIOutage, faultLeaderKill} {
+		spread := faultSpread
+		if k == faultDriverRestart {
+			spread = driverSpread
+		}
+		w := single[i%waves]
+		plan[w] = append(plan[w], fault{kind: k, at: time.Duration(rng.Int64N(int64(spread)))})
+	}
+	for range cfg.kills {
 		w := rng.IntN(waves)
-		plan[w] = append(plan[w], fault{kind: k, at: time.Duration(rng.Int64N(int64(faultSpread)))})
+		plan[w] = append(plan[w], fault{kind: faultKillSidecar, at: time.Duration(rng.Int64N(int64(faultSpread)))})
 	}
 	for _, p := range plan {
-		slices.SortFunc(p, func(a, b fault) int { return int(a.at - b.at) })
+		slices.SortFunc(p, func(a, b fault) int {
+			return cmp.Or(-cmp.Compare(rank(a), rank(b)), cmp.Compare(a.at, b.at))
+		})
 	}
 	return plan
 }
+
+// rank puts the driver's kill first in its wave.
+func rank(f fault) int {
+	if f.kind == faultDriverRestart {
+		return 1
+	}
+	return 0
+}
+
+// driverSpread is the latest offset of the driver's kill: early in the
+// wave's CreateVolume calls.
+const driverSpread = 2 * time.Second
 
 // faultWindow is a span in which the injected fault could cut relayed
 // calls: a dropped relay or driver connection.
