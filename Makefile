@@ -52,11 +52,11 @@ diff:
 e2e: build
 	$(GO) test -count=1 -timeout 40m -run '$(E2E_RUN)' ./test/e2e/...
 
-## soak: worker clones in waves while the sidecar is SIGKILLed, the API server stopped, the driver and the verdict leader killed (SOAK_DISKS=200; not part of `make test`)
+## soak: worker clones in waves while the sidecar is SIGKILLed, the API server stopped, the driver and the verdict leader killed (200 disks; `make test` runs it with 40)
 SOAK_DISKS ?= 200
 SOAK_WAVE  ?= 20
 soak: tools build
-	CSI_CLONE_SOAK=1 CSI_CLONE_SOAK_DISKS=$(SOAK_DISKS) CSI_CLONE_SOAK_WAVE=$(SOAK_WAVE) $(GO) test -count=1 -timeout 3h -v -run '^TestSoak$$' ./test/e2e/
+	CSI_CLONE_SOAK_DISKS=$(SOAK_DISKS) CSI_CLONE_SOAK_WAVE=$(SOAK_WAVE) $(GO) test -count=1 -timeout 3h -v -run '^TestSoak$$' ./test/e2e/
 
 ## bench-e2e: the same waves of clones through the sidecar and straight to the driver, alternating: ratio of total times, clone throughput (not a test; BENCH_E2E_FLAGS=-wave=20 -rounds=3)
 BENCH_E2E_FLAGS ?=
