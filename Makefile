@@ -13,7 +13,7 @@ DIFFTIME    ?= 60s
 E2E_RUN     ?= .
 BIN         ?= bin
 
-.PHONY: all build sidecar tools test unit fuzz diff e2e bench demo lint image chart clean
+.PHONY: all build sidecar tools test unit fuzz diff e2e soak bench bench-e2e demo lint image chart clean
 
 all: build
 
@@ -51,6 +51,18 @@ diff:
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 e2e: build
 	$(GO) test -count=1 -timeout 40m -run '$(E2E_RUN)' ./test/e2e/...
+
+## soak: worker clones in waves while the sidecar is SIGKILLed, the API server stopped, the driver and the verdict leader killed (200 disks; `make test` runs it with 40)
+SOAK_DISKS ?= 200
+SOAK_WAVE  ?= 20
+soak: tools build
+	CSI_CLONE_SOAK_DISKS=$(SOAK_DISKS) CSI_CLONE_SOAK_WAVE=$(SOAK_WAVE) $(GO) test -count=1 -timeout 3h -v -run '^TestSoak$$' ./test/e2e/
+
+## bench-e2e: the same waves of clones through the sidecar and straight to the driver, alternating: ratio of total times, clone throughput (not a test; BENCH_E2E_FLAGS=-wave=20 -rounds=3)
+BENCH_E2E_FLAGS ?=
+bench-e2e: tools build
+	$(GO) build -o bin/csi-clone-bench-e2e ./test/benche2e
+	test/e2e/run-in-netns.sh bin/csi-clone-bench-e2e $(BENCH_E2E_FLAGS)
 
 ## bench: the relay's cost against the driver directly, short rounds then one long connection per mode (not a test; BENCH_FLAGS=-long=false or -short=false runs one part)
 BENCH_FLAGS ?=

@@ -75,6 +75,12 @@ type Options struct {
 	SidecarArgs []string
 	// DriverArgs are extra flags for the test driver (fault injection).
 	DriverArgs []string
+	// CSISidecarArgs are extra flags for csi-provisioner, csi-resizer and
+	// csi-snapshotter, e.g. "--v=5" to have them log every CSI call.
+	CSISidecarArgs []string
+	// SidecarReplicas is how many csi-clone-sidecar processes run (0 or 1:
+	// one). See SidecarReplica for what the others model.
+	SidecarReplicas int
 	// ExtraControllers are kube-controller-manager controllers to run besides
 	// the storage ones, e.g. "garbage-collector-controller".
 	ExtraControllers []string
@@ -122,6 +128,10 @@ type Cluster struct {
 	AuditLog string
 	// Factory is the loopback HTTP server golden images are imported from.
 	Factory *Factory
+	// Replicas are the csi-clone-sidecar processes; Replicas[0] is the one
+	// above (SidecarSocket, SidecarMetrics, ObservationsLog). Empty with
+	// Options.NoSidecar.
+	Replicas []SidecarReplica
 
 	opts     Options
 	pki      *pki
@@ -179,6 +189,21 @@ func New(opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// NewStateDir makes a fresh state directory for a stack run outside a test
+// (the demo, benchmarks), where the e2e tests keep theirs
+// ($CSI_CLONE_E2E_DIR, default <os temp dir>/csi-clone-e2e), so that the
+// leak check sees its sockets; pass it as Options.Dir.
+func NewStateDir(prefix string) (string, error) {
+	base := os.Getenv("CSI_CLONE_E2E_DIR")
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "csi-clone-e2e")
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, prefix)
+}
+
 func withDefaults(o Options) Options {
 	if o.DriverName == "" {
 		o.DriverName = DefaultDriverName
@@ -233,6 +258,7 @@ func (c *Cluster) bringUp() error {
 		{"CRDs and objects", c.installBase, true},
 		{"CSI driver", c.startDriver, false},
 		{"csi-clone-sidecar", c.startSidecar, false},
+		{"csi-clone-sidecar standby replicas", c.startStandbys, false},
 		{"CSI sidecars", c.startCSISidecars, false},
 		{"storage classes", c.installStorage, false},
 		{"CDI", c.startCDI, false},

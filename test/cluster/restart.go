@@ -36,13 +36,8 @@ func (c *Cluster) KillSidecar() error {
 	}
 	c.mu.Lock()
 	sc := c.procs[sidecarName]
-	clients := make([]*proc, 0, len(csiSidecarNames))
-	for _, n := range csiSidecarNames {
-		if p := c.procs[n]; p != nil {
-			clients = append(clients, p)
-		}
-	}
 	c.mu.Unlock()
+	clients := c.csiClients()
 	if sc == nil {
 		return errors.New("kill csi-clone-sidecar: it was never started")
 	}
@@ -55,6 +50,16 @@ func (c *Cluster) KillSidecar() error {
 		return fmt.Errorf("kill csi-clone-sidecar: %w", err)
 	}
 	errs := []error{waitExited(sc, 10*time.Second)}
+	errs = append(errs, c.dropClients("csi-clone-sidecar SIGKILLed", clients, hadTerminationLog))
+	return errors.Join(errs...)
+}
+
+// dropClients waits until the kubernetes-csi sidecars in clients have
+// exited after their connection dropped, and stops those that were idle
+// and so did not notice (see KillSidecar). It removes the termination log
+// their exits wrote unless one was there before.
+func (c *Cluster) dropClients(what string, clients []*proc, hadTerminationLog bool) error {
+	var errs []error
 	var exited, stopped []string
 	for _, p := range clients {
 		if waitExited(p, clientExitGrace) == nil {
@@ -64,11 +69,25 @@ func (c *Cluster) KillSidecar() error {
 		stopped = append(stopped, p.name)
 		errs = append(errs, p.stop(5*time.Second))
 	}
-	c.logf("cluster: csi-clone-sidecar SIGKILLed; exited on connection loss: %v; idle, stopped: %v", exited, stopped)
+	c.logf("cluster: %s; exited on connection loss: %v; idle, stopped: %v", what, exited, stopped)
 	if !hadTerminationLog {
 		errs = append(errs, removeTerminationLog())
 	}
 	return errors.Join(errs...)
+}
+
+// csiClients are the kubernetes-csi sidecar processes of csiSidecarNames
+// started so far.
+func (c *Cluster) csiClients() []*proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clients := make([]*proc, 0, len(csiSidecarNames))
+	for _, n := range csiSidecarNames {
+		if p := c.procs[n]; p != nil {
+			clients = append(clients, p)
+		}
+	}
+	return clients
 }
 
 // clientExitGrace is how long a CSI sidecar gets to notice the lost
@@ -131,6 +150,12 @@ func (c *Cluster) RestartSidecar() error {
 	if err := c.waitSocket(sidecarName, c.SidecarSocket, 30*time.Second); err != nil {
 		return err
 	}
+	return c.restartClients()
+}
+
+// restartClients starts the kubernetes-csi sidecars again after they exited
+// (or were stopped) because the socket they dial went away.
+func (c *Cluster) restartClients() error {
 	for _, n := range csiSidecarNames {
 		if err := c.restart(n); err != nil {
 			return err

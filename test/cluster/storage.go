@@ -153,20 +153,30 @@ func (c *Cluster) startSidecar() error {
 	}
 	c.SidecarSocket = filepath.Join(c.Dir, "csi", "csi.sock")
 	c.ObservationsLog = filepath.Join(c.Dir, "observations.jsonl")
-	args := append([]string{
-		"--csi-address=" + c.DriverSocket,
-		"--listen-address=" + c.SidecarSocket,
-		"--http-endpoint=" + c.SidecarMetrics,
-		"--kubeconfig=" + c.SidecarKubeconfig,
-		"--observations-log=" + c.ObservationsLog,
-	}, c.opts.SidecarArgs...)
-	// Debugging aid: extra flags for every test's sidecar, e.g. "--v=5".
-	args = append(args, strings.Fields(os.Getenv("CSI_CLONE_E2E_SIDECAR_ARGS"))...)
-	if _, err := c.start("csi-clone-sidecar", []string{"POD_NAMESPACE=" + NamespaceCSI}, filepath.Join(bins, "csi-clone-sidecar"), args...); err != nil {
+	host, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	r := SidecarReplica{Name: sidecarName, Identity: host, Socket: c.SidecarSocket, Metrics: c.SidecarMetrics, ObservationsLog: c.ObservationsLog}
+	c.setReplica(0, r)
+	if _, err := c.start(sidecarName, []string{"POD_NAMESPACE=" + NamespaceCSI}, filepath.Join(bins, "csi-clone-sidecar"), c.sidecarArgs(r)...); err != nil {
 		return err
 	}
 	c.onStop(func() error { return removeIfSocket(c.SidecarSocket) })
-	return c.waitSocket("csi-clone-sidecar", c.SidecarSocket, 30*time.Second)
+	return c.waitSocket(sidecarName, c.SidecarSocket, 30*time.Second)
+}
+
+// sidecarArgs are the flags of one csi-clone-sidecar replica.
+func (c *Cluster) sidecarArgs(r SidecarReplica) []string {
+	args := append([]string{
+		"--csi-address=" + c.DriverSocket,
+		"--listen-address=" + r.Socket,
+		"--http-endpoint=" + r.Metrics,
+		"--kubeconfig=" + c.SidecarKubeconfig,
+		"--observations-log=" + r.ObservationsLog,
+	}, c.opts.SidecarArgs...)
+	// Debugging aid: extra flags for every test's sidecar, e.g. "--v=5".
+	return append(args, strings.Fields(os.Getenv("CSI_CLONE_E2E_SIDECAR_ARGS"))...)
 }
 
 // csiSidecarNames are the kubernetes-csi sidecars that dial the relay.
@@ -189,6 +199,7 @@ func (c *Cluster) startCSISidecars() error {
 // startDialers starts the kubernetes-csi sidecars of csiSidecarNames.
 func (c *Cluster) startDialers() error {
 	common := []string{"--csi-address=" + c.SidecarSocket, "--kubeconfig=" + c.Kubeconfig, "--leader-election=false", "--v=4"}
+	common = append(common, c.opts.CSISidecarArgs...)
 	extra := map[string][]string{
 		// piraeus runs the provisioner with --extra-create-metadata; no
 		// topology here (one node, no scheduler).

@@ -116,14 +116,7 @@ func run(o options) (err error) {
 func startStack() (*cluster.Cluster, error) {
 	// Where the harness keeps the e2e tests' state: its leak check looks
 	// for left-over sockets there.
-	base := os.Getenv("CSI_CLONE_E2E_DIR")
-	if base == "" {
-		base = filepath.Join(os.TempDir(), "csi-clone-e2e")
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(base, "demo-")
+	dir, err := cluster.NewStateDir("demo-")
 	if err != nil {
 		return nil, err
 	}

@@ -482,8 +482,11 @@ func scrapeSidecar(t *testing.T, c *cluster.Cluster) scrape {
 	return s
 }
 
-func fetchScrape(c *cluster.Cluster) (scrape, error) {
-	resp, err := http.Get("http://" + c.SidecarMetrics + "/metrics")
+func fetchScrape(c *cluster.Cluster) (scrape, error) { return fetchScrapeFrom(c.SidecarMetrics) }
+
+// fetchScrapeFrom scrapes a sidecar's --http-endpoint.
+func fetchScrapeFrom(endpoint string) (scrape, error) {
+	resp, err := http.Get("http://" + endpoint + "/metrics")
 	if err != nil {
 		return nil, err
 	}
