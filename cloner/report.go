@@ -21,6 +21,19 @@ type ReportData struct {
 	Flavors  []FlavorReport  `json:"flavors"`
 	Pools    []PoolReport    `json:"pools"`
 	BadDisks []BadDiskReport `json:"badDisks"`
+	// Untrusted are the goldens that break the naming rules: not a flavor,
+	// only a problem, with the disks that name them.
+	Untrusted []UntrustedGoldenReport `json:"untrustedGoldens"`
+}
+
+// UntrustedGoldenReport is a golden that breaks the naming rules.
+type UntrustedGoldenReport struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Problems  []string `json:"problems"`
+	// Consumers are the worker disks ("namespace/name") that name it.
+	Consumers []string `json:"consumers"`
+	Fix       string   `json:"fix"`
 }
 
 // FlavorReport is one flavor: its golden(s), consumers and Factory fetches.
@@ -117,6 +130,7 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 	data := &ReportData{Ledger: name}
 	data.Flavors = reportFlavors(inv, ledger)
 	data.Pools, data.BadDisks = reportDisks(inv)
+	data.Untrusted = reportUntrusted(inv)
 	return data, nil
 }
 
@@ -199,6 +213,9 @@ func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
 	}
 	cons := inv.consumers()
 	for _, g := range inv.goldens {
+		if !g.Trusted() {
+			continue // a problem, not a flavor: see reportUntrusted
+		}
 		r := get(g.Flavor)
 		n := cons[g.Ref()]
 		r.Goldens = append(r.Goldens, GoldenReport{Namespace: g.Namespace, Name: g.Name, Phase: g.Phase,
@@ -218,6 +235,26 @@ func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
 	sort.Slice(out, func(i, j int) bool {
 		return Flavor{out[i].SchematicID, out[i].Version}.Key() < Flavor{out[j].SchematicID, out[j].Version}.Key()
 	})
+	return out
+}
+
+// reportUntrusted lists the goldens that break the naming rules and the
+// worker disks that name each.
+func reportUntrusted(inv *inventory) []UntrustedGoldenReport {
+	out := []UntrustedGoldenReport{}
+	for _, g := range inv.goldens {
+		if g.Trusted() {
+			continue
+		}
+		u := UntrustedGoldenReport{Namespace: g.Namespace, Name: g.Name, Problems: g.Problems,
+			Consumers: []string{}, Fix: Fix(ReasonInvalidGolden)}
+		for _, d := range inv.disks {
+			if d.Kind == DiskClone && d.GoldenRef == g.Ref() {
+				u.Consumers = append(u.Consumers, d.Namespace+"/"+d.Name)
+			}
+		}
+		out = append(out, u)
+	}
 	return out
 }
 
@@ -280,6 +317,13 @@ func printTable(w io.Writer, d *ReportData) error {
 	fmt.Fprintln(tw, "\nNAMESPACE\tPOOL\tDISKS\tVERDICTS")
 	for _, p := range d.Pools {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Namespace, orNone(p.Pool), p.Disks, verdictsText(p.Verdicts))
+	}
+	if len(d.Untrusted) > 0 {
+		fmt.Fprintln(tw, "\nUNTRUSTED GOLDEN\tPROBLEMS\tCONSUMERS\tFIX")
+		for _, u := range d.Untrusted {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", u.Namespace, u.Name, oneLine(strings.Join(u.Problems, "; ")),
+				orNone(strings.Join(u.Consumers, " ")), u.Fix)
+		}
 	}
 	fmt.Fprintln(tw, "\nBAD DISK\tPOOL\tVERDICT\tREASON\tWHAT\tFIX")
 	for _, b := range d.BadDisks {
