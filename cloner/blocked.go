@@ -10,8 +10,11 @@ import (
 // decided. The rules, in order:
 //   - CDI refused the clone at validation (CloneValidationFailed): failed.
 //   - CDI's clone populator reports an error (clonePhase Error) that has
-//     lasted --evidence-grace: failed. CDI's own phase map calls this Failed;
-//     it retries, and the verdict follows if a retry succeeds.
+//     lasted --evidence-grace, once the golden is imported: failed. CDI's own
+//     phase map calls this Failed; it retries, and the verdict follows if a
+//     retry succeeds. While the golden imports CDI also passes through Error
+//     ("source/target size info missing": the source has no capacity yet):
+//     that is CDI waiting, not failing.
 //   - The golden is gone (no DataVolume, no claim) while no volume was cloned
 //     from it yet: stuck, CDI waits for a source that does not exist.
 //   - The driver refused the clone's ControllerExpandVolume or CreateVolume
@@ -25,7 +28,7 @@ func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg Config, now time.Ti
 		r.Message = fmt.Sprintf("CDI refused the clone (%s): %s", c.Reason, orNone(c.Message))
 		return true
 	}
-	if msg, since, ok := cdiCloneError(d, f.pvc); ok {
+	if msg, since, ok := cdiCloneError(d, f.pvc); ok && f.golden != nil && f.golden.Imported() {
 		if due := since.Add(cfg.EvidenceGrace); now.Before(due) {
 			a.recheckAt = due
 		} else {

@@ -323,3 +323,35 @@ func TestDriverErrorIsRemovedWhenARetrySucceeds(t *testing.T) {
 		return !has
 	})
 }
+
+// TestCloneErrorWhileTheGoldenImportsIsWaiting: CDI's populator writes
+// clonePhase Error ("source/target size info missing") while the golden has
+// no capacity yet; that is CDI waiting for the import, not failing.
+func TestCloneErrorWhileTheGoldenImportsIsWaiting(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	g.Status.Phase = cdiv1.ImportInProgress
+	dv := w.worker("tenant-a", "early", "p", g, 20*gi, ptrTo(testClass))
+	pvc := w.pendingTarget(dv)
+	pvc.Annotations[AnnCDIClonePhase], pvc.Annotations[AnnCDICloneError] = "Error", "source/target size info missing"
+	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiReasonError, "source/target size info missing", t0)
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
+	if r := recs["early"]; r.Verdict != VerdictPending || len(r.BadReasons()) != 0 {
+		t.Fatalf("got %s %v %q, want pending while the golden imports", r.Verdict, r.BadReasons(), r.Message)
+	}
+}
+
+// TestReportJudgesADiskWithNoClaim: a disk CDI refused has no claim to carry
+// the verdict; the report shows the verdict the leader gives it.
+func TestReportJudgesADiskWithNoClaim(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
+	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
+	inv := buildInventory(w.objects(t), DefaultGoldenNamespace)
+	_, bad := reportDisks(inv, judgeClaimless(inv, configAt(t0.Add(time.Minute))))
+	if len(bad) != 1 || bad[0].Verdict != VerdictFailed || len(bad[0].Reasons) != 2 ||
+		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {
+		t.Fatalf("bad disks %+v", bad)
+	}
+}

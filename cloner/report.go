@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ReportData is what `csi-clone-sidecar report -o json` prints.
@@ -129,7 +130,7 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 	}
 	data := &ReportData{Ledger: name}
 	data.Flavors = reportFlavors(inv, ledger)
-	data.Pools, data.BadDisks = reportDisks(inv)
+	data.Pools, data.BadDisks = reportDisks(inv, judgeClaimless(inv, cfg))
 	data.Untrusted = reportUntrusted(inv)
 	return data, nil
 }
@@ -258,14 +259,31 @@ func reportUntrusted(inv *inventory) []UntrustedGoldenReport {
 	return out
 }
 
+// judgeClaimless judges the disks CDI made no claim for (it refused the
+// clone, or has not got to it): the leader's verdict on them has no object
+// to be persisted on, and depends only on the DataVolume and its golden,
+// which the report reads as the leader does.
+func judgeClaimless(inv *inventory, cfg Config) map[types.UID]*Record {
+	out := map[types.UID]*Record{}
+	for _, a := range evaluate(inv, cfg, cfg.now()).assessments {
+		if inv.claimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
+			out[a.disk.UID] = a.record
+		}
+	}
+	return out
+}
+
 // reportDisks reads each worker disk's persisted record: the report shows
-// what the leader decided, it does not judge again.
-func reportDisks(inv *inventory) ([]PoolReport, []BadDiskReport) {
+// what the leader decided, it does not judge again, except a disk with no
+// claim to persist on (claimless, from judgeClaimless).
+func reportDisks(inv *inventory, claimless map[types.UID]*Record) ([]PoolReport, []BadDiskReport) {
 	pools := map[[2]string]*PoolReport{}
 	bad := []BadDiskReport{}
 	for _, d := range inv.disks {
 		rec, err := readRecord(inv.claimOf(d.Namespace, d.ClaimName))
-		if err != nil || rec == nil {
+		if r, ok := claimless[d.UID]; ok {
+			rec = r
+		} else if err != nil || rec == nil {
 			rec = &Record{Verdict: VerdictUnjudged}
 		}
 		key := [2]string{d.Namespace, d.Pool}
