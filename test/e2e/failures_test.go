@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -174,24 +175,54 @@ func limitGoldenNamespace(t *testing.T, ctx context.Context, c *cluster.Cluster)
 	}
 }
 
-// checkFailure asserts what an operator sees of one failure.
-func checkFailure(t *testing.T, ctx context.Context, c *cluster.Cluster, f failureCase) {
-	rec := waitRecord(t, ctx, c, verdictTenant, f.name, failVerdictWithin, "verdict "+f.verdict+" "+strings.Join(f.reasons, ","),
-		func(r *cloner.Record) bool {
-			return r.Verdict == f.verdict && strings.Join(r.BadReasons(), ",") == strings.Join(f.reasons, ",")
-		})
-	t.Logf("%s: %s: %s", f.name, rec.Verdict, rec.Message)
-	if !strings.Contains(rec.Message, f.words) {
-		t.Errorf("message %q does not carry %q", rec.Message, f.words)
+// judged is a disk's verdict as an operator finds it.
+type judged struct {
+	verdict, message string
+	reasons          []string
+}
+
+// verdictOf reads the verdict on the disk's PVC; a disk CDI made no claim
+// for has its verdict in `report` only.
+func verdictOf(t *testing.T, ctx context.Context, c *cluster.Cluster, name string) *judged {
+	if rec := readRecord(t, ctx, c, verdictTenant, name); rec != nil {
+		return &judged{verdict: rec.Verdict, message: rec.Message, reasons: rec.BadReasons()}
 	}
-	// The verdict came from the error, not from --stuck-after: the sidecar
-	// decided it before the disk could have been stuck by age.
-	dv, err := c.DataVolume(ctx, verdictTenant, f.name)
-	if err != nil {
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(verdictTenant).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		return nil // a claim that carries no verdict yet
+	}
+	var out bytes.Buffer
+	if err := cloner.Report(ctx, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cloner.DefaultConfig(), &out, "json"); err != nil {
 		t.Fatal(err)
 	}
-	if !rec.Since.Before(dv.CreationTimestamp.Add(failStuckAfter)) {
-		t.Errorf("verdict decided at %s, not before --stuck-after (%s) from the disk's creation at %s", rec.Since, failStuckAfter, dv.CreationTimestamp)
+	var rep cloner.ReportData
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range rep.BadDisks {
+		if b.Namespace == verdictTenant && b.Name == name {
+			j := &judged{verdict: b.Verdict, message: b.Reasons[0].Message}
+			for _, r := range b.Reasons {
+				j.reasons = append(j.reasons, r.Reason)
+			}
+			return j
+		}
+	}
+	return nil
+}
+
+// checkFailure asserts what an operator sees of one failure.
+func checkFailure(t *testing.T, ctx context.Context, c *cluster.Cluster, f failureCase) {
+	var got *judged
+	err := wait.PollUntilContextTimeout(ctx, time.Second, failVerdictWithin, true, func(ctx context.Context) (bool, error) {
+		got = verdictOf(t, ctx, c, f.name)
+		return got != nil && got.verdict == f.verdict && strings.Join(got.reasons, ",") == strings.Join(f.reasons, ","), c.Failed()
+	})
+	if err != nil {
+		t.Fatalf("never verdict %s %v: %v (last: %+v)", f.verdict, f.reasons, err, got)
+	}
+	t.Logf("%s: %s: %s", f.name, got.verdict, got.message)
+	if !strings.Contains(got.message, f.words) {
+		t.Errorf("message %q does not carry %q", got.message, f.words)
 	}
 	assertWarnings(t, ctx, c, f.name, f.reasons)
 	checkWarningWords(t, ctx, c, f)
@@ -211,7 +242,8 @@ func checkFailure(t *testing.T, ctx context.Context, c *cluster.Cluster, f failu
 }
 
 // checkWarningWords: the sidecar's Warning for the verdict carries CDI's or
-// the driver's words, then the fix.
+// the driver's words, then the fix; and it was raised from the error, not
+// from --stuck-after: before the disk could have been stuck by age.
 func checkWarningWords(t *testing.T, ctx context.Context, c *cluster.Cluster, f failureCase) {
 	t.Helper()
 	evs, err := c.Client.CoreV1().Events(verdictTenant).List(ctx, metav1.ListOptions{})
@@ -223,6 +255,14 @@ func checkWarningWords(t *testing.T, ctx context.Context, c *cluster.Cluster, f 
 		if e.InvolvedObject.Name == f.name && e.Reason == want && e.Source.Component == "csi-clone-sidecar" {
 			if !strings.Contains(e.Message, f.words) || !strings.Contains(e.Message, cloner.Fix(f.reasons[0])) {
 				t.Errorf("event %s: %q lacks %q or the fix", want, e.Message, f.words)
+			}
+			dv, err := c.DataVolume(ctx, verdictTenant, f.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if deadline := dv.CreationTimestamp.Add(failStuckAfter); !e.FirstTimestamp.Time.Before(deadline) {
+				t.Errorf("%s raised at %s, not before --stuck-after (%s) from the disk's creation at %s",
+					want, e.FirstTimestamp, failStuckAfter, dv.CreationTimestamp)
 			}
 			return
 		}
