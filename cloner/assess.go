@@ -40,11 +40,13 @@ func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
 	inv := ev.inv
 	f := diskFacts{disk: d, golden: inv.goldenByRef[d.GoldenRef], pvc: inv.claimOf(d.Namespace, d.ClaimName)}
 	f.pv = inv.boundPV(f.pvc)
-	f.class = inv.classes.resolveClass(f.pvc, f.pv, d.RequestedClass, d.ContentType)
-	if f.pv != nil {
+	f.class = inv.classes.resolveDiskClass(f.pvc, f.pv, d)
+	f.goldenClaimExists = inv.claimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
+	ev.followClonePath(&f)
+	if pv := f.volumeOf(); pv != nil {
 		var tap VolumeEvidence
-		if ok, err := decodeAnnotation(f.pv, AnnCSIEvidence, &tap); err != nil {
-			ev.malformed = append(ev.malformed, malformedAnnotation(f.pv, "PersistentVolume", err))
+		if ok, err := decodeAnnotation(pv, AnnCSIEvidence, &tap); err != nil {
+			ev.malformed = append(ev.malformed, malformedAnnotation(pv, "PersistentVolume", err))
 		} else if ok && tap.created() {
 			f.tap = &tap
 		} else if ok {
@@ -55,7 +57,7 @@ func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
 		var de DriverError
 		if ok, err := decodeAnnotation(f.pvc, AnnDriverError, &de); err != nil {
 			ev.malformed = append(ev.malformed, malformedAnnotation(f.pvc, "PersistentVolumeClaim", err))
-		} else if ok {
+		} else if ok && !staleDriverError(&de, f.tap) {
 			f.drvErr = &de
 		}
 	}

@@ -142,7 +142,8 @@ func newGolden(dv *cdiv1.DataVolume, inv *inventory) *Golden {
 	}
 	pvc := inv.pvcs[types.NamespacedName{Namespace: g.Namespace, Name: g.PVCName}]
 	pv := inv.boundPV(pvc)
-	g.Class = inv.classes.resolveClass(pvc, pv, requestedClass(dv), string(dv.Spec.ContentType))
+	g.Class = inv.classes.resolveClassFor(pvc, pv, requestedClass(dv), string(dv.Spec.ContentType),
+		dv.Spec.Storage == nil && dv.Spec.PVC != nil)
 	if pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
 		g.CapacityBytes = claimCapacity(pvc)
 	}

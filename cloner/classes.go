@@ -67,16 +67,24 @@ func newestDefault(classes []*storagev1.StorageClass, annotation string) string 
 	return best.Name
 }
 
-// resolveRequested resolves a class as CDI does when it renders the claim: a
-// nil class falls back to the virtualization default for content type
-// kubevirt (the default content type), then to the Kubernetes default. An
-// explicit "" is not a fallback: CDI looks up a class named "" and keeps "",
-// which Kubernetes reads as "no class".
+// resolveRequested resolves the class of a spec.storage DataVolume as CDI
+// renders its claim (datavolume/util.go, GetStorageClassByNameWithVirtFallback):
+// a nil class falls back to the virtualization default unless the content
+// type is archive (CDI reads any other value, or none, as kubevirt), then to
+// the Kubernetes default. An explicit "" is not a fallback: CDI looks up a
+// class named "" and keeps "", which Kubernetes reads as "no class".
 func (ci classIndex) resolveRequested(requested *string, contentType string) ClassResolution {
+	return ci.resolveRequestedFor(requested, contentType, false)
+}
+
+// resolveRequestedFor resolves a DataVolume's class; pvcSpec says it spells
+// its claim as spec.pvc, which CDI copies as it is: its nil class is then
+// filled in by Kubernetes, with the Kubernetes default only.
+func (ci classIndex) resolveRequestedFor(requested *string, contentType string, pvcSpec bool) ClassResolution {
 	if requested != nil {
 		return ClassResolution{Name: *requested, How: ClassRequested}
 	}
-	if (contentType == "" || contentType == contentTypeKubeVirt) && ci.virtDefault != "" {
+	if !pvcSpec && contentType != contentTypeArchive && ci.virtDefault != "" {
 		return ClassResolution{Name: ci.virtDefault, How: ClassVirtDefault}
 	}
 	if ci.k8sDefault != "" {
@@ -85,17 +93,30 @@ func (ci classIndex) resolveRequested(requested *string, contentType string) Cla
 	return ClassResolution{How: ClassUnresolved}
 }
 
-// resolveClass gives the class a volume really has or will have. A bound
-// volume keeps the class it was bound with, whatever the default becomes
-// later; a claim CDI already created carries the class CDI resolved; only a
-// DataVolume with no claim yet is resolved from today's defaults.
+// resolveClass gives the class a spec.storage volume really has or will
+// have; see resolveClassFor.
 func (ci classIndex) resolveClass(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
 	requested *string, contentType string) ClassResolution {
+	return ci.resolveClassFor(pvc, pv, requested, contentType, false)
+}
+
+// resolveDiskClass gives a worker disk's class.
+func (ci classIndex) resolveDiskClass(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, d *WorkerDisk) ClassResolution {
+	return ci.resolveClassFor(pvc, pv, d.RequestedClass, d.ContentType, d.FromPVCSpec)
+}
+
+// resolveClassFor gives the class a volume really has or will have. A bound
+// volume keeps the class it was bound with, whatever the default becomes
+// later; a claim CDI already created carries the class CDI resolved; only a
+// DataVolume with no claim yet is resolved from today's defaults, by the
+// rule of its spec kind.
+func (ci classIndex) resolveClassFor(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
+	requested *string, contentType string, pvcSpec bool) ClassResolution {
 	if pv != nil && pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
 		return ClassResolution{Name: pv.Spec.StorageClassName, How: ClassFromBoundPV}
 	}
 	if pvc != nil && pvc.Spec.StorageClassName != nil {
 		return ClassResolution{Name: *pvc.Spec.StorageClassName, How: ClassFromClaim}
 	}
-	return ci.resolveRequested(requested, contentType)
+	return ci.resolveRequestedFor(requested, contentType, pvcSpec)
 }

@@ -38,7 +38,13 @@ type WorkerDisk struct {
 	// resolution.
 	RequestedClass *string
 	ContentType    string
-	ClaimName      string
+	// FromPVCSpec: the DataVolume spells its claim as spec.pvc (CDI applies
+	// only the Kubernetes default class to it), not spec.storage.
+	FromPVCSpec bool
+	ClaimName   string
+	// Conditions are CDI's Running, Ready and Bound conditions: their
+	// reasons and messages explain why a clone does not progress.
+	Conditions []CDICondition
 }
 
 // Ref is the disk's namespace/name.
@@ -96,7 +102,9 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 		RequestedBytes: requestedBytes(dv),
 		RequestedClass: requestedClass(dv),
 		ContentType:    string(dv.Spec.ContentType),
+		FromPVCSpec:    dv.Spec.Storage == nil && dv.Spec.PVC != nil,
 		ClaimName:      claimName(dv),
+		Conditions:     cdiConditions(dv),
 	}
 	if dv.Status.Phase == cdiv1.Failed {
 		d.FailMessage = conditionMessage(dv)

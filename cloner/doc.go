@@ -10,7 +10,10 @@
 //   - disks.go    which DataVolumes are worker disks
 //   - classes.go  which StorageClass a disk or golden really has
 //   - evidence.go what the driver was asked, persisted onto PVs/PVCs
-//   - verdict.go  the verdict and findings of one worker disk (the only place)
+//   - verdict.go  the verdict and findings of one worker disk (the only place
+//     that decides; blocked.go holds its rules for clones a definite error
+//     keeps from finishing, cdi.go how CDI's own signals are read, path.go
+//     where a disk is while its claim is unbound: CDI's tmp-pvc-<uid>)
 //   - ledger.go   counters that survive restarts and replicas
 //   - report.go   the `report` subcommand
 package cloner

@@ -179,7 +179,10 @@ type evidenceBook struct {
 	volumes   map[string]*pendingVolume  // volume handle
 	snapshots map[string]pendingSnapshot // snapshot handle
 	errors    map[string]*pendingError   // claim "ns/name" the provisioner served
-	expired   int64
+	// cleared holds claims whose CreateVolume succeeded, and when: a driver
+	// error left on them by an earlier attempt no longer holds.
+	cleared map[string]time.Time
+	expired int64
 }
 
 type pendingSnapshot struct {
@@ -194,6 +197,7 @@ func newEvidenceBook(ttl time.Duration) *evidenceBook {
 		volumes:   map[string]*pendingVolume{},
 		snapshots: map[string]pendingSnapshot{},
 		errors:    map[string]*pendingError{},
+		cleared:   map[string]time.Time{},
 	}
 }
 
@@ -229,6 +233,13 @@ func (b *evidenceBook) applyCreate(o sidecar.Observation) {
 	if o.Code != codes.OK || o.Response.VolumeID == "" {
 		b.recordError(o, claim, a)
 		return
+	}
+	if claim != "" {
+		// The retry succeeded: the error of an earlier attempt, written by
+		// this replica or another, is void.
+		delete(b.errors, claim)
+		b.cleared[claim] = o.End
+		b.evictIfFull(len(b.cleared), func() { evictOldest(b.cleared, func(t time.Time) time.Time { return t }) })
 	}
 	pv := &pendingVolume{seen: o.End, ev: VolumeEvidence{
 		Name: o.Request.Name, Claim: claim,
@@ -302,6 +313,11 @@ func (b *evidenceBook) expire(now time.Time) {
 	for k, s := range b.snapshots {
 		if s.seen.Before(cut) {
 			delete(b.snapshots, k)
+		}
+	}
+	for k, at := range b.cleared {
+		if at.Before(cut) {
+			delete(b.cleared, k)
 		}
 	}
 	for k, e := range b.errors {

@@ -83,8 +83,33 @@ func (c *Controller) flushEvidence(ctx context.Context) {
 		}
 		pe.dirty, pe.written, pe.lastWritten = false, now, pe.err.Code+"\x00"+pe.err.Message
 	}
+	c.clearDriverErrors(ctx)
 	b.expire(now)
 	c.expired.Store(b.expired)
+}
+
+// clearDriverErrors removes the driver error from the claims whose
+// CreateVolume later succeeded, unless the error on the claim is newer than
+// that success. A claim that does not exist yet is tried again until the
+// entry expires.
+func (c *Controller) clearDriverErrors(ctx context.Context) {
+	for claim, at := range c.book.cleared {
+		pvc := c.targetClaim(claim)
+		if pvc == nil {
+			continue
+		}
+		var de DriverError
+		ok, err := decodeAnnotation(pvc, AnnDriverError, &de)
+		if (!ok && err == nil) || (err == nil && de.Last.After(at)) {
+			delete(c.book.cleared, claim)
+			continue
+		}
+		if err := c.patchPVC(ctx, pvc, "", map[string]*string{AnnDriverError: nil}); err != nil {
+			klog.V(2).InfoS("Void driver error not removed yet, will retry", "claim", claim, "err", err)
+			continue
+		}
+		delete(c.book.cleared, claim)
+	}
 }
 
 // changed reports whether the error differs from the one last written.

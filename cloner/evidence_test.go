@@ -26,8 +26,13 @@ func TestEvidenceBookJoinsRetriesSnapshotsAndExpansions(t *testing.T) {
 	if c, at := ev.finalCapacity(); c != 20*gi || !at.Equal(t0.Add(2*time.Minute+time.Second)) {
 		t.Fatalf("final capacity %d at %v", c, at)
 	}
-	if b.errors["cozy-public/tmp-pvc-u"].err.Code != "DeadlineExceeded" {
-		t.Fatal("the failed attempt is not kept as the driver error")
+	// The retry succeeded: the failed attempt's error is void, and the claim
+	// is marked so that an error already written on it is removed.
+	if _, kept := b.errors["cozy-public/tmp-pvc-u"]; kept {
+		t.Fatal("the failed attempt is still the driver error after a successful retry")
+	}
+	if at, ok := b.cleared["cozy-public/tmp-pvc-u"]; !ok || !at.Equal(t0.Add(time.Minute+time.Second)) {
+		t.Fatalf("claim not marked cleared at the successful call's end: %v %v", at, ok)
 	}
 	if b.snapshots["s1"].source != "g" {
 		t.Fatal("snapshot link lost")

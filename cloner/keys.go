@@ -42,6 +42,7 @@ const (
 	goldenNamePrefix      = "talos-worker-"
 	eventSourceComponent  = "csi-clone-sidecar"
 	contentTypeKubeVirt   = "kubevirt"
+	contentTypeArchive    = "archive"
 	cdiCloneTypeCSIClone  = "csi-clone"
 	cdiCloneTypeSnapshot  = "snapshot"
 	cdiCloneTypeHostAssis = "copy"

@@ -12,9 +12,12 @@ const (
 	VerdictHostAssisted = "host-assisted"
 	// VerdictHTTPImport: a worker importing its image from the Factory.
 	VerdictHTTPImport = "http-import"
-	// VerdictStuck: a clone requested and not finished after --stuck-after.
+	// VerdictStuck: a requested clone that does not progress: a definite
+	// error of the driver, a golden that is gone, or not finished after
+	// --stuck-after.
 	VerdictStuck = "stuck"
-	// VerdictFailed: CDI gave up on the DataVolume.
+	// VerdictFailed: CDI gave up on the DataVolume, refused the clone, or
+	// reports an error on it (clonePhase Error).
 	VerdictFailed = "failed"
 	// VerdictUnknown: finished, but neither the tap nor CDI recorded how.
 	VerdictUnknown = "unknown"
@@ -42,6 +45,7 @@ const (
 	ReasonClassMismatch = "class-mismatch"
 	ReasonTooSmall      = "too-small"
 	ReasonResizeMissing = "resize-missing"
+	ReasonResizeFailed  = "resize-failed"
 	ReasonUnknownGolden = "unknown-golden"
 	ReasonInvalidGolden = "invalid-golden"
 	ReasonFailedGolden  = "failed-golden"
@@ -59,15 +63,17 @@ var reasonInfos = map[string]reasonInfo{
 	ReasonHostAssisted: {"HostAssistedClone",
 		"put the pool on the golden's StorageClass (same CSI driver, same volume mode, allowVolumeExpansion: true) so CDI can clone at the storage layer"},
 	ReasonStuck: {"CloneStuck",
-		"check the driver error; a node-local class cannot clone a volume it does not hold, so put the pool on a replicated class, then delete the DataVolume to retry"},
+		"fix what the message names (the driver's error, or a golden that is gone: recreate it); a node-local class cannot clone a volume it does not hold, so put the pool on a replicated class; then delete the DataVolume to retry if the clone does not resume"},
 	ReasonFailed: {"CloneFailed",
-		"read the DataVolume's conditions, fix the cause and recreate the DataVolume"},
+		"fix what CDI's message names (the clone token, a quota in the golden's namespace, a disk smaller than the golden), then recreate the DataVolume if CDI does not recover by itself"},
 	ReasonClassMismatch: {"StorageClassMismatch",
 		"set the pool's storageClass to the golden's class (an empty class is resolved to the default before comparing)"},
 	ReasonTooSmall: {"DiskSmallerThanGolden",
 		"raise the pool's diskSize to at least the golden's size: a clone target cannot be smaller than its source"},
 	ReasonResizeMissing: {"ResizeMissing",
 		"enable allowVolumeExpansion on the StorageClass and check csi-resizer; the volume is smaller than the disk asked for"},
+	ReasonResizeFailed: {"ResizeFailed",
+		"the driver refused to grow the disk's volume: fix what its error names (e.g. free space in the storage pool); csi-resizer retries by itself"},
 	ReasonUnknownGolden: {"UnknownGolden",
 		"add the flavor to the golden catalog (kubernetes-worker-image) or point the pool at an existing golden"},
 	ReasonInvalidGolden: {"InvalidGoldenName",

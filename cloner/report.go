@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ReportData is what `csi-clone-sidecar report -o json` prints.
@@ -21,6 +22,19 @@ type ReportData struct {
 	Flavors  []FlavorReport  `json:"flavors"`
 	Pools    []PoolReport    `json:"pools"`
 	BadDisks []BadDiskReport `json:"badDisks"`
+	// Untrusted are the goldens that break the naming rules: not a flavor,
+	// only a problem, with the disks that name them.
+	Untrusted []UntrustedGoldenReport `json:"untrustedGoldens"`
+}
+
+// UntrustedGoldenReport is a golden that breaks the naming rules.
+type UntrustedGoldenReport struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Problems  []string `json:"problems"`
+	// Consumers are the worker disks ("namespace/name") that name it.
+	Consumers []string `json:"consumers"`
+	Fix       string   `json:"fix"`
 }
 
 // FlavorReport is one flavor: its golden(s), consumers and Factory fetches.
@@ -116,7 +130,8 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 	}
 	data := &ReportData{Ledger: name}
 	data.Flavors = reportFlavors(inv, ledger)
-	data.Pools, data.BadDisks = reportDisks(inv)
+	data.Pools, data.BadDisks = reportDisks(inv, judgeClaimless(inv, cfg))
+	data.Untrusted = reportUntrusted(inv)
 	return data, nil
 }
 
@@ -199,6 +214,9 @@ func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
 	}
 	cons := inv.consumers()
 	for _, g := range inv.goldens {
+		if !g.Trusted() {
+			continue // a problem, not a flavor: see reportUntrusted
+		}
 		r := get(g.Flavor)
 		n := cons[g.Ref()]
 		r.Goldens = append(r.Goldens, GoldenReport{Namespace: g.Namespace, Name: g.Name, Phase: g.Phase,
@@ -221,14 +239,51 @@ func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
 	return out
 }
 
+// reportUntrusted lists the goldens that break the naming rules and the
+// worker disks that name each.
+func reportUntrusted(inv *inventory) []UntrustedGoldenReport {
+	out := []UntrustedGoldenReport{}
+	for _, g := range inv.goldens {
+		if g.Trusted() {
+			continue
+		}
+		u := UntrustedGoldenReport{Namespace: g.Namespace, Name: g.Name, Problems: g.Problems,
+			Consumers: []string{}, Fix: Fix(ReasonInvalidGolden)}
+		for _, d := range inv.disks {
+			if d.Kind == DiskClone && d.GoldenRef == g.Ref() {
+				u.Consumers = append(u.Consumers, d.Namespace+"/"+d.Name)
+			}
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// judgeClaimless judges the disks CDI made no claim for (it refused the
+// clone, or has not got to it): the leader's verdict on them has no object
+// to be persisted on, and depends only on the DataVolume and its golden,
+// which the report reads as the leader does.
+func judgeClaimless(inv *inventory, cfg Config) map[types.UID]*Record {
+	out := map[types.UID]*Record{}
+	for _, a := range evaluate(inv, cfg, cfg.now()).assessments {
+		if inv.claimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
+			out[a.disk.UID] = a.record
+		}
+	}
+	return out
+}
+
 // reportDisks reads each worker disk's persisted record: the report shows
-// what the leader decided, it does not judge again.
-func reportDisks(inv *inventory) ([]PoolReport, []BadDiskReport) {
+// what the leader decided, it does not judge again, except a disk with no
+// claim to persist on (claimless, from judgeClaimless).
+func reportDisks(inv *inventory, claimless map[types.UID]*Record) ([]PoolReport, []BadDiskReport) {
 	pools := map[[2]string]*PoolReport{}
 	bad := []BadDiskReport{}
 	for _, d := range inv.disks {
 		rec, err := readRecord(inv.claimOf(d.Namespace, d.ClaimName))
-		if err != nil || rec == nil {
+		if r, ok := claimless[d.UID]; ok {
+			rec = r
+		} else if err != nil || rec == nil {
 			rec = &Record{Verdict: VerdictUnjudged}
 		}
 		key := [2]string{d.Namespace, d.Pool}
@@ -280,6 +335,13 @@ func printTable(w io.Writer, d *ReportData) error {
 	fmt.Fprintln(tw, "\nNAMESPACE\tPOOL\tDISKS\tVERDICTS")
 	for _, p := range d.Pools {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Namespace, orNone(p.Pool), p.Disks, verdictsText(p.Verdicts))
+	}
+	if len(d.Untrusted) > 0 {
+		fmt.Fprintln(tw, "\nUNTRUSTED GOLDEN\tPROBLEMS\tCONSUMERS\tFIX")
+		for _, u := range d.Untrusted {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", u.Namespace, u.Name, oneLine(strings.Join(u.Problems, "; ")),
+				orNone(strings.Join(u.Consumers, " ")), u.Fix)
+		}
 	}
 	fmt.Fprintln(tw, "\nBAD DISK\tPOOL\tVERDICT\tREASON\tWHAT\tFIX")
 	for _, b := range d.BadDisks {

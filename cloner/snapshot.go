@@ -90,6 +90,10 @@ func (c *Controller) buildSnapshot(ev *evaluation, l *Ledger) *Snapshot {
 	s := &Snapshot{Leader: true, Taken: c.cfg.now()}
 	cons := ev.inv.consumers()
 	for _, g := range ev.inv.goldens {
+		if !g.Trusted() {
+			// Not a flavor anywhere: its consumers carry invalid-golden.
+			continue
+		}
 		s.Goldens = append(s.Goldens, GoldenStatus{Namespace: g.Namespace, Name: g.Name, Flavor: g.Flavor,
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
 			Trusted: g.Trusted(), Problems: g.Problems})

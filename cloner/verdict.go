@@ -30,11 +30,18 @@ type Record struct {
 	GoldenClass   string `json:"goldenClass,omitempty"`
 	// DiskBytes is the DataVolume's size, GoldenBytes the golden's,
 	// CapacityBytes the volume's final capacity.
-	DiskBytes       int64     `json:"diskBytes,omitempty"`
-	GoldenBytes     int64     `json:"goldenBytes,omitempty"`
-	CapacityBytes   int64     `json:"capacityBytes,omitempty"`
-	CDICloneType    string    `json:"cdiCloneType,omitempty"`
-	FallbackReason  string    `json:"fallbackReason,omitempty"`
+	DiskBytes      int64  `json:"diskBytes,omitempty"`
+	GoldenBytes    int64  `json:"goldenBytes,omitempty"`
+	CapacityBytes  int64  `json:"capacityBytes,omitempty"`
+	CDICloneType   string `json:"cdiCloneType,omitempty"`
+	FallbackReason string `json:"fallbackReason,omitempty"`
+	// CloneClaim is "namespace/name" of the claim CDI makes the disk on
+	// while the disk's own claim is unbound (tmp-pvc-<uid> in the golden's
+	// namespace); its events hold the external-provisioner's and resizer's.
+	CloneClaim string `json:"cloneClaim,omitempty"`
+	// DriverError is the driver's last error on the disk's volume:
+	// "<method> <code>: <message>", from a CreateVolume or a
+	// ControllerExpandVolume that no later call of the same kind undid.
 	DriverError     string    `json:"driverError,omitempty"`
 	DurationSeconds float64   `json:"durationSeconds,omitempty"`
 	Findings        []Finding `json:"findings,omitempty"`
@@ -108,13 +115,20 @@ type diskFacts struct {
 	partial *VolumeEvidence // expansions seen without the CreateVolume
 	drvErr  *DriverError
 	class   ClassResolution
+	// clonePVC and clonePV are where CDI makes the disk while pv is nil
+	// (see path.go); goldenClaimExists tells a deleted golden DataVolume
+	// whose claim is still there.
+	clonePVC          *corev1.PersistentVolumeClaim
+	clonePV           *corev1.PersistentVolume
+	goldenClaimExists bool
 }
 
 // judge decides the verdict and findings of one worker disk. The rules, in
 // order: a failed DataVolume is failed; a finished one is judged by what the
 // storage layer did (the tap's record, else CDI's annotation); an unfinished
-// one is pending while its golden imports, stuck once a requested clone has
-// waited --stuck-after, pending before that.
+// one that a definite error blocks is failed or stuck at once (judgeBlocked,
+// blocked.go); otherwise it is pending while its golden imports, stuck once a
+// requested clone has waited --stuck-after, pending before that.
 func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string) assessment {
 	d, g := f.disk, f.golden
 	r := &Record{Verdict: VerdictPending, Source: SourceNone, Pool: d.Pool, Golden: d.GoldenRef.String(),
@@ -135,6 +149,7 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 	case d.Finished() && f.pv != nil:
 		judgeMechanism(r, f, snapshotOf)
 		a.duration, a.timed = cloneDuration(r, f)
+	case judgeBlocked(r, f, &a, cfg, now):
 	case g == nil || !g.Imported():
 		r.Message = "waiting for the golden's import"
 	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter:
@@ -143,6 +158,9 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 		r.Verdict = VerdictStuck
 		r.Message = fmt.Sprintf("clone requested at %s and not finished after %s (phase %s); last driver error: %s",
 			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, orNone(d.Phase), orNone(r.DriverError))
+		if why := cdiExplanation(d); why != "" {
+			r.Message += "; CDI: " + why
+		}
 	default:
 		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
 	}
@@ -165,8 +183,11 @@ func cloneRequestedAt(d *WorkerDisk, g *Golden) time.Time {
 	return d.Created
 }
 
+// describeGolden copies the golden's flavor, volume, class and size. An
+// untrusted golden's flavor is not copied: its schematic ID and version are
+// not a flavor anywhere (labels, ledger, report), only a problem.
 func describeGolden(r *Record, g *Golden) {
-	if g == nil {
+	if g == nil || !g.Trusted() {
 		return
 	}
 	r.SchematicID, r.Version = g.Flavor.SchematicID, g.Flavor.Version
@@ -181,16 +202,22 @@ func describeVolume(r *Record, f diskFacts) {
 		r.CDICloneType = f.pvc.Annotations[AnnCDICloneType]
 		r.FallbackReason = clip(f.pvc.Annotations[AnnCDIFallbackReason], maxMessageBytes)
 	}
-	if f.pv != nil {
-		r.Volume = csiHandle(f.pv)
-		if q, ok := f.pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+	if pv := f.volumeOf(); pv != nil {
+		r.Volume = csiHandle(pv)
+		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
 			r.CapacityBytes = q.Value()
 		}
+	}
+	if f.pv == nil && f.clonePVC != nil {
+		r.CloneClaim = f.clonePVC.Namespace + "/" + f.clonePVC.Name
 	}
 	if f.drvErr != nil {
 		// Attempts and times stay on the PVC's own annotation: they change on
 		// every retry and would make the record churn.
 		r.DriverError = fmt.Sprintf("%s %s: %s", f.drvErr.Method, f.drvErr.Code, f.drvErr.Message)
+	}
+	if x := failedExpansion(f.evidenceOf()); x != nil {
+		r.DriverError = methodExpand + " " + expansionText(x)
 	}
 }
 
@@ -210,7 +237,7 @@ func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
 				orNone(snapshotSource(f.tap, snapshotOf)))
 		default:
 			r.Verdict, r.ContentSource = VerdictHostAssisted, "none"
-			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + orNone(r.FallbackReason)
+			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + orNone(fallbackText(r.FallbackReason))
 		}
 		if c, _ := f.tap.finalCapacity(); c > 0 {
 			r.CapacityBytes = max(r.CapacityBytes, c)
@@ -223,7 +250,7 @@ func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
 	case VerdictUnknown:
 		r.Message = "the volume was made while no sidecar watched and CDI left no cloneType annotation"
 	case VerdictHostAssisted:
-		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + orNone(r.FallbackReason)
+		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + orNone(fallbackText(r.FallbackReason))
 	default:
 		r.Message = "from CDI's cloneType " + r.CDICloneType + " (volume made while no sidecar watched)"
 	}
@@ -284,7 +311,11 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	}
 	g := f.golden
 	if g == nil {
-		add(ReasonUnknownGolden, fmt.Sprintf("golden %s is not in the catalog: no golden DataVolume of that name exists", r.Golden))
+		msg := fmt.Sprintf("golden %s is not in the catalog: no golden DataVolume of that name exists", r.Golden)
+		if c := cdiWaitsForSource(f.disk); c != nil {
+			msg += "; CDI: " + c.Reason + ": " + c.Message
+		}
+		add(ReasonUnknownGolden, msg)
 		return out
 	}
 	if !g.Trusted() {
@@ -302,6 +333,10 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	}
 	if msg := resizeMissing(r, f); msg != "" {
 		add(ReasonResizeMissing, msg)
+	}
+	if x := failedExpansion(f.evidenceOf()); x != nil {
+		add(ReasonResizeFailed, fmt.Sprintf("the driver answered ControllerExpandVolume of volume %s to %d bytes with %s",
+			r.Volume, x.RequiredBytes, expansionText(x)))
 	}
 	if msg := cdiDisagrees(r, f); msg != "" {
 		add(ReasonCDIDisagrees, msg)

@@ -142,7 +142,7 @@ func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
 	fs.StringVar(&c.LedgerName, "ledger-name", c.LedgerName, "Name of the ConfigMap that keeps the fetch counters across restarts.")
 	fs.Int64Var(&c.FactoryImageBytes, "factory-image-bytes", 0, "Bytes one Image Factory fetch transfers; 0 counts a fetch as the golden volume's size.")
 	fs.DurationVar(&c.EvidenceTTL, "evidence-ttl", c.EvidenceTTL, "How long evidence waits for its PV or PVC to appear.")
-	fs.DurationVar(&c.EvidenceGrace, "evidence-grace", c.EvidenceGrace, "How long a finished disk whose PV has no tap evidence yet waits for it before it is judged from CDI's annotations.")
+	fs.DurationVar(&c.EvidenceGrace, "evidence-grace", c.EvidenceGrace, "How long a finished disk whose PV has no tap evidence yet waits for it before it is judged from CDI's annotations, and how long CDI must keep an error on a clone (clonePhase Error) before the disk is failed.")
 	fs.IntVar(&c.EvidenceQueue, "evidence-queue", c.EvidenceQueue, "Observations that may wait to be turned into evidence before new ones are dropped.")
 }
 

@@ -81,6 +81,11 @@ type Worker struct {
 	Pool string
 	// StorageClass and Size (the pool's diskSize) of the worker disk.
 	StorageClass, Size string
+	// TokenTarget is the DataVolume name the clone token is signed for
+	// (default Name). Another name gives a well-signed token that CDI's
+	// clone populator refuses ("invalid token"), as a token copied from
+	// another disk's manifest would be.
+	TokenTarget string
 }
 
 // CreateWorkerDisk creates a worker disk DataVolume cloned from its golden,
@@ -88,7 +93,11 @@ type Worker struct {
 // cdi-apiserver webhook that would add it does not run here). There is no
 // defaulting webhook either, so volumeMode and accessModes are set.
 func (c *Cluster) CreateWorkerDisk(ctx context.Context, w Worker) (*cdiv1.DataVolume, error) {
-	tok, err := c.CloneToken(ctx, NamespaceGolden, w.Golden, w.Namespace, w.Name)
+	target := w.TokenTarget
+	if target == "" {
+		target = w.Name
+	}
+	tok, err := c.CloneToken(ctx, NamespaceGolden, w.Golden, w.Namespace, target)
 	if err != nil {
 		return nil, err
 	}

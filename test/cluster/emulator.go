@@ -71,6 +71,9 @@ type emulator struct {
 // importState tracks one importer pod between ticks.
 type importState struct {
 	inFlight bool
+	// done: the import succeeded; the pod never runs again, whatever a
+	// lagging cache still shows of it.
+	done     bool
 	restarts int32
 	next     time.Time // when the next attempt may start
 }
@@ -227,7 +230,7 @@ func (e *emulator) importStep(ctx context.Context, p *corev1.Pod) error {
 		st = &importState{}
 		e.state[p.UID] = st
 	}
-	if st.inFlight || time.Now().Before(st.next) {
+	if st.inFlight || st.done || time.Now().Before(st.next) {
 		e.mu.Unlock()
 		return nil
 	}
@@ -249,20 +252,24 @@ func (e *emulator) importStep(ctx context.Context, p *corev1.Pod) error {
 	go func() {
 		defer e.wg.Done()
 		exit, msg := e.runImport(ctx, p)
+		phase := corev1.PodSucceeded
+		if exit != 0 {
+			phase = corev1.PodRunning // restartPolicy OnFailure: the kubelet restarts it
+		}
+		err := e.finishWithRestarts(ctx, p, exit, msg, phase, restarts)
+		if err != nil && ctx.Err() == nil {
+			e.log.Printf("%s/%s: report import: %v", p.Namespace, p.Name, err)
+		}
+		// Only once the pod's status says how the attempt ended may another
+		// start: a pod event seen in between (the pod still Running) must
+		// not fetch the image a second time, which no kubelet would do.
 		e.mu.Lock()
-		st.inFlight = false
+		st.inFlight, st.done = false, exit == 0
 		if exit != 0 {
 			st.restarts++
 			st.next = time.Now().Add(importBackoff(st.restarts))
 		}
 		e.mu.Unlock()
-		phase := corev1.PodSucceeded
-		if exit != 0 {
-			phase = corev1.PodRunning // restartPolicy OnFailure: the kubelet restarts it
-		}
-		if err := e.finishWithRestarts(ctx, p, exit, msg, phase, restarts); err != nil && ctx.Err() == nil {
-			e.log.Printf("%s/%s: report import: %v", p.Namespace, p.Name, err)
-		}
 	}()
 	return nil
 }

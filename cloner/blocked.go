@@ -1,0 +1,83 @@
+package cloner
+
+import (
+	"fmt"
+	"time"
+)
+
+// judgeBlocked decides an unfinished clone that a definite error keeps from
+// finishing, at once rather than after --stuck-after. It reports whether it
+// decided. The rules, in order:
+//   - CDI refused the clone at validation (CloneValidationFailed): failed.
+//   - CDI's clone populator reports an error (clonePhase Error) that has
+//     lasted --evidence-grace, once the golden is imported: failed. CDI's own
+//     phase map calls this Failed; it retries, and the verdict follows if a
+//     retry succeeds. While the golden imports CDI also passes through Error
+//     ("source/target size info missing": the source has no capacity yet):
+//     that is CDI waiting, not failing.
+//   - The golden is gone (no DataVolume, no claim) while no volume was cloned
+//     from it yet: stuck, CDI waits for a source that does not exist.
+//   - The driver refused the clone's ControllerExpandVolume or CreateVolume
+//     with a definite code and no later call succeeded: stuck.
+//
+// The message carries CDI's or the driver's own words.
+func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg Config, now time.Time) bool {
+	d := f.disk
+	if c := cdiRefusal(d); c != nil {
+		r.Verdict = VerdictFailed
+		r.Message = fmt.Sprintf("CDI refused the clone (%s): %s", c.Reason, orNone(c.Message))
+		return true
+	}
+	if msg, since, ok := cdiCloneError(d, f.pvc); ok && f.golden != nil && f.golden.Imported() {
+		if due := since.Add(cfg.EvidenceGrace); now.Before(due) {
+			a.recheckAt = due
+		} else {
+			r.Verdict = VerdictFailed
+			r.Message = "CDI reports an error on the clone and retries it (clonePhase Error): " + orNone(msg)
+			return true
+		}
+	}
+	if goldenGone(f) {
+		r.Verdict = VerdictStuck
+		r.Message = fmt.Sprintf("golden %s does not exist and no volume was cloned from it yet: CDI waits for the source", r.Golden)
+		if c := cdiWaitsForSource(d); c != nil {
+			r.Message += " (" + c.Reason + ": " + c.Message + ")"
+		}
+		return true
+	}
+	if x := failedExpansion(f.evidenceOf()); x != nil && definiteCode(x.Code) && f.volumeOf() != nil {
+		r.Verdict = VerdictStuck
+		r.Message = fmt.Sprintf("the driver refused to grow the clone's volume %s to %d bytes (%s): %s; CDI waits (phase %s)",
+			csiHandle(f.volumeOf()), x.RequiredBytes, claimText(f), r.DriverError, orNone(d.Phase))
+		return true
+	}
+	if de := f.drvErr; de != nil && de.Method == methodCreateVolume && definiteCode(de.Code) {
+		r.Verdict = VerdictStuck
+		r.Message = fmt.Sprintf("the driver refused the clone's CreateVolume for %s: %s; CDI retries (phase %s)",
+			de.Claim, r.DriverError, orNone(d.Phase))
+		return true
+	}
+	return false
+}
+
+// goldenGone: neither the golden DataVolume nor its claim exists, CDI has
+// looked for it (it made the disk's claim, which it does only once the
+// source exists, or said CloneWithoutSource), and nothing was cloned yet.
+func goldenGone(f diskFacts) bool {
+	if f.golden != nil || f.goldenClaimExists || f.volumeOf() != nil {
+		return false
+	}
+	return f.pvc != nil || cdiWaitsForSource(f.disk) != nil
+}
+
+// claimText names the claim a volume is bound to while the disk's own claim
+// is not: where the operator finds the driver's events.
+func claimText(f diskFacts) string {
+	if f.pv == nil && f.clonePVC != nil {
+		return "claim " + f.clonePVC.Namespace + "/" + f.clonePVC.Name
+	}
+	if f.pvc != nil {
+		return "claim " + f.pvc.Namespace + "/" + f.pvc.Name
+	}
+	return "no claim"
+}

@@ -1,0 +1,96 @@
+package cloner
+
+import (
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Where a disk is before its claim is bound. CDI's clone populator (v1.65)
+// makes the volume on a claim of its own, tmp-pvc-<target claim UID>, in the
+// source's namespace (the golden's): the clone, and then the resize to the
+// disk's size, happen there (clone/planner.go, prep-claim.go); only then is
+// that PV re-bound to the disk's claim (rebind.go). Until then the storage
+// layer's record of the disk, and the driver's errors on it, are on that
+// claim's PV.
+
+// cloneClaimOf is CDI's tmp-pvc-<uid> of a target claim, nil when CDI has not
+// made it (or already re-bound its volume and deleted it).
+func (inv *inventory) cloneClaimOf(d *WorkerDisk, target *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	if target == nil || target.UID == "" {
+		return nil
+	}
+	return inv.claimOf(d.GoldenRef.Namespace, cdiTmpPVCPrefix+string(target.UID))
+}
+
+// followClonePath fills in, for a disk whose claim has no volume yet, the
+// claim and volume CDI is making it on.
+func (ev *evaluation) followClonePath(f *diskFacts) {
+	if f.pv != nil || f.disk.Kind != DiskClone {
+		return
+	}
+	f.clonePVC = ev.inv.cloneClaimOf(f.disk, f.pvc)
+	f.clonePV = ev.inv.boundPV(f.clonePVC)
+}
+
+// volumeOf is the PV that holds the disk's data: its own, else the one CDI
+// is making it on.
+func (f *diskFacts) volumeOf() *corev1.PersistentVolume {
+	if f.pv != nil {
+		return f.pv
+	}
+	return f.clonePV
+}
+
+// failedExpansion is the disk volume's last ControllerExpandVolume when the
+// driver answered it with an error and no later call succeeded; nil
+// otherwise.
+func failedExpansion(ev *VolumeEvidence) *Expansion {
+	if ev == nil || len(ev.Expansions) == 0 {
+		return nil
+	}
+	last := &ev.Expansions[len(ev.Expansions)-1]
+	if last.Code == codes.OK.String() {
+		return nil
+	}
+	return last
+}
+
+// evidenceOf is the tap's record of the disk's volume: the CreateVolume with
+// its expansions, else the expansions alone.
+func (f *diskFacts) evidenceOf() *VolumeEvidence {
+	if f.tap != nil {
+		return f.tap
+	}
+	return f.partial
+}
+
+// staleDriverError: the driver error on the claim came from a CreateVolume
+// that was retried and then succeeded; it no longer says anything.
+func staleDriverError(de *DriverError, tap *VolumeEvidence) bool {
+	return de != nil && tap != nil && de.Method == methodCreateVolume && !tap.Created.Before(de.Last)
+}
+
+// definiteCode: a gRPC code with which the driver refuses a request as it
+// is. The others (Canceled, Unknown, DeadlineExceeded, Aborted, Unavailable)
+// say the call did not finish or may pass when retried, and a clone that
+// only sees those is judged stuck after --stuck-after.
+func definiteCode(code string) bool {
+	switch code {
+	case codes.OK.String(), codes.Canceled.String(), codes.Unknown.String(), codes.DeadlineExceeded.String(),
+		codes.Aborted.String(), codes.Unavailable.String(), "":
+		return false
+	}
+	return true
+}
+
+const (
+	methodCreateVolume = "CreateVolume"
+	methodExpand       = "ControllerExpandVolume"
+)
+
+// expansionText is a failed expansion as the record shows it. No time: the
+// resizer retries, and a message that changed on every retry would rewrite
+// the record each time.
+func expansionText(x *Expansion) string {
+	return x.Code + ": " + x.Message
+}
