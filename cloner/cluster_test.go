@@ -196,20 +196,14 @@ func (fc *fakeCluster) record(t *testing.T, ns, name string) *Record {
 	return r
 }
 
+// ledger is the whole ledger, root and shards summed, with every mark.
 func (fc *fakeCluster) ledger(t *testing.T, cfg Config) *Ledger {
 	t.Helper()
-	cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(context.Background(), cfg.LedgerName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return newLedger()
-	}
+	b, err := readLedgerBook(context.Background(), fc.kube, cfg.LedgerNamespace, cfg.LedgerName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := decodeLedger(cm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return b.merged(true)
 }
 
 // warnings lists the Warning events by involved object name and reason.

@@ -43,6 +43,9 @@ type Config struct {
 	Now func() time.Time
 }
 
+// maxLedgerName leaves room for the shard suffix "-NN" in a 253-character name.
+const maxLedgerName = 250
+
 // Defaults of the cloner flags.
 const (
 	DefaultGoldenNamespace = "cozy-public"
@@ -81,6 +84,9 @@ func (c Config) Validate() error {
 	}
 	if msgs := validation.IsDNS1123Subdomain(c.LedgerName); len(msgs) > 0 {
 		return fmt.Errorf("--ledger-name %q: %s", c.LedgerName, msgs[0])
+	}
+	if len(c.LedgerName) > maxLedgerName {
+		return fmt.Errorf("--ledger-name %q: at most %d characters (its shards are named <name>-NN)", c.LedgerName, maxLedgerName)
 	}
 	for _, d := range []struct {
 		flag string

@@ -57,6 +57,10 @@ type Controller struct {
 	malformed *malformedTracker
 	emitted   map[string]bool // event keys emitted by this process
 	recheckAt time.Time       // see evaluation.recheckAt
+
+	// ledger is the leader's copy of the ledger; only the goroutine running
+	// passes touches it.
+	ledger *ledgerBook
 }
 
 // New validates the configuration and builds a Controller; nothing runs

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
@@ -21,6 +22,7 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 	case <-c.dvReady:
 	}
 	defer c.setSnapshot(nil)
+	c.ledger = nil // a new term reads the ledger afresh
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
@@ -66,7 +68,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 	for _, a := range ev.assessments {
 		keep(c.publish(ctx, a, inv))
 	}
-	ledger, err := c.updateLedger(ctx, ledgerFacts(ev, c.cfg), inv.dvRefs)
+	ledger, err := c.countLedger(ctx, ledgerFacts(ev, c.cfg), func(uid types.UID) bool { _, ok := inv.dvRefs[uid]; return ok })
 	keep(err)
 	snap := c.buildSnapshot(ev, ledger)
 	if ledger == nil {
