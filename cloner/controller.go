@@ -116,6 +116,8 @@ func (c *Controller) Start(ctx context.Context) {
 	c.pvcInf = f.Core().V1().PersistentVolumeClaims().Informer()
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
+	must(c.pvcInf.SetTransform(cacheClaim))
+	must(c.pvInf.SetTransform(cacheVolume))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
 	must(c.pvcInf.AddIndexers(cache.Indexers{indexByUID: uidIndex}))
 	c.onChange(c.pvcInf, c.nudgeVerdicts)
@@ -158,12 +160,14 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 	for {
 		if c.vscInf.Load() == nil && c.served(VolumeSnapshotContentGVR) {
 			inf := f.ForResource(VolumeSnapshotContentGVR).Informer()
+			must(inf.SetTransform(cacheUnstructured))
 			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: snapshotHandleIndex}))
 			c.vscInf.Store(&inf)
 			f.Start(ctx.Done())
 		}
 		if c.dvInf.Load() == nil && c.served(DataVolumeGVR) {
 			inf := f.ForResource(DataVolumeGVR).Informer()
+			must(inf.SetTransform(cacheDataVolume))
 			c.onChange(inf, c.nudgeVerdicts)
 			f.Start(ctx.Done())
 			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -279,7 +283,11 @@ func (c *Controller) objectsFromCaches() objects {
 		o.Classes = append(o.Classes, x.(*storagev1.StorageClass))
 	}
 	if p := c.dvInf.Load(); p != nil {
-		o.DataVolumes = unstructuredList((*p).GetStore().List())
+		for _, x := range (*p).GetStore().List() {
+			if dv, ok := x.(*cachedDataVolume); ok {
+				o.DataVolumes = append(o.DataVolumes, dv)
+			}
+		}
 	}
 	if p := c.vscInf.Load(); p != nil {
 		o.SnapshotContents = unstructuredList((*p).GetStore().List())

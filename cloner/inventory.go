@@ -16,7 +16,7 @@ import (
 // objects is everything the cloner reads, from informers or from one List
 // each (the report).
 type objects struct {
-	DataVolumes      []*unstructured.Unstructured
+	DataVolumes      []*cachedDataVolume
 	Claims           []*corev1.PersistentVolumeClaim
 	Volumes          []*corev1.PersistentVolume
 	Classes          []*storagev1.StorageClass
@@ -81,16 +81,15 @@ func buildInventory(objs objects, goldenNamespace string) *inventory {
 
 // readDataVolumes converts every DataVolume it can and records the rest as
 // malformed; a bad object must never stop the others from being judged.
-func (inv *inventory) readDataVolumes(us []*unstructured.Unstructured) []*cdiv1.DataVolume {
-	out := make([]*cdiv1.DataVolume, 0, len(us))
-	for _, u := range us {
-		inv.dvRefs[u.GetUID()] = types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
-		dv, err := toDataVolume(u)
-		if err != nil {
-			inv.malformed = append(inv.malformed, malformedFrom(u, err))
+func (inv *inventory) readDataVolumes(cached []*cachedDataVolume) []*cdiv1.DataVolume {
+	out := make([]*cdiv1.DataVolume, 0, len(cached))
+	for _, c := range cached {
+		inv.dvRefs[c.UID] = types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		if c.readErr != "" {
+			inv.malformed = append(inv.malformed, malformedDataVolume(c))
 			continue
 		}
-		out = append(out, dv)
+		out = append(out, &c.DataVolume)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {
@@ -114,6 +113,13 @@ func toDataVolume(u *unstructured.Unstructured) (dv *cdiv1.DataVolume, err error
 		return nil, fmt.Errorf("cannot read DataVolume: %w", err)
 	}
 	return dv, nil
+}
+
+func malformedDataVolume(c *cachedDataVolume) malformedObject {
+	return malformedObject{
+		Kind: c.Kind, APIVersion: c.APIVersion, Namespace: c.Namespace, Name: c.Name, UID: c.UID,
+		ResourceVersion: c.ResourceVersion, Err: c.readErr,
+	}
 }
 
 func malformedFrom(u *unstructured.Unstructured, err error) malformedObject {

@@ -128,7 +128,7 @@ func listObjects(ctx context.Context, clients Clients) (objects, error) {
 		return o, fmt.Errorf("listing DataVolumes (is CDI installed?): %w", err)
 	}
 	for i := range dvs.Items {
-		o.DataVolumes = append(o.DataVolumes, &dvs.Items[i])
+		o.DataVolumes = append(o.DataVolumes, readDataVolume(&dvs.Items[i]))
 	}
 	pvcs, err := clients.Kube.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
