@@ -8,7 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -61,6 +61,14 @@ type Controller struct {
 	// ledger is the leader's copy of the ledger; only the goroutine running
 	// passes touches it.
 	ledger *ledgerBook
+
+	// Incremental judging (incremental.go), under mu.
+	dirty    map[string]bool // DataVolume keys due for judging
+	fullDue  bool
+	judged   map[string]judgedDisk
+	rechecks map[string]time.Time // per disk, see assessment.recheckAt
+	// judgedCount counts disk judgements, for tests of how much a change costs.
+	judgedCount atomic.Int64
 }
 
 // New validates the configuration and builds a Controller; nothing runs
@@ -81,6 +89,9 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		flush:     make(chan struct{}, 1),
 		malformed: newMalformedTracker(),
 		emitted:   map[string]bool{},
+		dirty:     map[string]bool{},
+		judged:    map[string]judgedDisk{},
+		rechecks:  map[string]time.Time{},
 	}, nil
 }
 
@@ -112,7 +123,9 @@ func (c *Controller) Start(ctx context.Context) {
 	if !c.started.CompareAndSwap(false, true) {
 		return
 	}
-	f := informers.NewSharedInformerFactory(c.clients.Kube, c.cfg.ResyncPeriod)
+	// No informer resync: nothing is re-judged unless it changed (or the
+	// --resync-period full pass comes).
+	f := informers.NewSharedInformerFactory(c.clients.Kube, 0)
 	c.pvcInf = f.Core().V1().PersistentVolumeClaims().Informer()
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
@@ -120,9 +133,7 @@ func (c *Controller) Start(ctx context.Context) {
 	must(c.pvInf.SetTransform(cacheVolume))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
 	must(c.pvcInf.AddIndexers(cache.Indexers{indexByUID: uidIndex}))
-	c.onChange(c.pvcInf, c.nudgeVerdicts)
-	c.onChange(c.pvInf, func() { c.nudgeVerdicts(); nudge(c.flush) })
-	c.onChange(c.scInf, c.nudgeVerdicts)
+	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
 	f.Start(ctx.Done())
 	go c.watchCRDs(ctx)
@@ -134,15 +145,6 @@ func must(err error) {
 	}
 }
 
-func (c *Controller) onChange(inf cache.SharedIndexInformer, fn func()) {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { fn() },
-		UpdateFunc: func(any, any) { fn() },
-		DeleteFunc: func(any) { fn() },
-	})
-	must(err)
-}
-
 func nudge(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -150,11 +152,9 @@ func nudge(ch chan struct{}) {
 	}
 }
 
-func (c *Controller) nudgeVerdicts() { nudge(c.wake) }
-
 // watchCRDs starts the dynamic informers once their resources are served.
 func (c *Controller) watchCRDs(ctx context.Context) {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(c.clients.Dynamic, c.cfg.ResyncPeriod)
+	f := dynamicinformer.NewDynamicSharedInformerFactory(c.clients.Dynamic, 0)
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
@@ -168,7 +168,8 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 		if c.dvInf.Load() == nil && c.served(DataVolumeGVR) {
 			inf := f.ForResource(DataVolumeGVR).Informer()
 			must(inf.SetTransform(cacheDataVolume))
-			c.onChange(inf, c.nudgeVerdicts)
+			must(inf.AddIndexers(c.dataVolumeIndexers()))
+			onEvent(inf, c.dataVolumeChanged)
 			f.Start(ctx.Done())
 			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 				c.dvInf.Store(&inf)
@@ -213,8 +214,8 @@ func pvHandleIndex(obj any) ([]string, error) {
 }
 
 func uidIndex(obj any) ([]string, error) {
-	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-		return []string{string(pvc.UID)}, nil
+	if m, err := meta.Accessor(obj); err == nil && m.GetUID() != "" {
+		return []string{string(m.GetUID())}, nil
 	}
 	return nil, nil
 }
@@ -268,31 +269,6 @@ func (c *Controller) synced() bool {
 		}
 	}
 	return true
-}
-
-// objectsFromCaches copies what the informers hold.
-func (c *Controller) objectsFromCaches() objects {
-	var o objects
-	for _, x := range c.pvcInf.GetStore().List() {
-		o.Claims = append(o.Claims, x.(*corev1.PersistentVolumeClaim))
-	}
-	for _, x := range c.pvInf.GetStore().List() {
-		o.Volumes = append(o.Volumes, x.(*corev1.PersistentVolume))
-	}
-	for _, x := range c.scInf.GetStore().List() {
-		o.Classes = append(o.Classes, x.(*storagev1.StorageClass))
-	}
-	if p := c.dvInf.Load(); p != nil {
-		for _, x := range (*p).GetStore().List() {
-			if dv, ok := x.(*cachedDataVolume); ok {
-				o.DataVolumes = append(o.DataVolumes, dv)
-			}
-		}
-	}
-	if p := c.vscInf.Load(); p != nil {
-		o.SnapshotContents = unstructuredList((*p).GetStore().List())
-	}
-	return o
 }
 
 func unstructuredList(xs []any) []*unstructured.Unstructured {

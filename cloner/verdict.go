@@ -145,6 +145,8 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, orNone(d.Phase), orNone(r.DriverError))
 	default:
 		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
+		// The verdict turns stuck then with no object changing.
+		a.recheckAt = cloneRequestedAt(d, g).Add(cfg.StuckAfter)
 	}
 	r.Findings = findings(r, f, snapshotOf)
 	return a
