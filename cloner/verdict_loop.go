@@ -24,6 +24,7 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 		return nil
 	case <-c.dvReady:
 	}
+	klog.InfoS("Verdict caches synced; judging every worker disk", "dataVolumes", len((*c.dvInf.Load()).GetStore().ListKeys()))
 	defer c.setSnapshot(nil)
 	c.ledger = nil // a new term reads the ledger afresh
 	c.markFull()
@@ -113,7 +114,7 @@ func (c *Controller) redo(keys []string, full bool) {
 // publishWriters is how many disks' records are written at once: enough to
 // use the client's --kube-api-qps with the API server's latency, few enough
 // not to look like a flood.
-const publishWriters = 4
+const publishWriters = 16
 
 // publishAll persists the pass's records, the bad and the never written
 // first (an upgrade that changes every record must not make a bad disk wait

@@ -162,7 +162,11 @@ func (c *Cluster) startSidecar() error {
 	}, c.opts.SidecarArgs...)
 	// Debugging aid: extra flags for every test's sidecar, e.g. "--v=5".
 	args = append(args, strings.Fields(os.Getenv("CSI_CLONE_E2E_SIDECAR_ARGS"))...)
-	if _, err := c.start("csi-clone-sidecar", []string{"POD_NAMESPACE=" + NamespaceCSI}, filepath.Join(bins, "csi-clone-sidecar"), args...); err != nil {
+	bin := filepath.Join(bins, "csi-clone-sidecar")
+	if c.opts.SidecarBinary != "" {
+		bin = c.opts.SidecarBinary
+	}
+	if _, err := c.start("csi-clone-sidecar", []string{"POD_NAMESPACE=" + NamespaceCSI}, bin, args...); err != nil {
 		return err
 	}
 	c.onStop(func() error { return removeIfSocket(c.SidecarSocket) })
