@@ -69,6 +69,8 @@ type Controller struct {
 	rechecks map[string]time.Time // per disk, see assessment.recheckAt
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
+	// dataVolumesDeleted: a DataVolume went away since the last prune.
+	dataVolumesDeleted atomic.Bool
 }
 
 // New validates the configuration and builds a Controller; nothing runs
@@ -170,6 +172,8 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 			must(inf.SetTransform(cacheDataVolume))
 			must(inf.AddIndexers(c.dataVolumeIndexers()))
 			onEvent(inf, c.dataVolumeChanged)
+			_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { c.dataVolumesDeleted.Store(true) }})
+			must(err)
 			f.Start(ctx.Done())
 			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 				c.dvInf.Store(&inf)

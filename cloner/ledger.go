@@ -312,7 +312,7 @@ func splitFlavorKey(k string) Flavor {
 // DataVolumes confirmed gone. The leader reads the whole ledger the first
 // time (migrating a format-1 one) and keeps it from its own writes; it
 // returns the counters as they now stand (nil when the ledger was never read).
-func (c *Controller) countLedger(ctx context.Context, facts []ledgerFact, live func(types.UID) bool) (*Ledger, error) {
+func (c *Controller) countLedger(ctx context.Context, facts []ledgerFact, prune bool, live func(types.UID) bool) (*Ledger, error) {
 	kube := c.clients.Kube
 	if c.ledger == nil {
 		b, err := readLedgerBook(ctx, kube, c.cfg.LedgerNamespace, c.cfg.LedgerName)
@@ -333,7 +333,7 @@ func (c *Controller) countLedger(ctx context.Context, facts []ledgerFact, live f
 		goneCache[uid] = v
 		return v
 	}
-	err := c.ledger.update(ctx, kube, facts, live, gone)
+	err := c.ledger.update(ctx, kube, facts, prune, live, gone)
 	return c.ledger.merged(false), err
 }
 

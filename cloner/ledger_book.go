@@ -269,9 +269,10 @@ func (l *Ledger) adopt(marks map[string]*mark) bool {
 	return changed
 }
 
-// update adds the facts to the shards their UIDs hash to and forgets marks
-// of DataVolumes confirmed gone; only shards that change are written.
-func (b *ledgerBook) update(ctx context.Context, kube kubernetes.Interface, facts []ledgerFact,
+// update adds the facts to the shards their UIDs hash to and, with prune,
+// forgets marks of DataVolumes confirmed gone; only shards that change are
+// written.
+func (b *ledgerBook) update(ctx context.Context, kube kubernetes.Interface, facts []ledgerFact, prune bool,
 	live func(types.UID) bool, gone func(ref string, uid types.UID) bool) error {
 	byShard := map[int][]ledgerFact{}
 	for _, f := range facts {
@@ -282,12 +283,12 @@ func (b *ledgerBook) update(ctx context.Context, kube kubernetes.Interface, fact
 	var firstErr error
 	for s := range b.shards {
 		fs := byShard[s]
-		if len(fs) == 0 && !b.shards[s].hasStale(live) {
+		if len(fs) == 0 && (!prune || !b.shards[s].hasStale(live)) {
 			continue // nothing to count or forget: no copy, no write
 		}
 		err := b.change(ctx, kube, s, func(l *Ledger) bool {
 			changed := l.apply(fs)
-			return l.prune(live, gone, &budget) || changed
+			return (prune && l.prune(live, gone, &budget)) || changed
 		})
 		if err != nil && firstErr == nil {
 			firstErr = err

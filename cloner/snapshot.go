@@ -1,6 +1,7 @@
 package cloner
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -100,10 +101,8 @@ func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 			cons[d.goldenRef]++
 		}
 		disks[DiskCount{Flavor: d.flavor, Verdict: d.verdict}]++
-		seen := map[string]bool{}
-		for _, r := range d.badReasons {
-			if !seen[r] {
-				seen[r] = true
+		for i, r := range d.badReasons {
+			if !slices.Contains(d.badReasons[:i], r) { // a disk counts once per reason
 				bad[BadDiskCount{Namespace: d.namespace, Pool: d.pool, Flavor: d.flavor, Reason: r}]++
 			}
 		}

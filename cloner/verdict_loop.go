@@ -83,7 +83,9 @@ func (c *Controller) passDue(ctx context.Context) error {
 	}
 	keep(c.reportMalformed(ctx, ev.malformed))
 	keep(c.publishAll(ctx, ev.assessments, inv))
-	ledger, err := c.countLedger(ctx, ledgerFacts(ev, c.cfg), c.dataVolumeLive)
+	// Marks are pruned on full passes and after a DataVolume went away: a
+	// pass for one changed disk does not walk the whole ledger.
+	ledger, err := c.countLedger(ctx, ledgerFacts(ev, c.cfg), full || c.dataVolumesDeleted.Swap(false), c.dataVolumeLive)
 	keep(err)
 	snap := c.buildSnapshot(inv, ledger)
 	if ledger == nil {
