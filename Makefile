@@ -13,7 +13,7 @@ DIFFTIME    ?= 60s
 E2E_RUN     ?= .
 BIN         ?= bin
 
-.PHONY: all build sidecar tools test unit fuzz diff e2e soak bench bench-e2e demo lint image chart clean
+.PHONY: all build sidecar tools test unit fuzz diff e2e soak bench bench-e2e bench-scale demo lint image chart clean
 
 all: build
 
@@ -68,6 +68,12 @@ bench-e2e: tools build
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./test/bench $(BENCH_FLAGS)
+
+## bench-scale: the verdict engine on a synthetic fleet (BENCH_SCALE_FLAGS=-disks=1000; default 10,000 disks, 200 namespaces, 20 flavors): sync time, time to verdicts, RSS, CPU, API requests, /metrics, ledger size (not a test)
+BENCH_SCALE_FLAGS ?=
+bench-scale: tools build
+	$(GO) build -o bin/csi-clone-benchscale ./test/benchscale
+	test/e2e/run-in-netns.sh bin/csi-clone-benchscale -sidecar bin/csi-clone-sidecar $(BENCH_SCALE_FLAGS)
 
 ## demo: one golden, 20 worker disks in 6 pools on the loopback stack; the verdicts, the report, the metrics (KEEP=1 leaves it running)
 demo: tools build

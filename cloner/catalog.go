@@ -140,7 +140,7 @@ func newGolden(dv *cdiv1.DataVolume, inv *inventory) *Golden {
 		RequestedBytes: requestedBytes(dv),
 		PVCName:        claimName(dv),
 	}
-	pvc := inv.pvcs[types.NamespacedName{Namespace: g.Namespace, Name: g.PVCName}]
+	pvc := inv.claimOf(g.Namespace, g.PVCName)
 	pv := inv.boundPV(pvc)
 	g.Class = inv.classes.resolveClassFor(pvc, pv, requestedClass(dv), string(dv.Spec.ContentType),
 		dv.Spec.Storage == nil && dv.Spec.PVC != nil)

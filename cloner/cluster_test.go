@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -46,11 +47,10 @@ func newFakeCluster(t *testing.T, w *world) *fakeCluster {
 	}
 	enforceResourceVersion(kube, "configmaps")
 	var dynObjs []runtime.Object
-	o := w.objects(t)
-	for _, u := range o.DataVolumes {
-		dynObjs = append(dynObjs, u)
+	for _, dv := range w.dvs {
+		dynObjs = append(dynObjs, toUnstructured(t, dv))
 	}
-	for _, u := range o.SnapshotContents {
+	for _, u := range append(append([]*unstructured.Unstructured(nil), w.raw...), w.vscs...) {
 		dynObjs = append(dynObjs, u)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
@@ -129,18 +129,26 @@ func (fc *fakeCluster) settle(t *testing.T, c *Controller) {
 		pvs, _ := fc.kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 		dvs, _ := fc.dyn.Resource(DataVolumeGVR).List(ctx, metav1.ListOptions{})
 		var wantPVC, wantPV, wantDV []any
+		// The caches hold what the informers' transforms keep.
 		for i := range pvcs.Items {
-			wantPVC = append(wantPVC, &pvcs.Items[i])
+			wantPVC = append(wantPVC, mustTransform(cacheClaim(&pvcs.Items[i])))
 		}
 		for i := range pvs.Items {
-			wantPV = append(wantPV, &pvs.Items[i])
+			wantPV = append(wantPV, mustTransform(cacheVolume(&pvs.Items[i])))
 		}
 		for i := range dvs.Items {
-			wantDV = append(wantDV, &dvs.Items[i])
+			wantDV = append(wantDV, mustTransform(cacheDataVolume(&dvs.Items[i])))
 		}
 		return sameObjects(c.pvcInf.GetStore().List(), wantPVC) && sameObjects(c.pvInf.GetStore().List(), wantPV) &&
 			sameObjects((*c.dvInf.Load()).GetStore().List(), wantDV)
 	})
+}
+
+func mustTransform(obj any, err error) any {
+	if err != nil {
+		panic(err) // the transforms return no errors
+	}
+	return obj
 }
 
 func sameObjects(cached, want []any) bool {
@@ -196,20 +204,14 @@ func (fc *fakeCluster) record(t *testing.T, ns, name string) *Record {
 	return r
 }
 
+// ledger is the whole ledger, root and shards summed, with every mark.
 func (fc *fakeCluster) ledger(t *testing.T, cfg Config) *Ledger {
 	t.Helper()
-	cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(context.Background(), cfg.LedgerName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return newLedger()
-	}
+	b, err := readLedgerBook(context.Background(), fc.kube, cfg.LedgerNamespace, cfg.LedgerName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := decodeLedger(cm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return b.merged(true)
 }
 
 // warnings lists the Warning events by involved object name and reason.

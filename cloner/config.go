@@ -17,8 +17,10 @@ type Config struct {
 	// StuckAfter is how long a requested clone may stay unbound before it is
 	// "stuck" (--stuck-after).
 	StuckAfter time.Duration
-	// ResyncPeriod bounds how stale a verdict can be when no object changes
-	// (--resync-period); it is also the informers' resync.
+	// ResyncPeriod is the spacing of full verdict passes, a safety net
+	// (--resync-period): a change re-judges the disks it touches at once,
+	// and a time-driven change (stuck, evidence grace) comes on its own
+	// timer. The informers do not resync.
 	ResyncPeriod time.Duration
 	// LedgerNamespace and LedgerName locate the ledger ConfigMap
 	// (--ledger-namespace, default $POD_NAMESPACE; --ledger-name).
@@ -43,11 +45,14 @@ type Config struct {
 	Now func() time.Time
 }
 
+// maxLedgerName leaves room for the shard suffix "-NN" in a 253-character name.
+const maxLedgerName = 250
+
 // Defaults of the cloner flags.
 const (
 	DefaultGoldenNamespace = "cozy-public"
 	DefaultStuckAfter      = 10 * time.Minute
-	DefaultResyncPeriod    = time.Minute
+	DefaultResyncPeriod    = 10 * time.Minute
 	DefaultLedgerName      = "csi-clone-sidecar-ledger"
 	DefaultEvidenceTTL     = 15 * time.Minute
 	DefaultEvidenceQueue   = 4096
@@ -81,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if msgs := validation.IsDNS1123Subdomain(c.LedgerName); len(msgs) > 0 {
 		return fmt.Errorf("--ledger-name %q: %s", c.LedgerName, msgs[0])
+	}
+	if len(c.LedgerName) > maxLedgerName {
+		return fmt.Errorf("--ledger-name %q: at most %d characters (its shards are named <name>-NN)", c.LedgerName, maxLedgerName)
 	}
 	for _, d := range []struct {
 		flag string

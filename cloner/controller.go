@@ -8,7 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -57,6 +57,20 @@ type Controller struct {
 	malformed *malformedTracker
 	emitted   map[string]bool // event keys emitted by this process
 	recheckAt time.Time       // see evaluation.recheckAt
+
+	// ledger is the leader's copy of the ledger; only the goroutine running
+	// passes touches it.
+	ledger *ledgerBook
+
+	// Incremental judging (incremental.go), under mu.
+	dirty    map[string]bool // DataVolume keys due for judging
+	fullDue  bool
+	judged   map[string]judgedDisk
+	rechecks map[string]time.Time // per disk, see assessment.recheckAt
+	// judgedCount counts disk judgements, for tests of how much a change costs.
+	judgedCount atomic.Int64
+	// dataVolumesDeleted: a DataVolume went away since the last prune.
+	dataVolumesDeleted atomic.Bool
 }
 
 // New validates the configuration and builds a Controller; nothing runs
@@ -77,6 +91,9 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		flush:     make(chan struct{}, 1),
 		malformed: newMalformedTracker(),
 		emitted:   map[string]bool{},
+		dirty:     map[string]bool{},
+		judged:    map[string]judgedDisk{},
+		rechecks:  map[string]time.Time{},
 	}, nil
 }
 
@@ -108,15 +125,17 @@ func (c *Controller) Start(ctx context.Context) {
 	if !c.started.CompareAndSwap(false, true) {
 		return
 	}
-	f := informers.NewSharedInformerFactory(c.clients.Kube, c.cfg.ResyncPeriod)
+	// No informer resync: nothing is re-judged unless it changed (or the
+	// --resync-period full pass comes).
+	f := informers.NewSharedInformerFactory(c.clients.Kube, 0)
 	c.pvcInf = f.Core().V1().PersistentVolumeClaims().Informer()
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
+	must(c.pvcInf.SetTransform(cacheClaim))
+	must(c.pvInf.SetTransform(cacheVolume))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
 	must(c.pvcInf.AddIndexers(cache.Indexers{indexByUID: uidIndex}))
-	c.onChange(c.pvcInf, c.nudgeVerdicts)
-	c.onChange(c.pvInf, func() { c.nudgeVerdicts(); nudge(c.flush) })
-	c.onChange(c.scInf, c.nudgeVerdicts)
+	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
 	f.Start(ctx.Done())
 	go c.watchCRDs(ctx)
@@ -128,15 +147,6 @@ func must(err error) {
 	}
 }
 
-func (c *Controller) onChange(inf cache.SharedIndexInformer, fn func()) {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { fn() },
-		UpdateFunc: func(any, any) { fn() },
-		DeleteFunc: func(any) { fn() },
-	})
-	must(err)
-}
-
 func nudge(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -144,23 +154,26 @@ func nudge(ch chan struct{}) {
 	}
 }
 
-func (c *Controller) nudgeVerdicts() { nudge(c.wake) }
-
 // watchCRDs starts the dynamic informers once their resources are served.
 func (c *Controller) watchCRDs(ctx context.Context) {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(c.clients.Dynamic, c.cfg.ResyncPeriod)
+	f := dynamicinformer.NewDynamicSharedInformerFactory(c.clients.Dynamic, 0)
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
 		if c.vscInf.Load() == nil && c.served(VolumeSnapshotContentGVR) {
 			inf := f.ForResource(VolumeSnapshotContentGVR).Informer()
+			must(inf.SetTransform(cacheUnstructured))
 			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: snapshotHandleIndex}))
 			c.vscInf.Store(&inf)
 			f.Start(ctx.Done())
 		}
 		if c.dvInf.Load() == nil && c.served(DataVolumeGVR) {
 			inf := f.ForResource(DataVolumeGVR).Informer()
-			c.onChange(inf, c.nudgeVerdicts)
+			must(inf.SetTransform(cacheDataVolume))
+			must(inf.AddIndexers(c.dataVolumeIndexers()))
+			onEvent(inf, c.dataVolumeChanged)
+			_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { c.dataVolumesDeleted.Store(true) }})
+			must(err)
 			f.Start(ctx.Done())
 			if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 				c.dvInf.Store(&inf)
@@ -205,8 +218,8 @@ func pvHandleIndex(obj any) ([]string, error) {
 }
 
 func uidIndex(obj any) ([]string, error) {
-	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-		return []string{string(pvc.UID)}, nil
+	if m, err := meta.Accessor(obj); err == nil && m.GetUID() != "" {
+		return []string{string(m.GetUID())}, nil
 	}
 	return nil, nil
 }
@@ -260,27 +273,6 @@ func (c *Controller) synced() bool {
 		}
 	}
 	return true
-}
-
-// objectsFromCaches copies what the informers hold.
-func (c *Controller) objectsFromCaches() objects {
-	var o objects
-	for _, x := range c.pvcInf.GetStore().List() {
-		o.Claims = append(o.Claims, x.(*corev1.PersistentVolumeClaim))
-	}
-	for _, x := range c.pvInf.GetStore().List() {
-		o.Volumes = append(o.Volumes, x.(*corev1.PersistentVolume))
-	}
-	for _, x := range c.scInf.GetStore().List() {
-		o.Classes = append(o.Classes, x.(*storagev1.StorageClass))
-	}
-	if p := c.dvInf.Load(); p != nil {
-		o.DataVolumes = unstructuredList((*p).GetStore().List())
-	}
-	if p := c.vscInf.Load(); p != nil {
-		o.SnapshotContents = unstructuredList((*p).GetStore().List())
-	}
-	return o
 }
 
 func unstructuredList(xs []any) []*unstructured.Unstructured {

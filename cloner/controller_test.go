@@ -213,20 +213,30 @@ func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
 	}
 }
 
-// injectRacingLedgerWrite makes the next ledger update lose a race: another
-// leader stores the very same counts first.
+// injectRacingLedgerWrite makes the next ledger write lose a race: another
+// leader stores the very same counts first (an update conflicts, a create
+// finds the object already there).
 func injectRacingLedgerWrite(fc *fakeCluster) *atomic.Bool {
 	var done atomic.Bool
-	fc.kube.PrependReactor("update", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+	race := func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if done.Swap(true) {
 			return false, nil, nil
 		}
-		obj := a.(clienttesting.UpdateAction).GetObject().DeepCopyObject().(*corev1.ConfigMap)
+		obj := a.(interface{ GetObject() runtime.Object }).GetObject().DeepCopyObject().(*corev1.ConfigMap)
 		obj.ResourceVersion = "99999"
+		gr := a.GetResource().GroupResource()
+		if a.GetVerb() == "create" {
+			if err := fc.kube.Tracker().Create(a.GetResource(), obj, obj.Namespace); err != nil {
+				return true, nil, err
+			}
+			return true, nil, apierrors.NewAlreadyExists(gr, obj.Name)
+		}
 		if err := fc.kube.Tracker().Update(a.GetResource(), obj, obj.Namespace); err != nil {
 			return true, nil, err
 		}
-		return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), obj.Name, nil)
-	})
+		return true, nil, apierrors.NewConflict(gr, obj.Name, nil)
+	}
+	fc.kube.PrependReactor("update", "configmaps", race)
+	fc.kube.PrependReactor("create", "configmaps", race)
 	return &done
 }

@@ -157,9 +157,11 @@ func (w *world) objects(t *testing.T) objects {
 	t.Helper()
 	o := objects{Claims: w.pvcs, Volumes: w.pvs, Classes: w.scs, SnapshotContents: w.vscs}
 	for _, dv := range w.dvs {
-		o.DataVolumes = append(o.DataVolumes, toUnstructured(t, dv))
+		o.DataVolumes = append(o.DataVolumes, readDataVolume(toUnstructured(t, dv)))
 	}
-	o.DataVolumes = append(o.DataVolumes, w.raw...)
+	for _, u := range w.raw {
+		o.DataVolumes = append(o.DataVolumes, readDataVolume(u))
+	}
 	return o
 }
 

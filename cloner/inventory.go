@@ -16,7 +16,7 @@ import (
 // objects is everything the cloner reads, from informers or from one List
 // each (the report).
 type objects struct {
-	DataVolumes      []*unstructured.Unstructured
+	DataVolumes      []*cachedDataVolume
 	Claims           []*corev1.PersistentVolumeClaim
 	Volumes          []*corev1.PersistentVolume
 	Classes          []*storagev1.StorageClass
@@ -40,57 +40,67 @@ type inventory struct {
 	disks       []*WorkerDisk
 	// dvRefs holds every DataVolume seen, readable or not: the ledger only
 	// forgets a UID once its DataVolume is gone.
-	dvRefs     map[types.UID]types.NamespacedName
-	malformed  []malformedObject
-	pvcs       map[types.NamespacedName]*corev1.PersistentVolumeClaim
-	pvcByUID   map[types.UID]*corev1.PersistentVolumeClaim
-	pvs        map[string]*corev1.PersistentVolume
-	pvByHandle map[string]*corev1.PersistentVolume
-	classes    classIndex
+	dvRefs    map[types.UID]types.NamespacedName
+	malformed []malformedObject
+	// claims and volumes find a PVC by namespace/name and a PV by name:
+	// in maps built from lists (the report), in the informers' stores (the
+	// controller, which never copies the fleet).
+	claims  func(types.NamespacedName) *corev1.PersistentVolumeClaim
+	volumes func(string) *corev1.PersistentVolume
+	classes classIndex
 	// snapshotOf maps a snapshot handle to the volume handle it was cut from.
 	snapshotOf map[string]string
 }
 
 func buildInventory(objs objects, goldenNamespace string) *inventory {
+	pvcs := make(map[types.NamespacedName]*corev1.PersistentVolumeClaim, len(objs.Claims))
+	pvs := make(map[string]*corev1.PersistentVolume, len(objs.Volumes))
+	for _, pvc := range objs.Claims {
+		pvcs[types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name}] = pvc
+	}
+	for _, pv := range objs.Volumes {
+		pvs[pv.Name] = pv
+	}
+	inv := newInventory(objs.Classes, objs.SnapshotContents,
+		func(ref types.NamespacedName) *corev1.PersistentVolumeClaim { return pvcs[ref] },
+		func(name string) *corev1.PersistentVolume { return pvs[name] })
+	inv.addDataVolumes(objs.DataVolumes, goldenNamespace)
+	return inv
+}
+
+func newInventory(classes []*storagev1.StorageClass, snapshotContents []*unstructured.Unstructured,
+	claims func(types.NamespacedName) *corev1.PersistentVolumeClaim, volumes func(string) *corev1.PersistentVolume) *inventory {
 	inv := &inventory{
 		goldenByRef: map[types.NamespacedName]*Golden{},
 		dvRefs:      map[types.UID]types.NamespacedName{},
-		pvcs:        map[types.NamespacedName]*corev1.PersistentVolumeClaim{},
-		pvcByUID:    map[types.UID]*corev1.PersistentVolumeClaim{},
-		pvs:         map[string]*corev1.PersistentVolume{},
-		pvByHandle:  map[string]*corev1.PersistentVolume{},
-		classes:     newClassIndex(objs.Classes),
+		claims:      claims,
+		volumes:     volumes,
+		classes:     newClassIndex(classes),
 		snapshotOf:  map[string]string{},
 	}
-	for _, pvc := range objs.Claims {
-		inv.pvcs[types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name}] = pvc
-		inv.pvcByUID[pvc.UID] = pvc
-	}
-	for _, pv := range objs.Volumes {
-		inv.pvs[pv.Name] = pv
-		if h := csiHandle(pv); h != "" {
-			inv.pvByHandle[h] = pv
-		}
-	}
-	inv.indexSnapshotContents(objs.SnapshotContents)
-	dvs := inv.readDataVolumes(objs.DataVolumes)
+	inv.indexSnapshotContents(snapshotContents)
+	return inv
+}
+
+// addDataVolumes reads the DataVolumes, which must include every golden
+// candidate, into the catalog and the worker disks.
+func (inv *inventory) addDataVolumes(cached []*cachedDataVolume, goldenNamespace string) {
+	dvs := inv.readDataVolumes(cached)
 	inv.buildCatalog(dvs, goldenNamespace)
 	inv.buildDisks(dvs, goldenNamespace)
-	return inv
 }
 
 // readDataVolumes converts every DataVolume it can and records the rest as
 // malformed; a bad object must never stop the others from being judged.
-func (inv *inventory) readDataVolumes(us []*unstructured.Unstructured) []*cdiv1.DataVolume {
-	out := make([]*cdiv1.DataVolume, 0, len(us))
-	for _, u := range us {
-		inv.dvRefs[u.GetUID()] = types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
-		dv, err := toDataVolume(u)
-		if err != nil {
-			inv.malformed = append(inv.malformed, malformedFrom(u, err))
+func (inv *inventory) readDataVolumes(cached []*cachedDataVolume) []*cdiv1.DataVolume {
+	out := make([]*cdiv1.DataVolume, 0, len(cached))
+	for _, c := range cached {
+		inv.dvRefs[c.UID] = types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		if c.readErr != "" {
+			inv.malformed = append(inv.malformed, malformedDataVolume(c))
 			continue
 		}
-		out = append(out, dv)
+		out = append(out, &c.DataVolume)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {
@@ -114,6 +124,13 @@ func toDataVolume(u *unstructured.Unstructured) (dv *cdiv1.DataVolume, err error
 		return nil, fmt.Errorf("cannot read DataVolume: %w", err)
 	}
 	return dv, nil
+}
+
+func malformedDataVolume(c *cachedDataVolume) malformedObject {
+	return malformedObject{
+		Kind: c.Kind, APIVersion: c.APIVersion, Namespace: c.Namespace, Name: c.Name, UID: c.UID,
+		ResourceVersion: c.ResourceVersion, Err: c.readErr,
+	}
 }
 
 func malformedFrom(u *unstructured.Unstructured, err error) malformedObject {
@@ -177,7 +194,7 @@ func (inv *inventory) indexSnapshotContents(us []*unstructured.Unstructured) {
 
 // claimOf is the PVC of a disk or golden, nil when CDI has not created it.
 func (inv *inventory) claimOf(namespace, name string) *corev1.PersistentVolumeClaim {
-	return inv.pvcs[types.NamespacedName{Namespace: namespace, Name: name}]
+	return inv.claims(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
 // boundPV is the PV a claim names, nil when it names none.
@@ -185,7 +202,7 @@ func (inv *inventory) boundPV(pvc *corev1.PersistentVolumeClaim) *corev1.Persist
 	if pvc == nil || pvc.Spec.VolumeName == "" {
 		return nil
 	}
-	return inv.pvs[pvc.Spec.VolumeName]
+	return inv.volumes(pvc.Spec.VolumeName)
 }
 
 // consumers counts the worker disks that name each golden.

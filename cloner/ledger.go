@@ -15,25 +15,32 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// The ledger is a ConfigMap in the sidecar's namespace holding the counters
-// that must never count twice: per flavor totals, and the UIDs of the live
-// DataVolumes already counted. The leader marks a UID and raises the total
-// in one write guarded by resourceVersion, so a restart, a second replica or
-// two overlapping leaders can never count a disk twice. UIDs are never
-// reused, so a UID is forgotten once its DataVolume is confirmed gone.
+// The ledger holds the counters that must never count twice: per flavor
+// totals, and the UIDs of the live DataVolumes already counted. A UID's mark
+// and the totals it raised live in the same ConfigMap, written in one update
+// guarded by resourceVersion, so a restart, a second replica or two
+// overlapping leaders can never count a disk twice. UIDs are never reused,
+// so a UID is forgotten once its DataVolume is confirmed gone.
 //
-// Data keys (all JSON except format):
+// The marks are spread over ledgerShards ConfigMaps by a hash of the UID
+// (ledger_book.go), so no object grows with the whole fleet. Each ConfigMap
+// is one Ledger; the counters are the sum over the root and the shards.
 //
-//	format          "1"
+// Data keys (all JSON except format and shards):
+//
+//	format          "2" ("1": a ledger written before sharding, migrated on read)
 //	flavors.json    {"<schematicID>/<version>": FlavorTotals}
 //	counted.json    {"<DataVolume UID>": {"r":"ns/name","f":fetches,"a":avoided,"t":timed}}
 //	durations.json  {"<verdict>": DurationTotals}
+//	shards          the number of shards (root only)
 const (
-	ledgerFormat       = "1"
+	ledgerFormat       = "2"
+	ledgerFormatLegacy = "1"
 	ledgerKeyFormat    = "format"
 	ledgerKeyFlavors   = "flavors.json"
 	ledgerKeyCounted   = "counted.json"
 	ledgerKeyDurations = "durations.json"
+	ledgerKeyShards    = "shards"
 	ledgerWriteTries   = 5
 	ledgerPrunePerPass = 20
 )
@@ -79,6 +86,7 @@ type Ledger struct {
 	counted   map[string]*mark
 	rv        string
 	exists    bool
+	format    string // as read; "" for a new one
 }
 
 func newLedger() *Ledger {
@@ -93,8 +101,10 @@ func decodeLedger(cm *corev1.ConfigMap) (*Ledger, error) {
 		return l, nil
 	}
 	l.rv, l.exists = cm.ResourceVersion, true
-	if f := cm.Data[ledgerKeyFormat]; f != "" && f != ledgerFormat {
-		return nil, fmt.Errorf("ledger %s/%s has format %q, this sidecar reads %q", cm.Namespace, cm.Name, f, ledgerFormat)
+	switch l.format = cm.Data[ledgerKeyFormat]; l.format {
+	case ledgerFormat, ledgerFormatLegacy, "":
+	default:
+		return nil, fmt.Errorf("ledger %s/%s has format %q, this sidecar reads %q", cm.Namespace, cm.Name, l.format, ledgerFormat)
 	}
 	for key, dst := range map[string]any{ledgerKeyFlavors: &l.Flavors, ledgerKeyCounted: &l.counted, ledgerKeyDurations: &l.Durations} {
 		if raw := cm.Data[key]; raw != "" {
@@ -215,22 +225,24 @@ func (t *DurationTotals) Cumulative() map[float64]uint64 {
 	return out
 }
 
-// prune forgets the UIDs whose DataVolume is confirmed gone. live holds the
-// UIDs the informer knows; gone asks the API server, so a stale cache can
-// never make the ledger forget, and later recount, a live disk.
-func (l *Ledger) prune(live map[types.UID]types.NamespacedName, gone func(ref string, uid types.UID) bool) bool {
+// prune forgets the UIDs whose DataVolume is confirmed gone. live answers
+// from the informer; gone asks the API server, so a stale cache can never
+// make the ledger forget, and later recount, a live disk. Each question to
+// the API server spends one of *budget.
+func (l *Ledger) prune(live func(types.UID) bool, gone func(ref string, uid types.UID) bool, budget *int) bool {
 	var stale []string
 	for uid := range l.counted {
-		if _, ok := live[types.UID(uid)]; !ok {
+		if !live(types.UID(uid)) {
 			stale = append(stale, uid)
 		}
 	}
 	sort.Strings(stale)
 	changed := false
-	for i, uid := range stale {
-		if i >= ledgerPrunePerPass {
+	for _, uid := range stale {
+		if *budget <= 0 {
 			break
 		}
+		*budget--
 		if gone(l.counted[uid].Ref, types.UID(uid)) {
 			delete(l.counted, uid)
 			changed = true
@@ -239,54 +251,79 @@ func (l *Ledger) prune(live map[types.UID]types.NamespacedName, gone func(ref st
 	return changed
 }
 
+// clone is a deep copy: a write that fails must leave the book as it was.
+func (l *Ledger) clone() *Ledger {
+	c := &Ledger{Flavors: make(map[string]*FlavorTotals, len(l.Flavors)), Durations: make(map[string]*DurationTotals, len(l.Durations)),
+		counted: make(map[string]*mark, len(l.counted)), rv: l.rv, exists: l.exists, format: l.format}
+	for k, t := range l.Flavors {
+		cp := *t
+		c.Flavors[k] = &cp
+	}
+	for k, t := range l.Durations {
+		cp := DurationTotals{Count: t.Count, Sum: t.Sum, Buckets: make(map[string]uint64, len(t.Buckets))}
+		for b, n := range t.Buckets {
+			cp.Buckets[b] = n
+		}
+		c.Durations[k] = &cp
+	}
+	for k, m := range l.counted {
+		cp := *m
+		c.counted[k] = &cp
+	}
+	return c
+}
+
+// add sums o's totals, and its marks if asked, into l (the merged view of
+// the shards).
+func (l *Ledger) add(o *Ledger, marks bool) {
+	for k, t := range o.Flavors {
+		s := l.flavor(k)
+		s.FetchesAvoided += t.FetchesAvoided
+		s.GoldenImports += t.GoldenImports
+		s.WorkerImports += t.WorkerImports
+		s.BytesAvoided += t.BytesAvoided
+	}
+	for k, t := range o.Durations {
+		s := l.Durations[k]
+		if s == nil {
+			s = &DurationTotals{Buckets: map[string]uint64{}}
+			l.Durations[k] = s
+		}
+		s.Count += t.Count
+		s.Sum += t.Sum
+		for b, n := range t.Buckets {
+			s.Buckets[b] += n
+		}
+	}
+	if marks {
+		for k, m := range o.counted {
+			l.counted[k] = m
+		}
+	}
+}
+
 // splitFlavorKey undoes Flavor.Key.
 func splitFlavorKey(k string) Flavor {
 	sid, ver, _ := strings.Cut(k, "/")
 	return Flavor{SchematicID: sid, Version: ver}
 }
 
-// readLedger reads the ledger straight from the API server (not a cache):
-// counting must start from the newest version.
-func (c *Controller) readLedger(ctx context.Context) (*Ledger, error) {
-	cm, err := c.clients.Kube.CoreV1().ConfigMaps(c.cfg.LedgerNamespace).Get(ctx, c.cfg.LedgerName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return newLedger(), nil
+// countLedger adds one pass's facts to the ledger and forgets the marks of
+// DataVolumes confirmed gone. The leader reads the whole ledger the first
+// time (migrating a format-1 one) and keeps it from its own writes; it
+// returns the counters as they now stand (nil when the ledger was never read).
+func (c *Controller) countLedger(ctx context.Context, facts []ledgerFact, prune bool, live func(types.UID) bool) (*Ledger, error) {
+	kube := c.clients.Kube
+	if c.ledger == nil {
+		b, err := readLedgerBook(ctx, kube, c.cfg.LedgerNamespace, c.cfg.LedgerName)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.migrate(ctx, kube); err != nil {
+			return nil, err
+		}
+		c.ledger = b
 	}
-	if err != nil {
-		return nil, fmt.Errorf("reading ledger %s/%s: %w", c.cfg.LedgerNamespace, c.cfg.LedgerName, err)
-	}
-	return decodeLedger(cm)
-}
-
-// writeLedger creates or updates the ledger; the update carries the
-// resourceVersion it was read at.
-func (c *Controller) writeLedger(ctx context.Context, l *Ledger) error {
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: c.cfg.LedgerName, Namespace: c.cfg.LedgerNamespace, ResourceVersion: l.rv,
-			Labels: map[string]string{LabelLedger: "true", "app.kubernetes.io/name": "csi-clone-sidecar"},
-		},
-		Data: l.encode(),
-	}
-	cms := c.clients.Kube.CoreV1().ConfigMaps(c.cfg.LedgerNamespace)
-	var out *corev1.ConfigMap
-	var err error
-	if l.exists {
-		out, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: eventSourceComponent})
-	} else {
-		out, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: eventSourceComponent})
-	}
-	if err != nil {
-		return err
-	}
-	l.rv, l.exists = out.ResourceVersion, true
-	return nil
-}
-
-// updateLedger adds the facts to the ledger, retrying on a lost race from a
-// fresh read each time, and returns the ledger as written (or as read when
-// nothing changed).
-func (c *Controller) updateLedger(ctx context.Context, facts []ledgerFact, live map[types.UID]types.NamespacedName) (*Ledger, error) {
 	goneCache := map[types.UID]bool{}
 	gone := func(ref string, uid types.UID) bool {
 		if v, ok := goneCache[uid]; ok {
@@ -296,28 +333,8 @@ func (c *Controller) updateLedger(ctx context.Context, facts []ledgerFact, live 
 		goneCache[uid] = v
 		return v
 	}
-	for try := 0; try < ledgerWriteTries; try++ {
-		l, err := c.readLedger(ctx)
-		if err != nil {
-			return nil, err
-		}
-		changed := l.apply(facts)
-		if l.prune(live, gone) {
-			changed = true
-		}
-		if !changed {
-			return l, nil
-		}
-		err = c.writeLedger(ctx, l)
-		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("writing ledger %s/%s: %w", c.cfg.LedgerNamespace, c.cfg.LedgerName, err)
-		}
-		return l, nil
-	}
-	return nil, fmt.Errorf("writing ledger %s/%s: still conflicting after %d tries", c.cfg.LedgerNamespace, c.cfg.LedgerName, ledgerWriteTries)
+	err := c.ledger.update(ctx, kube, facts, prune, live, gone)
+	return c.ledger.merged(false), err
 }
 
 // dataVolumeGone asks the API server whether the DataVolume a UID belonged

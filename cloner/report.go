@@ -143,7 +143,7 @@ func listObjects(ctx context.Context, clients Clients) (objects, error) {
 		return o, fmt.Errorf("listing DataVolumes (is CDI installed?): %w", err)
 	}
 	for i := range dvs.Items {
-		o.DataVolumes = append(o.DataVolumes, &dvs.Items[i])
+		o.DataVolumes = append(o.DataVolumes, readDataVolume(&dvs.Items[i]))
 	}
 	pvcs, err := clients.Kube.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -176,7 +176,7 @@ func findLedger(ctx context.Context, clients Clients, cfg Config) (*Ledger, stri
 	if name == "" {
 		name = DefaultLedgerName
 	}
-	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelLedger + "=true"})
+	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelLedger + "=" + ledgerLabelRoot})
 	if err != nil {
 		return nil, "", fmt.Errorf("listing ledger ConfigMaps: %w", err)
 	}
@@ -190,8 +190,12 @@ func findLedger(ctx context.Context, clients Clients, cfg Config) (*Ledger, stri
 	case 0:
 		return newLedger(), "", nil
 	case 1:
-		l, err := decodeLedger(found[0])
-		return l, found[0].Namespace + "/" + found[0].Name, err
+		b, err := readLedgerBook(ctx, clients.Kube, found[0].Namespace, found[0].Name)
+		if err != nil {
+			return nil, "", err
+		}
+		// A format-1 root still holds its marks: the sum is right either way.
+		return b.merged(false), found[0].Namespace + "/" + found[0].Name, nil
 	}
 	var names []string
 	for _, cm := range found {

@@ -1,8 +1,11 @@
 package cloner
 
 import (
+	"slices"
 	"sort"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Snapshot is the read-only view the metrics collector turns into series at
@@ -85,31 +88,33 @@ func (c *Controller) setSnapshot(s *Snapshot) {
 	c.snap = s
 }
 
-// buildSnapshot summarises one pass and the ledger as last read or written.
-func (c *Controller) buildSnapshot(ev *evaluation, l *Ledger) *Snapshot {
+// buildSnapshot summarises every disk as last judged, the catalog and the
+// ledger as last read or written.
+func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 	s := &Snapshot{Leader: true, Taken: c.cfg.now()}
-	cons := ev.inv.consumers()
-	for _, g := range ev.inv.goldens {
+	cons := map[types.NamespacedName]int{}
+	disks := map[DiskCount]int{}
+	bad := map[BadDiskCount]int{}
+	c.mu.Lock()
+	for _, d := range c.judged {
+		if d.kind == DiskClone {
+			cons[d.goldenRef]++
+		}
+		disks[DiskCount{Flavor: d.flavor, Verdict: d.verdict}]++
+		for i, r := range d.badReasons {
+			if !slices.Contains(d.badReasons[:i], r) { // a disk counts once per reason
+				bad[BadDiskCount{Namespace: d.namespace, Pool: d.pool, Flavor: d.flavor, Reason: r}]++
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, g := range inv.goldens {
 		if !g.Trusted() {
-			// Not a flavor anywhere: its consumers carry invalid-golden.
-			continue
+			continue // not a flavor anywhere: its consumers carry invalid-golden
 		}
 		s.Goldens = append(s.Goldens, GoldenStatus{Namespace: g.Namespace, Name: g.Name, Flavor: g.Flavor,
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
 			Trusted: g.Trusted(), Problems: g.Problems})
-	}
-	disks := map[DiskCount]int{}
-	bad := map[BadDiskCount]int{}
-	for _, a := range ev.assessments {
-		f := Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}
-		disks[DiskCount{Flavor: f, Verdict: a.record.Verdict}]++
-		seen := map[string]bool{}
-		for _, r := range a.record.BadReasons() {
-			if !seen[r] {
-				seen[r] = true
-				bad[BadDiskCount{Namespace: a.disk.Namespace, Pool: a.disk.Pool, Flavor: f, Reason: r}]++
-			}
-		}
 	}
 	for k, n := range disks {
 		k.Count = n

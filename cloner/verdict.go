@@ -163,6 +163,11 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 		}
 	default:
 		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
+		// The verdict turns stuck then with no object changing, unless a
+		// CDI error's grace (judgeBlocked) ends first.
+		if stuckAt := cloneRequestedAt(d, g).Add(cfg.StuckAfter); a.recheckAt.IsZero() || stuckAt.Before(a.recheckAt) {
+			a.recheckAt = stuckAt
+		}
 	}
 	r.Findings = findings(r, f, snapshotOf)
 	return a

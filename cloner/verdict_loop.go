@@ -3,6 +3,8 @@ package cloner
 import (
 	"context"
 	"errors"
+	"sort"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -10,7 +12,9 @@ import (
 
 // RunVerdicts decides verdicts, persists them, emits events and keeps the
 // ledger until ctx ends. Only the leader runs it; when it returns the
-// verdict metrics disappear from this replica.
+// verdict metrics disappear from this replica. It judges every disk once,
+// then only the disks an object change touches (incremental.go), and every
+// disk again each --resync-period.
 func (c *Controller) RunVerdicts(ctx context.Context) error {
 	if err := c.waitCore(ctx); err != nil {
 		return err
@@ -20,12 +24,16 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 		return nil
 	case <-c.dvReady:
 	}
+	klog.InfoS("Verdict caches synced; judging every worker disk", "dataVolumes", len((*c.dvInf.Load()).GetStore().ListKeys()))
 	defer c.setSnapshot(nil)
+	c.ledger = nil // a new term reads the ledger afresh
+	c.markFull()
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
-		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+		if err := c.passDue(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Verdict pass incomplete; retrying on the next change or resync")
+			c.markFull()
 		}
 		// Space passes so a burst of object changes costs one pass.
 		select {
@@ -38,24 +46,35 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 			return nil
 		case <-c.wake:
 		case <-t.C:
+			c.markFull()
 		case <-c.recheckTimer():
 		}
 	}
 }
 
-// Pass is one verdict pass over the informers' current view. RunVerdicts
-// calls it; it is exported so a test or a one-shot tool can drive it.
+// Pass judges every worker disk over the informers' current view. It is
+// exported so a test or a one-shot tool can drive it.
 func (c *Controller) Pass(ctx context.Context) error {
+	c.markFull()
+	return c.passDue(ctx)
+}
+
+// passDue judges the disks that are due: every disk when a full pass is
+// due, else those an object change touched or whose recheck time came.
+func (c *Controller) passDue(ctx context.Context) error {
 	if !c.started.Load() || !c.synced() {
 		// A pass over half-filled caches would judge disks without their
 		// claims and golden: never do it.
 		return errors.New("cloner: informers not synced yet")
 	}
-	inv := buildInventory(c.objectsFromCaches(), c.cfg.GoldenNamespace)
+	keys, full := c.takeDue(c.cfg.now())
+	if !full && len(keys) == 0 && c.ledger != nil {
+		return nil
+	}
+	inv := c.storeInventory(keys)
 	ev := evaluate(inv, c.cfg, c.cfg.now())
-	c.mu.Lock()
-	c.recheckAt = ev.recheckAt
-	c.mu.Unlock()
+	c.judgedCount.Add(int64(len(ev.assessments)))
+	c.remember(keys, ev)
 	var firstErr error
 	keep := func(err error) {
 		if err != nil && firstErr == nil {
@@ -63,19 +82,88 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 	}
 	keep(c.reportMalformed(ctx, ev.malformed))
-	for _, a := range ev.assessments {
-		keep(c.publish(ctx, a, inv))
-	}
-	ledger, err := c.updateLedger(ctx, ledgerFacts(ev, c.cfg), inv.dvRefs)
+	keep(c.publishAll(ctx, ev.assessments, inv))
+	// Marks are pruned on full passes and after a DataVolume went away: a
+	// pass for one changed disk does not walk the whole ledger.
+	ledger, err := c.countLedger(ctx, ledgerFacts(ev, c.cfg), full || c.dataVolumesDeleted.Swap(false), c.dataVolumeLive)
 	keep(err)
-	snap := c.buildSnapshot(ev, ledger)
+	snap := c.buildSnapshot(inv, ledger)
 	if ledger == nil {
 		// Keep showing the counters last read rather than dropping them.
 		prev := c.Snapshot()
 		snap.Flavors, snap.Durations = prev.Flavors, prev.Durations
 	}
 	c.setSnapshot(snap)
+	if firstErr != nil {
+		c.redo(keys, full)
+	}
 	return firstErr
+}
+
+// redo marks a pass's disks due again after something in it failed.
+func (c *Controller) redo(keys []string, full bool) {
+	if full {
+		c.markFull()
+		return
+	}
+	c.mu.Lock()
+	for _, k := range keys {
+		c.dirty[k] = true
+	}
+	c.mu.Unlock()
+}
+
+// publishWriters is how many disks' records are written at once: enough to
+// use the client's --kube-api-qps with the API server's latency, few enough
+// not to look like a flood.
+const publishWriters = 16
+
+// publishAll persists the pass's records, the bad and the never written
+// first (an upgrade that changes every record must not make a bad disk wait
+// behind thousands of good ones), a few at a time.
+func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inventory) error {
+	type ranked struct {
+		a    assessment
+		rank int // 0 bad, 1 never written, 2 the rest
+	}
+	order := make([]ranked, len(as))
+	for i, a := range as {
+		order[i] = ranked{a: a, rank: 2}
+		if len(a.record.BadReasons()) > 0 {
+			order[i].rank = 0
+		} else if pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName); pvc == nil || pvc.Annotations[AnnCloneVerdict] == "" {
+			order[i].rank = 1
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i].rank < order[j].rank })
+	work := make(chan assessment)
+	errs := make(chan error, publishWriters)
+	var wg sync.WaitGroup
+	for range publishWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for a := range work {
+				if err := c.publish(ctx, a, inv); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for _, r := range order {
+		work <- r.a
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recheckTimer fires when the last pass said a verdict may change with no

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
 )
 
 const kubectlInstall = "kubectl with its built-in kustomize"
@@ -252,4 +254,25 @@ func TestGenericMonitoringOverlay(t *testing.T) {
 	if got := get(object(t, objs, "Service", "csi-clone-sidecar"), "spec", "selector"); !reflect.DeepEqual(got, want) {
 		t.Errorf("generic Service selects %v, want %v", got, want)
 	}
+}
+
+// TestRoleNamesEveryLedgerObject: the Role's get/update on ConfigMaps names
+// exactly the ledger's root and shards, as the sidecar writes them.
+func TestRoleNamesEveryLedgerObject(t *testing.T) {
+	role := object(t, kustomize(t, "rbac"), "Role", "csi-clone-sidecar")
+	for _, r := range get(role, "rules").([]any) {
+		names, ok := r.(map[string]any)["resourceNames"].([]any)
+		if !ok || get(r, "resources").([]any)[0] != "configmaps" {
+			continue
+		}
+		var got []string
+		for _, n := range names {
+			got = append(got, n.(string))
+		}
+		if want := cloner.LedgerObjectNames(cloner.DefaultLedgerName); !reflect.DeepEqual(got, want) {
+			t.Fatalf("Role names %v\nthe ledger is %v", got, want)
+		}
+		return
+	}
+	t.Fatal("no Role rule names the ledger's ConfigMaps")
 }

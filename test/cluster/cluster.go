@@ -73,6 +73,10 @@ type Options struct {
 	NoSidecar bool
 	// SidecarArgs are extra flags for csi-clone-sidecar.
 	SidecarArgs []string
+	// SidecarBinary, if set, is the csi-clone-sidecar binary to run (e.g.
+	// bin/csi-clone-sidecar as `make build` ships it) instead of a build of
+	// this checkout.
+	SidecarBinary string
 	// DriverArgs are extra flags for the test driver (fault injection).
 	DriverArgs []string
 	// CSISidecarArgs are extra flags for csi-provisioner, csi-resizer and

@@ -93,7 +93,7 @@ func (c *Cluster) startStandbys() error {
 		// unshare execs sh, which execs the sidecar: one pid throughout, so
 		// a SIGKILL reaches the sidecar itself.
 		args := append([]string{"--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, r.Identity,
-			filepath.Join(bins, "csi-clone-sidecar")}, c.sidecarArgs(r)...)
+			c.sidecarBinary(bins)}, c.sidecarArgs(r)...)
 		if _, err := c.start(r.Name, []string{"POD_NAMESPACE=" + NamespaceCSI}, "unshare", args...); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -192,3 +193,17 @@ func (c *Cluster) restart(name string) error {
 	c.logf("cluster: %s restarted (pid %d, was %d)", name, p.cmd.Process.Pid, old.cmd.Process.Pid)
 	return nil
 }
+
+// Pid is the process id of a running component (e.g. "csi-clone-sidecar"),
+// 0 when it is not running.
+func (c *Cluster) Pid(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.procs[name]; p != nil && p.cmd.Process != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
+// LogPath is the log file of a component.
+func (c *Cluster) LogPath(name string) string { return filepath.Join(c.logDir, name+".log") }

@@ -159,7 +159,7 @@ func (c *Cluster) startSidecar() error {
 	}
 	r := SidecarReplica{Name: sidecarName, Identity: host, Socket: c.SidecarSocket, Metrics: c.SidecarMetrics, ObservationsLog: c.ObservationsLog}
 	c.setReplica(0, r)
-	if _, err := c.start(sidecarName, []string{"POD_NAMESPACE=" + NamespaceCSI}, filepath.Join(bins, "csi-clone-sidecar"), c.sidecarArgs(r)...); err != nil {
+	if _, err := c.start(sidecarName, []string{"POD_NAMESPACE=" + NamespaceCSI}, c.sidecarBinary(bins), c.sidecarArgs(r)...); err != nil {
 		return err
 	}
 	c.onStop(func() error { return removeIfSocket(c.SidecarSocket) })
@@ -177,6 +177,15 @@ func (c *Cluster) sidecarArgs(r SidecarReplica) []string {
 	}, c.opts.SidecarArgs...)
 	// Debugging aid: extra flags for every test's sidecar, e.g. "--v=5".
 	return append(args, strings.Fields(os.Getenv("CSI_CLONE_E2E_SIDECAR_ARGS"))...)
+}
+
+// sidecarBinary is the csi-clone-sidecar binary every replica runs: the
+// one built for the tests, or Options.SidecarBinary.
+func (c *Cluster) sidecarBinary(bins string) string {
+	if c.opts.SidecarBinary != "" {
+		return c.opts.SidecarBinary
+	}
+	return filepath.Join(bins, "csi-clone-sidecar")
 }
 
 // csiSidecarNames are the kubernetes-csi sidecars that dial the relay.

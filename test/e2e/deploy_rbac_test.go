@@ -420,14 +420,25 @@ func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *cloner
 	return &r
 }
 
-// ledgerCounted reads the ledger's counted DataVolume UIDs.
+// ledgerCounted reads the ledger's counted DataVolume UIDs, over the root
+// and its shards.
 func ledgerCounted(ctx context.Context, c *cluster.Cluster) (map[string]json.RawMessage, error) {
-	cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, cloner.DefaultLedgerName, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
 	counted := map[string]json.RawMessage{}
-	return counted, json.Unmarshal([]byte(cm.Data["counted.json"]), &counted)
+	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && name != cloner.DefaultLedgerName {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if raw := cm.Data["counted.json"]; raw != "" {
+			if err := json.Unmarshal([]byte(raw), &counted); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return counted, nil
 }
 
 func waitLedger(t *testing.T, ctx context.Context, c *cluster.Cluster, what string, ok func(map[string]json.RawMessage) bool) {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -336,13 +337,21 @@ func checkSecondLeaderCountsNothing(t *testing.T, ctx context.Context, c *cluste
 	}
 }
 
+// ledgerData is every object of the ledger, root and shards, as stored.
 func ledgerData(t *testing.T, ctx context.Context, c *cluster.Cluster) string {
 	t.Helper()
-	cm, err := c.Client.CoreV1().ConfigMaps(ledgerNS).Get(ctx, cloner.DefaultLedgerName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	var out []string
+	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+		cm, err := c.Client.CoreV1().ConfigMaps(ledgerNS).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && name != cloner.DefaultLedgerName {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, name+"="+fmt.Sprint(cm.Data))
 	}
-	return fmt.Sprint(cm.Data)
+	return strings.Join(out, "\n")
 }
 
 func createGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, g cluster.Golden) {

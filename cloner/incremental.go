@@ -1,0 +1,271 @@
+package cloner
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Incremental judging: an object change re-judges only the worker disks it
+// touches. The informers' events name the DataVolumes that are due (dirty);
+// a pass judges those against the catalog and the stores, and keeps what
+// each disk was judged (judged) so the metrics need no pass over the fleet.
+// A full pass runs at the start of a leadership term, when a StorageClass
+// changes, and every --resync-period as a safety net.
+
+const (
+	indexByClaim  = "claim"  // DataVolume by the namespace/name of its PVC
+	indexByGolden = "golden" // worker DataVolume by the golden it names
+	indexByFlavor = "flavor" // HTTP-import DataVolume by its Factory flavor
+)
+
+// judgedDisk is what the metrics need of one judged worker disk.
+type judgedDisk struct {
+	namespace, pool string
+	kind            string
+	goldenRef       types.NamespacedName
+	flavor          Flavor
+	verdict         string
+	badReasons      []string
+}
+
+// dataVolumeIndexers index the DataVolume cache for the joins from a
+// changed PVC, PV or golden back to the disks it touches.
+func (c *Controller) dataVolumeIndexers() cache.Indexers {
+	one := func(f func(*cachedDataVolume) string) cache.IndexFunc {
+		return func(obj any) ([]string, error) {
+			if dv, ok := obj.(*cachedDataVolume); ok && dv.readErr == "" {
+				if k := f(dv); k != "" {
+					return []string{k}, nil
+				}
+			}
+			return nil, nil
+		}
+	}
+	return cache.Indexers{
+		indexByUID: uidIndex,
+		indexByClaim: one(func(dv *cachedDataVolume) string {
+			return dv.Namespace + "/" + claimName(&dv.DataVolume)
+		}),
+		indexByGolden: one(func(dv *cachedDataVolume) string {
+			if src := dv.Spec.Source; src != nil && src.PVC != nil {
+				ns := src.PVC.Namespace
+				if ns == "" {
+					ns = dv.Namespace
+				}
+				return ns + "/" + src.PVC.Name
+			}
+			if ann := dv.Annotations[AnnGolden]; ann != "" {
+				return goldenAnnotationRef(ann, c.cfg.GoldenNamespace).String()
+			}
+			return ""
+		}),
+		indexByFlavor: one(func(dv *cachedDataVolume) string {
+			if src := dv.Spec.Source; src != nil && src.HTTP != nil {
+				if f, ok := factoryFlavor(src.HTTP.URL); ok {
+					return f.Key()
+				}
+			}
+			return ""
+		}),
+	}
+}
+
+// onEvent calls fn with the object of every add and delete and with both
+// objects of an update (a PV's claim changes at CDI's rebind).
+func onEvent(inf cache.SharedIndexInformer, fn func(obj any)) {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    fn,
+		UpdateFunc: func(old, cur any) { fn(old); fn(cur) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			fn(obj)
+		},
+	})
+	must(err)
+}
+
+// watchForVerdicts turns the informers' events into dirty disks.
+func (c *Controller) watchForVerdicts() {
+	onEvent(c.pvcInf, func(obj any) {
+		if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+			c.claimChanged(pvc.Namespace + "/" + pvc.Name)
+		}
+	})
+	onEvent(c.pvInf, func(obj any) {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
+			c.claimChanged(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
+		}
+		nudge(c.flush)
+	})
+	onEvent(c.scInf, func(any) { c.markFull() })
+}
+
+// claimChanged marks the disks (or golden) whose PVC is ns/name. CDI's
+// tmp-pvc-<target UID> in the golden's namespace stands for its target's
+// disk until the volume is re-bound (path.go).
+func (c *Controller) claimChanged(key string) {
+	p := c.dvInf.Load()
+	if p == nil {
+		return
+	}
+	if target, ok := c.cloneTarget(key); ok {
+		key = target
+	}
+	objs, _ := (*p).GetIndexer().ByIndex(indexByClaim, key)
+	for _, o := range objs {
+		c.dataVolumeChanged(o)
+	}
+}
+
+// cloneTarget is the namespace/name of the claim whose clone CDI makes on
+// the claim key, when key is such a tmp-pvc in the golden namespace.
+func (c *Controller) cloneTarget(key string) (string, bool) {
+	uid, ok := strings.CutPrefix(key, c.cfg.GoldenNamespace+"/"+cdiTmpPVCPrefix)
+	if !ok || uid == "" {
+		return "", false
+	}
+	objs, err := c.pvcInf.GetIndexer().ByIndex(indexByUID, uid)
+	if err != nil || len(objs) == 0 {
+		return "", false
+	}
+	m, err := meta.Accessor(objs[0])
+	if err != nil {
+		return "", false
+	}
+	return m.GetNamespace() + "/" + m.GetName(), true
+}
+
+// dataVolumeChanged marks a DataVolume; a golden candidate marks its
+// consumers too.
+func (c *Controller) dataVolumeChanged(obj any) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	keys := []string{m.GetNamespace() + "/" + m.GetName()}
+	if m.GetNamespace() == c.cfg.GoldenNamespace {
+		if p := c.dvInf.Load(); p != nil {
+			idx := (*p).GetIndexer()
+			users, _ := idx.IndexKeys(indexByGolden, keys[0])
+			f, _ := goldenFlavor(m.GetName(), m.GetAnnotations())
+			imports, _ := idx.IndexKeys(indexByFlavor, f.Key())
+			keys = append(append(keys, users...), imports...)
+		}
+	}
+	c.mu.Lock()
+	for _, k := range keys {
+		c.dirty[k] = true
+	}
+	c.mu.Unlock()
+	nudge(c.wake)
+}
+
+// markFull asks for a pass over every disk.
+func (c *Controller) markFull() {
+	c.mu.Lock()
+	c.fullDue = true
+	c.mu.Unlock()
+	nudge(c.wake)
+}
+
+// takeDue returns the DataVolume keys due for judging and forgets them: all
+// of them when a full pass is due, plus those whose recheck time has come.
+func (c *Controller) takeDue(now time.Time) (keys []string, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, at := range c.rechecks {
+		if !at.After(now) {
+			c.dirty[k] = true
+			delete(c.rechecks, k)
+		}
+	}
+	full, c.fullDue = c.fullDue, false
+	if full {
+		keys = (*c.dvInf.Load()).GetStore().ListKeys()
+	} else {
+		for k := range c.dirty {
+			keys = append(keys, k)
+		}
+	}
+	c.dirty = map[string]bool{}
+	return keys, full
+}
+
+// storeInventory is the catalog and the given DataVolumes, joined through
+// the informers' stores.
+func (c *Controller) storeInventory(keys []string) *inventory {
+	var classes []*storagev1.StorageClass
+	for _, x := range c.scInf.GetStore().List() {
+		classes = append(classes, x.(*storagev1.StorageClass))
+	}
+	var vscs []any
+	if p := c.vscInf.Load(); p != nil {
+		vscs = (*p).GetStore().List()
+	}
+	inv := newInventory(classes, unstructuredList(vscs), c.claim, c.volume)
+	idx := (*c.dvInf.Load()).GetIndexer()
+	var dvs []*cachedDataVolume
+	seen := map[string]bool{}
+	goldens, _ := idx.ByIndex(cache.NamespaceIndex, c.cfg.GoldenNamespace)
+	for _, o := range goldens {
+		dv := o.(*cachedDataVolume)
+		seen[dv.Namespace+"/"+dv.Name] = true
+		dvs = append(dvs, dv)
+	}
+	for _, k := range keys {
+		if o, ok, _ := idx.GetByKey(k); ok && !seen[k] {
+			dvs = append(dvs, o.(*cachedDataVolume))
+		}
+	}
+	inv.addDataVolumes(dvs, c.cfg.GoldenNamespace)
+	return inv
+}
+
+func (c *Controller) volume(name string) *corev1.PersistentVolume {
+	obj, ok, err := c.pvInf.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj.(*corev1.PersistentVolume)
+}
+
+// dataVolumeLive reports whether the cache holds a DataVolume of that UID.
+func (c *Controller) dataVolumeLive(uid types.UID) bool {
+	objs, err := (*c.dvInf.Load()).GetIndexer().ByIndex(indexByUID, string(uid))
+	return err == nil && len(objs) > 0
+}
+
+// remember records what the pass judged of the given keys: a key judged
+// no longer (deleted, or no longer a worker disk) is forgotten.
+func (c *Controller) remember(keys []string, ev *evaluation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		delete(c.judged, k)
+		delete(c.rechecks, k)
+	}
+	for _, a := range ev.assessments {
+		d := a.disk
+		k := d.Namespace + "/" + d.Name
+		c.judged[k] = judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
+			flavor: Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}, verdict: a.record.Verdict,
+			badReasons: a.record.BadReasons()}
+		if !a.recheckAt.IsZero() {
+			c.rechecks[k] = a.recheckAt
+		}
+	}
+	c.recheckAt = time.Time{}
+	for _, at := range c.rechecks {
+		if c.recheckAt.IsZero() || at.Before(c.recheckAt) {
+			c.recheckAt = at
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package cloner
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// TestAChangeReJudgesOnlyTheDisksItTouches: after the first pass, a PVC, PV
+// or DataVolume change re-judges its own disk, a golden change its
+// consumers, and nothing is re-judged while nothing changes.
+func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	const n = 40
+	var disks []*cdiv1.DataVolume
+	for i := range n {
+		dv := w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass))
+		if i > 0 {
+			w.cloned(dv, testClass, "csi-clone", 20*gi, nil)
+		}
+		disks = append(disks, dv)
+	}
+	fc := newFakeCluster(t, &w)
+	cfg := configAt(t0.Add(time.Hour))
+	cfg.ResyncPeriod = time.Hour // no full pass but the first
+	ctx := t.Context()
+	c := fc.controller(t, ctx, cfg)
+	c.cfg.ResyncPeriod = time.Hour
+	go func() { _ = c.RunVerdicts(ctx) }()
+	eventually(t, "first pass", func() bool { return c.judgedCount.Load() >= n })
+	eventually(t, "every verdict written", func() bool { return fc.pvc(t, "tenant-a", "d39").Annotations[AnnCloneVerdict] == VerdictCSIClone })
+	// The verdict writes come back as PVC events: let them settle.
+	settled := func() int64 {
+		var last int64 = -1
+		for c.judgedCount.Load() != last {
+			last = c.judgedCount.Load()
+			time.Sleep(3 * minPassInterval)
+		}
+		return last
+	}
+	before := settled()
+
+	pvc, pv := w.cloned(disks[0], testClass, "csi-clone", 20*gi, nil)
+	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fc.putDV(t, disks[0])
+	eventually(t, "the changed disk judged", func() bool {
+		return fc.pvc(t, "tenant-a", "d00").Annotations[AnnCloneVerdict] == VerdictCSIClone
+	})
+	if got := settled() - before; got < 1 || got > 6 {
+		t.Fatalf("one disk's claim, volume and DataVolume changing re-judged %d disks, want 1 per event (at most 6)", got)
+	}
+
+	before = c.judgedCount.Load()
+	g.Annotations["touched"] = "yes"
+	fc.putDV(t, g)
+	eventually(t, "the golden's consumers re-judged", func() bool { return c.judgedCount.Load()-before >= n })
+	if got := settled() - before; got != n {
+		t.Fatalf("a golden change re-judged %d disks, want its %d consumers once", got, n)
+	}
+	if s := c.Snapshot(); len(s.Disks) != 1 || s.Disks[0].Count != n {
+		t.Fatalf("metrics show %+v, want %d csi-clone disks", s.Disks, n)
+	}
+}

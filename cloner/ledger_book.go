@@ -1,0 +1,298 @@
+package cloner
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// ledgerShards is how many ConfigMaps hold the marks. A mark is about 100
+// bytes with usual names and at most about 400 (a 63-character namespace and
+// a 253-character name), so 64 shards keep each object under the API
+// server's 1 MiB limit up to about 500,000 disks with usual names and
+// 150,000 with the longest names Kubernetes allows (TestLedgerShardsFit).
+const ledgerShards = 64
+
+// Label values of LabelLedger: the root is what `report` finds.
+const (
+	ledgerLabelRoot  = "true"
+	ledgerLabelShard = "shard"
+)
+
+// shardOf is the shard a DataVolume UID's mark lives in.
+func shardOf(uid types.UID) int {
+	h := fnv.New32a()
+	h.Write([]byte(uid))
+	return int(h.Sum32() % ledgerShards)
+}
+
+// shardName is the ConfigMap of shard i of the ledger named root.
+func shardName(root string, i int) string { return fmt.Sprintf("%s-%02d", root, i) }
+
+// LedgerObjectNames are the ConfigMaps of the ledger named root: the root,
+// then its shards (what the Role must let the sidecar get and update).
+func LedgerObjectNames(root string) []string {
+	out := []string{root}
+	for i := range ledgerShards {
+		out = append(out, shardName(root, i))
+	}
+	return out
+}
+
+// ledgerBook is the whole ledger as this leader last read or wrote it: the
+// root (the totals counted before the ledger was sharded; it never changes
+// after the migration) and the shards. Each write is guarded by the
+// resourceVersion kept here, so a stale book costs a conflict and a fresh
+// read of one shard, never a double count. The leader reads the book once
+// when it starts leading and keeps it current from its own writes.
+type ledgerBook struct {
+	ns, name string
+	root     *Ledger
+	shards   [ledgerShards]*Ledger
+}
+
+// readLedgerBook reads the root and every shard straight from the API
+// server (not a cache): counting must start from the newest versions. A
+// format-1 root still holding marks is returned as read; migrate moves them.
+func readLedgerBook(ctx context.Context, kube kubernetes.Interface, ns, name string) (*ledgerBook, error) {
+	b := &ledgerBook{ns: ns, name: name}
+	var err error
+	if b.root, err = readLedgerObject(ctx, kube, ns, name); err != nil {
+		return nil, err
+	}
+	for i := range b.shards {
+		if b.shards[i], err = readLedgerObject(ctx, kube, ns, shardName(name, i)); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func readLedgerObject(ctx context.Context, kube kubernetes.Interface, ns, name string) (*Ledger, error) {
+	cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return newLedger(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading ledger %s/%s: %w", ns, name, err)
+	}
+	return decodeLedger(cm)
+}
+
+// merged is the sum of the root and the shards: the counters as metrics and
+// the report show them, and with marks every counted UID.
+func (b *ledgerBook) merged(marks bool) *Ledger {
+	out := newLedger()
+	out.add(b.root, marks)
+	for _, s := range b.shards {
+		out.add(s, marks)
+	}
+	return out
+}
+
+// bytes is the size of the ledger's data over all its objects.
+func (b *ledgerBook) bytes() int {
+	n := 0
+	for _, l := range append([]*Ledger{b.root}, b.shards[:]...) {
+		if l.exists || len(l.counted) > 0 {
+			for k, v := range l.encode() {
+				n += len(k) + len(v)
+			}
+		}
+	}
+	return n
+}
+
+// write creates or updates one of the book's objects (shard -1 is the root)
+// and keeps what was written.
+func (b *ledgerBook) write(ctx context.Context, kube kubernetes.Interface, shard int, l *Ledger) error {
+	name, label := b.name, ledgerLabelRoot
+	if shard >= 0 {
+		name, label = shardName(b.name, shard), ledgerLabelShard
+	}
+	data := l.encode()
+	if shard < 0 {
+		data[ledgerKeyShards] = strconv.Itoa(ledgerShards)
+		delete(data, ledgerKeyCounted)
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: b.ns, ResourceVersion: l.rv,
+			Labels: map[string]string{LabelLedger: label, "app.kubernetes.io/name": "csi-clone-sidecar"},
+		},
+		Data: data,
+	}
+	cms := kube.CoreV1().ConfigMaps(b.ns)
+	var out *corev1.ConfigMap
+	var err error
+	if l.exists {
+		out, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: eventSourceComponent})
+	} else {
+		out, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: eventSourceComponent})
+	}
+	if err != nil {
+		return err
+	}
+	l.rv, l.exists, l.format = out.ResourceVersion, true, ledgerFormat
+	if shard < 0 {
+		b.root = l
+	} else {
+		b.shards[shard] = l
+	}
+	return nil
+}
+
+// reread replaces one object of the book with the API server's version,
+// after a write lost a race.
+func (b *ledgerBook) reread(ctx context.Context, kube kubernetes.Interface, shard int) error {
+	name := b.name
+	if shard >= 0 {
+		name = shardName(b.name, shard)
+	}
+	l, err := readLedgerObject(ctx, kube, b.ns, name)
+	if err != nil {
+		return err
+	}
+	if shard < 0 {
+		b.root = l
+	} else {
+		b.shards[shard] = l
+	}
+	return nil
+}
+
+// change applies fn to a copy of one object and writes the copy when fn
+// reports a change, retrying from a fresh read when the write loses a race.
+// On any error the book keeps the object as last read: what fn added is
+// added again by the next attempt, never lost, never doubled.
+func (b *ledgerBook) change(ctx context.Context, kube kubernetes.Interface, shard int, fn func(*Ledger) bool) error {
+	for try := 0; try < ledgerWriteTries; try++ {
+		cur := b.root
+		if shard >= 0 {
+			cur = b.shards[shard]
+		}
+		next := cur.clone()
+		if !fn(next) {
+			return nil
+		}
+		err := b.write(ctx, kube, shard, next)
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			if err := b.reread(ctx, kube, shard); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("writing ledger %s/%s (shard %d): %w", b.ns, b.name, shard, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("writing ledger %s/%s (shard %d): still conflicting after %d tries", b.ns, b.name, shard, ledgerWriteTries)
+}
+
+// migrate moves the marks of a format-1 root into the shards, then rewrites
+// the root without them; the root keeps its totals. Copying a mark is
+// idempotent (a shard that has it keeps the larger of the two), so a
+// migration cut short by a crash or a lost race is simply done again, and a
+// leader of the old version that counts into the root meanwhile makes the
+// root's rewrite conflict, which re-reads and moves its new marks too. The
+// shards gain marks only, never totals: nothing is counted twice.
+func (b *ledgerBook) migrate(ctx context.Context, kube kubernetes.Interface) error {
+	for b.root.format == ledgerFormatLegacy || (b.root.exists && len(b.root.counted) > 0) {
+		byShard := map[int]map[string]*mark{}
+		for uid, m := range b.root.counted {
+			s := shardOf(types.UID(uid))
+			if byShard[s] == nil {
+				byShard[s] = map[string]*mark{}
+			}
+			byShard[s][uid] = m
+		}
+		for s, marks := range byShard {
+			if err := b.change(ctx, kube, s, func(l *Ledger) bool { return l.adopt(marks) }); err != nil {
+				return err
+			}
+		}
+		root := b.root.clone()
+		root.counted = map[string]*mark{}
+		err := b.write(ctx, kube, -1, root)
+		if apierrors.IsConflict(err) {
+			if err := b.reread(ctx, kube, -1); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("migrating ledger %s/%s: %w", b.ns, b.name, err)
+		}
+	}
+	if !b.root.exists {
+		// The root is what `report` finds by its label.
+		return b.change(ctx, kube, -1, func(*Ledger) bool { return true })
+	}
+	return nil
+}
+
+// hasStale reports whether a mark's DataVolume is not in the cache.
+func (l *Ledger) hasStale(live func(types.UID) bool) bool {
+	for uid := range l.counted {
+		if !live(types.UID(uid)) {
+			return true
+		}
+	}
+	return false
+}
+
+// adopt takes marks counted elsewhere without raising any total; it reports
+// whether a mark was new or grew.
+func (l *Ledger) adopt(marks map[string]*mark) bool {
+	changed := false
+	for uid, m := range marks {
+		have := l.counted[uid]
+		if have == nil {
+			cp := *m
+			l.counted[uid], changed = &cp, true
+			continue
+		}
+		if m.Fetches > have.Fetches || (m.Avoided && !have.Avoided) || (m.Timed && !have.Timed) {
+			have.Fetches = max(have.Fetches, m.Fetches)
+			have.Avoided, have.Timed = have.Avoided || m.Avoided, have.Timed || m.Timed
+			changed = true
+		}
+	}
+	return changed
+}
+
+// update adds the facts to the shards their UIDs hash to and, with prune,
+// forgets marks of DataVolumes confirmed gone; only shards that change are
+// written.
+func (b *ledgerBook) update(ctx context.Context, kube kubernetes.Interface, facts []ledgerFact, prune bool,
+	live func(types.UID) bool, gone func(ref string, uid types.UID) bool) error {
+	byShard := map[int][]ledgerFact{}
+	for _, f := range facts {
+		s := shardOf(f.uid)
+		byShard[s] = append(byShard[s], f)
+	}
+	budget := ledgerPrunePerPass
+	var firstErr error
+	for s := range b.shards {
+		fs := byShard[s]
+		if len(fs) == 0 && (!prune || !b.shards[s].hasStale(live)) {
+			continue // nothing to count or forget: no copy, no write
+		}
+		err := b.change(ctx, kube, s, func(l *Ledger) bool {
+			changed := l.apply(fs)
+			return (prune && l.prune(live, gone, &budget)) || changed
+		})
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}

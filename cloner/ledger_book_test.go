@@ -1,0 +1,166 @@
+package cloner
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// maxObjectBytes is the API server's limit on one ConfigMap's data.
+const maxObjectBytes = 1 << 20
+
+// TestLedgerShardsFit: 100,000 counted disks, with usual names and with the
+// longest names Kubernetes allows, leave every ledger object under the
+// limit, and the totals count each disk once.
+func TestLedgerShardsFit(t *testing.T) {
+	for _, tc := range []struct {
+		what     string
+		ns, name func(i int) string
+	}{
+		{"usual names", func(i int) string { return fmt.Sprintf("tenant-%03d", i%200) },
+			func(i int) string { return fmt.Sprintf("kubernetes-md%d-worker-%06d-system", i%3, i) }},
+		{"longest names", func(i int) string { return fmt.Sprintf("%s%03d", strings.Repeat("n", 60), i%200) },
+			func(i int) string { return fmt.Sprintf("%s%06d", strings.Repeat("d", 247), i) }},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			b := &ledgerBook{ns: "cozy-linstor", name: DefaultLedgerName, root: newLedger()}
+			var facts [ledgerShards][]ledgerFact
+			for i := range 100_000 {
+				uid := types.UID(fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i*7919))
+				f := ledgerFact{uid: uid, ref: tc.ns(i) + "/" + tc.name(i), flavor: fmt.Sprintf("sid%02d/v1.13.%d", i%20, i%20),
+					avoided: true, bytes: 6 * gi, verdict: VerdictCSIClone, duration: time.Duration(i%300) * time.Second, timed: true}
+				facts[shardOf(uid)] = append(facts[shardOf(uid)], f)
+			}
+			largest := 0
+			for s := range b.shards {
+				b.shards[s] = newLedger()
+				b.shards[s].apply(facts[s])
+				cm := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: shardName(b.name, s), Namespace: b.ns}, Data: b.shards[s].encode()}
+				raw, err := json.Marshal(cm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				largest = max(largest, len(raw))
+			}
+			if largest >= maxObjectBytes {
+				t.Fatalf("largest shard is %d bytes, the limit is %d", largest, maxObjectBytes)
+			}
+			var avoided int64
+			for _, ft := range b.merged(false).Flavors {
+				avoided += ft.FetchesAvoided
+			}
+			if avoided != 100_000 || b.merged(false).Durations[VerdictCSIClone].Count != 100_000 {
+				t.Fatalf("counted %d avoided fetches, %d durations; want 100000 each", avoided, b.merged(false).Durations[VerdictCSIClone].Count)
+			}
+			t.Logf("%s: largest shard %d bytes, whole ledger %d bytes", tc.what, largest, b.bytes())
+		})
+	}
+}
+
+// threeClonedDisks is a golden and three finished CSI clones of it.
+func threeClonedDisks() *world {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	for _, n := range []string{"d1", "d2", "d3"} {
+		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	}
+	return &w
+}
+
+// failNextWrite makes the next ConfigMap write matching name fail as a lost
+// request does (the API server never stored it).
+func failNextWrite(fc *fakeCluster, verb string, match func(name string) bool) *atomic.Bool {
+	var done atomic.Bool
+	fc.kube.PrependReactor(verb, "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		obj := a.(interface{ GetObject() runtime.Object }).GetObject().(*corev1.ConfigMap)
+		if !match(obj.Name) || done.Swap(true) {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewServiceUnavailable("connection lost")
+	})
+	return &done
+}
+
+// TestLedgerMigratesAFormat1LedgerOnce: the marks of a ledger written before
+// sharding move to the shards and its totals stay; a migration cut short is
+// done again; nothing is counted twice.
+func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
+	w := threeClonedDisks()
+	fc := newFakeCluster(t, w)
+	cfg := configAt(t0.Add(time.Hour))
+	ctx := t.Context()
+	// The old version counted the golden's import and d1, d2.
+	legacy := newLedger()
+	legacy.Flavors[Flavor{testSID, testVer}.Key()] = &FlavorTotals{FetchesAvoided: 2, GoldenImports: 1, BytesAvoided: 12 * gi}
+	legacy.counted[string(w.dvs[0].UID)] = &mark{Ref: w.dvs[0].Namespace + "/" + w.dvs[0].Name, Fetches: 1}
+	for _, dv := range w.dvs[1:3] {
+		legacy.counted[string(dv.UID)] = &mark{Ref: dv.Namespace + "/" + dv.Name, Avoided: true}
+	}
+	data := legacy.encode()
+	data[ledgerKeyFormat] = ledgerFormatLegacy
+	root := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.LedgerName, Namespace: cfg.LedgerNamespace,
+		Labels: map[string]string{LabelLedger: "true"}}, Data: data}
+	if _, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Create(ctx, root, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt dies after the shards got the marks, before the
+	// root lost them.
+	cut := failNextWrite(fc, "update", func(name string) bool { return name == cfg.LedgerName })
+	c := fc.controller(t, ctx, cfg)
+	if err := c.Pass(ctx); err == nil || !cut.Load() {
+		t.Fatal("the cut-short migration was not exercised")
+	}
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil { // and a restart
+		t.Fatal(err)
+	}
+	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * gi})
+	cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, cfg.LedgerName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data[ledgerKeyFormat] != ledgerFormat || cm.Data[ledgerKeyCounted] != "" {
+		t.Fatalf("root not migrated: format %q, counted %q", cm.Data[ledgerKeyFormat], cm.Data[ledgerKeyCounted])
+	}
+	if n := len(fc.ledger(t, cfg).counted); n != 4 {
+		t.Fatalf("%d marks, want 4 (golden, d1-d3)", n)
+	}
+}
+
+// TestLedgerLostWriteIsCountedLater: a shard write the API server never
+// stored leaves the leader's copy as it was, so the next pass counts the
+// disk: once, not never.
+func TestLedgerLostWriteIsCountedLater(t *testing.T) {
+	w := threeClonedDisks()
+	fc := newFakeCluster(t, w)
+	cfg := configAt(t0.Add(time.Hour))
+	ctx := t.Context()
+	d3 := shardName(cfg.LedgerName, shardOf(w.dvs[3].UID))
+	lost := failNextWrite(fc, "create", func(name string) bool { return name == d3 })
+	c := fc.controller(t, ctx, cfg)
+	if err := c.Pass(ctx); err == nil || !lost.Load() {
+		t.Fatal("the lost write was not exercised")
+	}
+	for range 2 {
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * gi})
+	if got := c.Snapshot().Flavors; len(got) != 1 || got[0].FetchesAvoided != 3 {
+		t.Fatalf("metrics show %+v, want 3 fetches avoided", got)
+	}
+}

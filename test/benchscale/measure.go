@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+)
+
+// shippedArgs are the sidecar's flags in deploy/generic, but the sockets and
+// the metrics endpoint, which the stack sets.
+func shippedArgs() ([]string, error) {
+	raw, err := os.ReadFile("deploy/generic/sidecar/patch.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("run from the repository's root: %w", err)
+	}
+	var d struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Name string   `json:"name"`
+						Args []string `json:"args"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &d); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		if ctr.Name != "csi-clone-sidecar" {
+			continue
+		}
+		for _, a := range ctr.Args {
+			switch name, _, _ := strings.Cut(a, "="); name {
+			case "--csi-address", "--listen-address", "--http-endpoint":
+				continue
+			}
+			out = append(out, strings.ReplaceAll(a, "$(POD_NAMESPACE)", cluster.NamespaceCSI))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("deploy/generic/sidecar/patch.yaml has no csi-clone-sidecar args")
+	}
+	return out, nil
+}
+
+// verdictClock records when each PVC first carried a verdict.
+type verdictClock struct {
+	mu         sync.Mutex
+	bad        map[string]bool
+	seen       map[string]time.Time
+	firstBad   time.Time
+	start      time.Time
+	want       int
+	allWritten chan struct{}
+}
+
+func (v *verdictClock) observe(obj any) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok || pvc.Annotations[cloner.AnnCloneVerdict] == "" || v.start.IsZero() {
+		return
+	}
+	key := pvc.Namespace + "/" + pvc.Name
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, done := v.seen[key]; done {
+		return
+	}
+	now := time.Now()
+	v.seen[key] = now
+	if v.bad[key] && v.firstBad.IsZero() {
+		v.firstBad = now
+	}
+	if len(v.seen) == v.want {
+		close(v.allWritten)
+	}
+}
+
+func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args []string) error {
+	clock := &verdictClock{bad: f.bad, seen: map[string]time.Time{}, want: o.disks, allWritten: make(chan struct{})}
+	fac := informers.NewSharedInformerFactory(f.kube, 0)
+	inf := fac.Core().V1().PersistentVolumeClaims().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: clock.observe, UpdateFunc: func(_, n any) { clock.observe(n) }}); err != nil {
+		return err
+	}
+	fac.Start(ctx.Done())
+	fac.WaitForCacheSync(ctx.Done())
+
+	fmt.Printf("sidecar: %s %s\n", o.sidecar, strings.Join(args, " "))
+	clock.mu.Lock()
+	clock.start = time.Now()
+	clock.mu.Unlock()
+	if err := c.StartSidecar(nil); err != nil {
+		return err
+	}
+	pid := c.Pid("csi-clone-sidecar")
+	rss := &rssSampler{pid: pid}
+	go rss.run(ctx)
+	select {
+	case <-clock.allWritten:
+	case <-time.After(o.timeout):
+		clock.mu.Lock()
+		n := len(clock.seen)
+		clock.mu.Unlock()
+		return fmt.Errorf("only %d of %d verdicts after %s (logs: %s)", n, o.disks, o.timeout, c.LogPath("csi-clone-sidecar"))
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	tAll := time.Now()
+	cpuAll := cpuSeconds(pid)
+	synced := logTime(c.LogPath("csi-clone-sidecar"), "Verdict caches synced")
+	// Steady state: let the echo of the verdict writes pass, then measure.
+	time.Sleep(30 * time.Second)
+	tSteady, cpuSteady0 := time.Now(), cpuSeconds(pid)
+	time.Sleep(o.steady)
+	tEnd, cpuSteady1 := time.Now(), cpuSeconds(pid)
+
+	start := clock.start
+	fmt.Printf("\n== csi-clone-sidecar at %d disks / %d namespaces / %d flavors (%d bad) ==\n", o.disks, o.namespaces, o.goldens, len(f.bad))
+	if !synced.IsZero() {
+		fmt.Printf("informers synced (and lease held)   %6.1f s after start\n", synced.Sub(start).Seconds())
+		fmt.Printf("first bad verdict written           %6.1f s after sync\n", clock.firstBad.Sub(synced).Seconds())
+		fmt.Printf("every verdict written               %6.1f s after sync (%.1f s after start)\n", tAll.Sub(synced).Seconds(), tAll.Sub(start).Seconds())
+	}
+	fmt.Printf("CPU until every verdict             %6.1f s\n", cpuAll)
+	fmt.Printf("CPU in steady state                 %6.2f s per minute (over %s)\n", (cpuSteady1-cpuSteady0)/tEnd.Sub(tSteady).Minutes(), tEnd.Sub(tSteady).Round(time.Second))
+	fmt.Printf("peak RSS                            %6.1f MiB (VmHWM %.1f MiB; RSS now %.1f MiB)\n", float64(rss.peak())/(1<<20),
+		float64(procKB(pid, "VmHWM"))/1024, float64(procKB(pid, "VmRSS"))/1024)
+	printMetrics(c)
+	printLedger(ctx, f)
+	return printRequests(c, start, tAll, tSteady, tEnd)
+}
+
+type rssSampler struct {
+	pid int
+	mu  sync.Mutex
+	max int64
+}
+
+func (r *rssSampler) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		kb := procKB(r.pid, "VmRSS")
+		r.mu.Lock()
+		r.max = max(r.max, kb*1024)
+		r.mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (r *rssSampler) peak() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.max
+}
+
+// procKB reads one "Key: N kB" line of /proc/<pid>/status.
+func procKB(pid int, key string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), key+":"); ok {
+			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cpuSeconds is the process's user + system time (/proc/<pid>/stat, in
+// clock ticks of 1/100 s).
+func cpuSeconds(pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(raw)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	return (ut + st) / 100
+}
+
+// logTime is the time of the first klog line containing what.
+func logTime(path, what string) time.Time {
+	f, err := os.Open(path)
+	if err != nil {
+		return time.Time{}
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	now := time.Now()
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, what) || len(line) < 21 {
+			continue
+		}
+		// klog: Lmmdd hh:mm:ss.uuuuuu
+		t, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		return t.AddDate(now.Year(), 0, 0)
+	}
+	return time.Time{}
+}
+
+func printMetrics(c *cluster.Cluster) {
+	var took []time.Duration
+	series := 0
+	for range 21 {
+		t := time.Now()
+		resp, err := http.Get("http://" + c.SidecarMetrics + "/metrics")
+		if err != nil {
+			fmt.Printf("/metrics: %v\n", err)
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took = append(took, time.Since(t))
+		series = 0
+		for _, l := range strings.Split(string(body), "\n") {
+			if l != "" && !strings.HasPrefix(l, "#") {
+				series++
+			}
+		}
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	fmt.Printf("/metrics                            %6.1f ms median, %d series\n", float64(took[len(took)/2].Microseconds())/1000, series)
+}
+
+func printLedger(ctx context.Context, f *fleet) {
+	total, largest, objects := 0, 0, 0
+	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+		cm, err := f.kube.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			fmt.Printf("ledger: %v\n", err)
+			return
+		}
+		n := 0
+		for k, v := range cm.Data {
+			n += len(k) + len(v)
+		}
+		total, largest, objects = total+n, max(largest, n), objects+1
+	}
+	fmt.Printf("ledger                              %d bytes in %d objects, largest %d bytes\n", total, objects, largest)
+}
+
+// printRequests counts the sidecar's API requests by verb and resource, from
+// its start to the last verdict and over the steady-state window.
+func printRequests(c *cluster.Cluster, start, tAll, s0, s1 time.Time) error {
+	reqs, err := c.SidecarRequests()
+	if err != nil {
+		return err
+	}
+	startup, steady := map[string]int{}, map[string]int{}
+	for _, r := range reqs {
+		key := r.Verb + " " + r.Resource
+		if r.Subresource != "" {
+			key += "/" + r.Subresource
+		}
+		switch {
+		case r.Time.Before(start):
+		case !r.Time.After(tAll):
+			startup[key]++
+		case r.Time.After(s0) && !r.Time.After(s1):
+			steady[key]++
+		}
+	}
+	fmt.Printf("API requests, start to last verdict (%s):\n", tAll.Sub(start).Round(time.Second))
+	printCounts(startup)
+	fmt.Printf("API requests in steady state (%s):\n", s1.Sub(s0).Round(time.Second))
+	printCounts(steady)
+	return nil
+}
+
+func printCounts(m map[string]int) {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		fmt.Println("  none")
+	}
+	for _, k := range keys {
+		fmt.Printf("  %-40s %6d\n", k, m[k])
+	}
+}
