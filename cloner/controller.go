@@ -48,6 +48,8 @@ type Controller struct {
 	dvInf    atomic.Pointer[cache.SharedIndexInformer]
 	vscInf   atomic.Pointer[cache.SharedIndexInformer]
 	dvReady  chan struct{}
+	// predIn holds the clone-path prediction's informers (predict_inputs.go).
+	predIn atomic.Pointer[predictionInputs]
 
 	wake  chan struct{} // a verdict pass is due
 	flush chan struct{} // an evidence flush is due
@@ -120,6 +122,7 @@ func (c *Controller) Start(ctx context.Context) {
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
 	f.Start(ctx.Done())
 	go c.watchCRDs(ctx)
+	c.startPredictionInputs(ctx)
 }
 
 func must(err error) {

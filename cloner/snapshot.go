@@ -28,6 +28,18 @@ type Snapshot struct {
 	// full; EvidenceExpired evidence that waited too long for its object.
 	// These two are this replica's own and are set on every replica.
 	EvidenceDropped, EvidenceExpired int64
+	// PredictionsReady is set once the prediction's informers have synced;
+	// Paths is then the predicted clone path of every (golden, class) pair.
+	PredictionsReady bool
+	Paths            []PathPrediction
+	// PredictionChecks compares decided verdicts with their predictions.
+	PredictionChecks PredictionCheck
+	// ClassDisks counts clone worker disks per flavor and resolved class.
+	ClassDisks []ClassDiskCount
+	// AdmissionParams is the state of the admission guard's parameters
+	// (--admission-params): "" when off, else AdmissionParamsSynced or
+	// AdmissionParamsFailed.
+	AdmissionParams string
 }
 
 // GoldenStatus is one golden as metrics and the report show it.
@@ -40,6 +52,8 @@ type GoldenStatus struct {
 	Consumers       int
 	Trusted         bool
 	Problems        []string
+	// ReadySince is when its import finished (zero while it has not).
+	ReadySince time.Time
 }
 
 // DiskCount is the number of worker disks of a flavor with a verdict.
@@ -92,7 +106,7 @@ func (c *Controller) buildSnapshot(ev *evaluation, l *Ledger) *Snapshot {
 	for _, g := range ev.inv.goldens {
 		s.Goldens = append(s.Goldens, GoldenStatus{Namespace: g.Namespace, Name: g.Name, Flavor: g.Flavor,
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
-			Trusted: g.Trusted(), Problems: g.Problems})
+			Trusted: g.Trusted(), Problems: g.Problems, ReadySince: g.ReadySince})
 	}
 	disks := map[DiskCount]int{}
 	bad := map[BadDiskCount]int{}

@@ -52,7 +52,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 		return errors.New("cloner: informers not synced yet")
 	}
 	inv := buildInventory(c.objectsFromCaches(), c.cfg.GoldenNamespace)
-	ev := evaluate(inv, c.cfg, c.cfg.now())
+	pred, badInputs := c.newPredictor(inv)
+	ev := evaluateWith(inv, c.cfg, c.cfg.now(), pred)
+	ev.malformed = append(ev.malformed, badInputs...)
 	c.mu.Lock()
 	c.recheckAt = ev.recheckAt
 	c.mu.Unlock()
@@ -69,6 +71,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 	ledger, err := c.updateLedger(ctx, ledgerFacts(ev, c.cfg), inv.dvRefs)
 	keep(err)
 	snap := c.buildSnapshot(ev, ledger)
+	addPredictions(snap, ev, pred)
+	snap.AdmissionParams, err = c.publishAdmissionParams(ctx, pred)
+	keep(err)
 	if ledger == nil {
 		// Keep showing the counters last read rather than dropping them.
 		prev := c.Snapshot()

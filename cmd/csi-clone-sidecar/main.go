@@ -141,6 +141,7 @@ func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
 	fs.DurationVar(&c.EvidenceTTL, "evidence-ttl", c.EvidenceTTL, "How long evidence waits for its PV or PVC to appear.")
 	fs.DurationVar(&c.EvidenceGrace, "evidence-grace", c.EvidenceGrace, "How long a finished disk whose PV has no tap evidence yet waits for it before it is judged from CDI's annotations.")
 	fs.IntVar(&c.EvidenceQueue, "evidence-queue", c.EvidenceQueue, "Observations that may wait to be turned into evidence before new ones are dropped.")
+	fs.BoolVar(&c.AdmissionParams, "admission-params", false, "Keep the admission guard's parameters (ConfigMap "+cloner.AdmissionParamsName+" in --ledger-namespace) current; turn on with deploy/admission.")
 }
 
 // parseFlags reports a bad flag in one line instead of the whole usage.
@@ -271,6 +272,9 @@ func newVerdicts(o *options, cfg standardflags.SidecarConfiguration, m *metrics.
 		return nil, nil, err
 	}
 	if err := m.Register(metrics.NewCloneCollector(ctrl)); err != nil {
+		return nil, nil, err
+	}
+	if err := m.Register(metrics.NewPredictionCollector(ctrl)); err != nil {
 		return nil, nil, err
 	}
 	return ctrl, kube, nil
