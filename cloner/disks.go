@@ -39,6 +39,9 @@ type WorkerDisk struct {
 	RequestedClass *string
 	ContentType    string
 	ClaimName      string
+	// FromPVC: the DataVolume clones a PVC (source.pvc), the case CDI's
+	// clone planner and so the clone-path prediction cover.
+	FromPVC bool
 }
 
 // Ref is the disk's namespace/name.
@@ -97,6 +100,7 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 		RequestedClass: requestedClass(dv),
 		ContentType:    string(dv.Spec.ContentType),
 		ClaimName:      claimName(dv),
+		FromPVC:        dv.Spec.Source != nil && dv.Spec.Source.PVC != nil,
 	}
 	if dv.Status.Phase == cdiv1.Failed {
 		d.FailMessage = conditionMessage(dv)

@@ -109,7 +109,7 @@ func pinnedTo(pv *corev1.PersistentVolume) []string {
 // forDisk predicts one worker disk from its own claim: its resolved class,
 // volume mode and request (what CDI's planner compares).
 func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
-	if p == nil || f.golden == nil || f.disk.Kind != DiskClone {
+	if p == nil || f.golden == nil || f.disk.Kind != DiskClone || !f.disk.FromPVC {
 		return nil
 	}
 	g, ok := p.goldens[f.golden.Ref()]

@@ -401,13 +401,14 @@ func (s *State) addFlags(p *Prediction, g Golden, t Target, sc *storagev1.Storag
 	}
 	local, how := NodeLocal(sc)
 	switch {
-	case local && g.Class != t.Class && p.Path == PathCSIClone:
-		// The driver is asked to clone into a pool that does not hold the
-		// source: LINSTOR (and the test driver) cannot, the clone hangs or
-		// fails, and CDI retries for ever (cozystack#2908).
-		p.Path, p.Reason = PathBlocked, ReasonNodeLocalTarget
+	case local && g.Class != t.Class && (p.Path == PathCSIClone || p.Path == PathSnapshotClone):
+		// The driver is asked to clone (or restore a snapshot) into a pool
+		// that does not hold the source: LINSTOR (and the test driver)
+		// cannot, the clone hangs or fails, and CDI retries for ever
+		// (cozystack#2908).
 		p.Message = "class " + t.Class + " is node-local (" + how + ") and not the golden's class " + quote(g.Class) +
-			": CDI asks the driver for a cross-class clone into a node-local pool, which it cannot satisfy"
+			": CDI asks the driver for a cross-class " + p.Path + " into a node-local pool, which it cannot satisfy"
+		p.Path, p.Reason = PathBlocked, ReasonNodeLocalTarget
 		p.Uncertain = append(p.Uncertain, "the driver decides whether a clone into a node-local pool from another pool works; LINSTOR's does not")
 		p.Flags = append(p.Flags, FlagCrossNode)
 	case local:
@@ -443,7 +444,7 @@ func (s *State) addUncertainty(p *Prediction, g Golden, t Target) {
 	if g.Phase != "Succeeded" {
 		p.Uncertain = append(p.Uncertain, "golden not imported yet: its driver, volume mode and capacity are taken from its class and request")
 	}
-	if p.Path == PathCSIClone && p.HasFlag(FlagClassMismatch) && p.Reason != ReasonNodeLocalTarget {
+	if (p.Path == PathCSIClone || p.Path == PathSnapshotClone) && p.HasFlag(FlagClassMismatch) {
 		p.Uncertain = append(p.Uncertain, "CDI asks the driver for a cross-class clone; the driver may perform it, refuse it or hang")
 	}
 	if t.VolumeMode == "" && s.profileVolumeMode(t.Class) == "" && g.VolumeMode != "Filesystem" {
