@@ -165,19 +165,6 @@ func predictionWrong(r *Record) string {
 	return fmt.Sprintf("the clone path was predicted %s (%s) from CDI's rules, but the verdict is %s", r.Predicted, r.PredictedReason, r.Verdict)
 }
 
-// PathPrediction is one (golden, class) pair as metrics and the report show it.
-type PathPrediction struct {
-	Namespace, Name string
-	Flavor          Flavor
-	// Class is a StorageClass or predict.EmptyClass; ResolvedClass what it
-	// resolves to.
-	Class, ResolvedClass string
-	predict.Prediction
-	// AtSizePath is the path of a disk of exactly the golden's size.
-	AtSizePath string
-	Fix        string
-}
-
 // PredictionCheck counts decided worker disks whose verdict matched the
 // prediction recorded for them (Right) or contradicted it (Wrong).
 type PredictionCheck struct{ Right, Wrong int }
@@ -218,16 +205,18 @@ func addPredictions(s *Snapshot, ev *evaluation, p *predictor) {
 		return
 	}
 	s.PredictionsReady = true
-	s.Paths = p.pathPredictions()
+	s.Paths = p.reports(p.pairs)
 }
 
-func (p *predictor) pathPredictions() []PathPrediction {
-	out := make([]PathPrediction, 0, len(p.pairs))
-	for _, pr := range p.pairs {
+// reports turns pairs into the rows metrics and the report show.
+func (p *predictor) reports(pairs []predict.Pair) []ClonePathReport {
+	out := make([]ClonePathReport, 0, len(pairs))
+	for _, pr := range pairs {
 		ref := types.NamespacedName{Namespace: pr.Golden.Namespace, Name: pr.Golden.Name}
-		out = append(out, PathPrediction{Namespace: ref.Namespace, Name: ref.Name, Flavor: p.flavors[ref],
-			Class: pr.Class, ResolvedClass: pr.ResolvedClass, Prediction: pr.Larger, AtSizePath: pr.AtSize.Path,
-			Fix: predict.Fix(pr.Larger.Reason)})
+		f := p.flavors[ref]
+		out = append(out, ClonePathReport{Golden: ref.String(), SchematicID: f.SchematicID, Version: f.Version,
+			StorageClass: pr.Class, ResolvedClass: pr.ResolvedClass, Prediction: pr.Larger,
+			AtGoldenSize: pr.AtSize.Path, Fix: predict.Fix(pr.Larger.Reason)})
 	}
 	return out
 }

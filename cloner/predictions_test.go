@@ -2,6 +2,7 @@ package cloner
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, p := range s.Paths {
-		got[p.Class] = p.Path + "/" + p.Reason
+		got[p.StorageClass] = p.Path + "/" + p.Reason
 	}
 	want := map[string]string{testClass: "csi-clone/cdi-override", "fixed": "host-assisted/no-volume-expansion", predict.EmptyClass: "blocked/class-unresolved"}
 	if len(got) != len(want) {
@@ -186,5 +187,33 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	}
 	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReportClonePaths: `report --predict CLASS` and the report's "clone
+// paths" table read the same objects the informers do.
+func TestReportClonePaths(t *testing.T) {
+	w, g := predictionWorld(t)
+	fc := newFakeCluster(t, w)
+	servePredictionInputs(t, fc)
+	ctx := t.Context()
+	var out strings.Builder
+	if err := ReportClonePaths(ctx, fc.clients(), testConfig(), &out, "table", "fixed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"cozy-public/" + g.Name, "fixed", "host-assisted", "no-volume-expansion", "csi-clone", predict.Fix(predict.ReasonNoVolumeExpansion)} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report --predict fixed lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), testClass+" ") {
+		t.Errorf("report --predict fixed shows other classes:\n%s", out.String())
+	}
+	out.Reset()
+	if err := Report(ctx, fc.clients(), testConfig(), &out, "table"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "CLONE PATHS") || !strings.Contains(out.String(), predict.EmptyClass+" -> none") {
+		t.Errorf("report has no clone paths table with the empty class:\n%s", out.String())
 	}
 }

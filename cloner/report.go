@@ -21,6 +21,11 @@ type ReportData struct {
 	Flavors  []FlavorReport  `json:"flavors"`
 	Pools    []PoolReport    `json:"pools"`
 	BadDisks []BadDiskReport `json:"badDisks"`
+	// ClonePaths is the predicted clone path of every golden on every CSI
+	// class and the empty one (report_paths.go); ClonePathsError says why
+	// it is missing when the prediction's objects cannot be read.
+	ClonePaths      []ClonePathReport `json:"clonePaths"`
+	ClonePathsError string            `json:"clonePathsError,omitempty"`
 }
 
 // FlavorReport is one flavor: its golden(s), consumers and Factory fetches.
@@ -117,6 +122,9 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 	data := &ReportData{Ledger: name}
 	data.Flavors = reportFlavors(inv, ledger)
 	data.Pools, data.BadDisks = reportDisks(inv)
+	if data.ClonePaths, err = clonePaths(ctx, clients, inv, ""); err != nil {
+		data.ClonePathsError = err.Error()
+	}
 	return data, nil
 }
 
@@ -288,6 +296,11 @@ func printTable(w io.Writer, d *ReportData) error {
 				oneLine(r.Message), r.Fix)
 		}
 	}
+	fmt.Fprintln(tw, "\nCLONE PATHS (predicted for the next disk larger than the golden)")
+	if d.ClonePathsError != "" {
+		fmt.Fprintf(tw, "unavailable: %s\n", oneLine(d.ClonePathsError))
+	}
+	printClonePaths(tw, d.ClonePaths)
 	return tw.Flush()
 }
 

@@ -31,7 +31,7 @@ type Snapshot struct {
 	// PredictionsReady is set once the prediction's informers have synced;
 	// Paths is then the predicted clone path of every (golden, class) pair.
 	PredictionsReady bool
-	Paths            []PathPrediction
+	Paths            []ClonePathReport
 	// PredictionChecks compares decided verdicts with their predictions.
 	PredictionChecks PredictionCheck
 	// ClassDisks counts clone worker disks per flavor and resolved class.

@@ -29,7 +29,9 @@ var (
 type predictionCollector struct{ src ClonesSource }
 
 // NewPredictionCollector returns the clone-path prediction collector.
-func NewPredictionCollector(src ClonesSource) prometheus.Collector { return predictionCollector{src: src} }
+func NewPredictionCollector(src ClonesSource) prometheus.Collector {
+	return predictionCollector{src: src}
+}
 
 func (predictionCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPathPredicted, descPredictionChecks, descClassDisks, descGoldenReady, descAdmissionParams} {
@@ -45,7 +47,7 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 	// Several goldens of one flavor (one misnamed) would repeat a series.
 	seen := map[[3]string]bool{}
 	for _, p := range s.Paths {
-		key := [3]string{label(p.Flavor.SchematicID), label(p.Flavor.Version), label(p.Class)}
+		key := [3]string{label(p.SchematicID), label(p.Version), label(p.StorageClass)}
 		if seen[key] {
 			continue
 		}

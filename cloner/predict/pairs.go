@@ -43,3 +43,12 @@ func (s *State) pair(g Golden, label string, t Target) Pair {
 	p.AtSize = s.Predict(g, t)
 	return p
 }
+
+// PairsOn predicts every golden on one class, labelled label.
+func (s *State) PairsOn(goldens []Golden, label string, t Target) []Pair {
+	out := make([]Pair, 0, len(goldens))
+	for _, g := range goldens {
+		out = append(out, s.pair(g, label, t))
+	}
+	return out
+}

@@ -95,6 +95,7 @@ func runReport(args []string) error {
 	registerClonerFlags(fs, &c)
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig; in-cluster config when empty.")
 	format := fs.String("o", "table", "Output format: table or json.")
+	predictClass := fs.String("predict", "", "Print only the predicted clone path of every golden on this StorageClass (\"(default)\": a disk that names none), with the reason and the fix.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -110,6 +111,9 @@ func runReport(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if *predictClass != "" {
+		return cloner.ReportClonePaths(ctx, clients, c, os.Stdout, *format, *predictClass)
+	}
 	return cloner.Report(ctx, clients, c, os.Stdout, *format)
 }
 
