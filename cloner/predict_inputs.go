@@ -124,22 +124,8 @@ func (p *predictionInputs) inputs() (in predict.Inputs, malformed []malformedObj
 	for _, x := range p.csiDrivers.GetStore().List() {
 		in.CSIDrivers = append(in.CSIDrivers, x.(*storagev1.CSIDriver).Name)
 	}
-	for _, u := range unstructuredList(profiles.GetStore().List()) {
-		sp := &cdiv1.StorageProfile{}
-		if err := fromUnstructured(u, sp); err != nil {
-			malformed = append(malformed, malformedFrom(u, err))
-			continue
-		}
-		in.Profiles = append(in.Profiles, sp)
-	}
-	for _, u := range unstructuredList(cdis.GetStore().List()) {
-		cr := &cdiv1.CDI{}
-		if err := fromUnstructured(u, cr); err != nil {
-			malformed = append(malformed, malformedFrom(u, err))
-			continue
-		}
-		in.CDIs = append(in.CDIs, cr)
-	}
+	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(profiles.GetStore().List()), &malformed)
+	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(cdis.GetStore().List()), &malformed)
 	if snaps != nil {
 		in.SnapshotClasses = snapshotClasses(unstructuredList(snaps.GetStore().List()))
 	}
@@ -152,6 +138,21 @@ func snapshotClasses(us []*unstructured.Unstructured) []predict.SnapshotClass {
 	for _, u := range us {
 		driver, _, _ := unstructured.NestedString(u.Object, "driver")
 		out = append(out, predict.SnapshotClass{Name: u.GetName(), Driver: driver})
+	}
+	return out
+}
+
+// convertAll converts objects of a CDI kind; those that cannot be read are
+// added to bad and left out.
+func convertAll[T any](us []*unstructured.Unstructured, bad *[]malformedObject) []*T {
+	out := make([]*T, 0, len(us))
+	for _, u := range us {
+		obj := new(T)
+		if err := fromUnstructured(u, obj); err != nil {
+			*bad = append(*bad, malformedFrom(u, err))
+			continue
+		}
+		out = append(out, obj)
 	}
 	return out
 }

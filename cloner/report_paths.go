@@ -2,7 +2,6 @@ package cloner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -35,32 +34,22 @@ type ClonePathReport struct {
 // class (every CSI class and the empty one when class is ""), in format
 // "table" or "json". It reads the objects once and changes nothing.
 func ReportClonePaths(ctx context.Context, clients Clients, cfg Config, w io.Writer, format, class string) error {
-	if format != "table" && format != "json" {
-		return fmt.Errorf("unknown output format %q: use table or json", format)
-	}
-	if err := clients.validate(); err != nil {
+	if err := checkFormat(format); err != nil {
 		return err
 	}
-	objs, err := listObjects(ctx, clients)
+	inv, err := readInventory(ctx, clients, cfg)
 	if err != nil {
 		return err
 	}
-	if cfg.GoldenNamespace == "" {
-		cfg.GoldenNamespace = DefaultGoldenNamespace
-	}
-	inv := buildInventory(objs, cfg.GoldenNamespace)
 	paths, err := clonePaths(ctx, clients, inv, class)
 	if err != nil {
 		return err
 	}
-	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(paths)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	printClonePaths(tw, paths)
-	return tw.Flush()
+	return writeReport(w, format, paths, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		printClonePaths(tw, paths)
+		return tw.Flush()
+	})
 }
 
 // clonePaths predicts from the API's objects; with class set, only that
@@ -105,22 +94,14 @@ func listPredictionInputs(ctx context.Context, clients Clients) (predict.Inputs,
 	if err != nil {
 		return in, fmt.Errorf("listing StorageProfiles (is CDI installed?): %w", err)
 	}
-	for i := range sps.Items {
-		sp := &cdiv1.StorageProfile{}
-		if err := fromUnstructured(&sps.Items[i], sp); err == nil {
-			in.Profiles = append(in.Profiles, sp)
-		}
-	}
 	cdis, err := clients.Dynamic.Resource(CDIGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, fmt.Errorf("listing CDI resources: %w", err)
 	}
-	for i := range cdis.Items {
-		cr := &cdiv1.CDI{}
-		if err := fromUnstructured(&cdis.Items[i], cr); err == nil {
-			in.CDIs = append(in.CDIs, cr)
-		}
-	}
+	// Unreadable objects are left out; the sidecar reports them as malformed.
+	var unreadable []malformedObject
+	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(itemsOf(sps.Items)), &unreadable)
+	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(itemsOf(cdis.Items)), &unreadable)
 	vscs, err := clients.Dynamic.Resource(VolumeSnapshotClassGVR).List(ctx, metav1.ListOptions{})
 	switch {
 	case err == nil:
