@@ -156,10 +156,26 @@ func pathOfVerdict(verdict string) (string, bool) {
 	return "", false
 }
 
+// checkPrediction compares a disk's verdict with the path predicted for it:
+// checked once the verdict shows a path. A stuck disk confirms a blocked
+// prediction but contradicts no other one: a slow clone may still finish
+// (CSICloneStuck speaks for it meanwhile).
+func checkPrediction(r *Record) (checked, right bool) {
+	got, decided := pathOfVerdict(r.Verdict)
+	switch {
+	case r.Predicted == "" || !decided:
+		return false, false
+	case got == r.Predicted:
+		return true, true
+	case r.Verdict == VerdictStuck:
+		return false, false
+	}
+	return true, false
+}
+
 // predictionWrong: the verdict contradicts the path predicted for the disk.
 func predictionWrong(r *Record) string {
-	got, decided := pathOfVerdict(r.Verdict)
-	if r.Predicted == "" || !decided || got == r.Predicted {
+	if checked, right := checkPrediction(r); !checked || right {
 		return ""
 	}
 	return fmt.Sprintf("the clone path was predicted %s (%s) from CDI's rules, but the verdict is %s", r.Predicted, r.PredictedReason, r.Verdict)
@@ -185,12 +201,11 @@ func addPredictions(s *Snapshot, ev *evaluation, p *predictor) {
 		if a.disk.Kind == DiskClone && r.Class != "" {
 			perClass[ClassDiskCount{Flavor: Flavor{SchematicID: r.SchematicID, Version: r.Version}, Class: r.Class}]++
 		}
-		if _, decided := pathOfVerdict(r.Verdict); decided && r.Predicted != "" {
-			if predictionWrong(r) != "" {
-				s.PredictionChecks.Wrong++
-			} else {
-				s.PredictionChecks.Right++
-			}
+		switch checked, right := checkPrediction(r); {
+		case checked && right:
+			s.PredictionChecks.Right++
+		case checked:
+			s.PredictionChecks.Wrong++
 		}
 	}
 	for k, n := range perClass {

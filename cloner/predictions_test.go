@@ -217,3 +217,24 @@ func TestReportClonePaths(t *testing.T) {
 		t.Errorf("report has no clone paths table with the empty class:\n%s", out.String())
 	}
 }
+
+// TestStuckConfirmsBlockedButContradictsNothingElse: a slow clone is stuck
+// for a while; only a blocked prediction is settled by it.
+func TestStuckConfirmsBlockedButContradictsNothingElse(t *testing.T) {
+	for _, tc := range []struct {
+		verdict, predicted string
+		checked, right     bool
+	}{
+		{VerdictStuck, predict.PathBlocked, true, true},
+		{VerdictStuck, predict.PathCSIClone, false, false},
+		{VerdictFailed, predict.PathCSIClone, true, false},
+		{VerdictHostAssisted, predict.PathCSIClone, true, false},
+		{VerdictPending, predict.PathBlocked, false, false},
+		{VerdictCSIClone, "", false, false},
+	} {
+		checked, right := checkPrediction(&Record{Verdict: tc.verdict, Predicted: tc.predicted})
+		if checked != tc.checked || right != tc.right {
+			t.Errorf("verdict %s, predicted %q: checked %v right %v, want %v %v", tc.verdict, tc.predicted, checked, right, tc.checked, tc.right)
+		}
+	}
+}
