@@ -2,6 +2,7 @@ package cloner
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -235,6 +236,34 @@ func TestStuckConfirmsBlockedButContradictsNothingElse(t *testing.T) {
 		checked, right := checkPrediction(&Record{Verdict: tc.verdict, Predicted: tc.predicted})
 		if checked != tc.checked || right != tc.right {
 			t.Errorf("verdict %s, predicted %q: checked %v right %v, want %v %v", tc.verdict, tc.predicted, checked, right, tc.checked, tc.right)
+		}
+	}
+}
+
+// BenchmarkPredictionRecompute20x30 is what one pass adds after a
+// StorageClass, StorageProfile or CDI change: 20 goldens on 30 classes, the
+// predictor (every pair, both sizes), the snapshot rows and the admission
+// parameters (every class again, both sizes).
+func BenchmarkPredictionRecompute20x30(b *testing.B) {
+	var w world
+	for i := 0; i < 30; i++ {
+		expand := i%3 != 0
+		w.class(fmt.Sprintf("class-%02d", i), nil, t0).AllowVolumeExpansion = &expand
+	}
+	t := &testing.T{}
+	for i := 0; i < 20; i++ {
+		w.golden(fmt.Sprintf("%064d", i), testVer)
+	}
+	inv := buildInventory(w.objects(t), DefaultGoldenNamespace)
+	in := csiCloneForced()
+	ev := &evaluation{inv: inv}
+	b.ReportAllocs()
+	for b.Loop() {
+		p := buildPredictor(in, inv)
+		s := &Snapshot{}
+		addPredictions(s, ev, p)
+		if len(s.Paths) != 20*31 || len(admissionData(p, DefaultGoldenNamespace)) < 20*30*2 {
+			b.Fatalf("%d pairs", len(s.Paths))
 		}
 	}
 }
