@@ -168,7 +168,7 @@ type Prediction struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
 	// Strategy is what CDI picks before any fallback (csi-clone, snapshot,
-	// copy), "" when it gets no that far.
+	// copy), "" when CDI does not get that far.
 	Strategy string `json:"strategy,omitempty"`
 	// Message says why in words, naming the objects.
 	Message string `json:"message"`
