@@ -16,11 +16,19 @@ type evaluation struct {
 	// recheckAt is the earliest time a verdict may change with no object
 	// changing; zero when none will.
 	recheckAt time.Time
+	// pred is the pass's clone-path prediction (nil: not available).
+	pred *predictor
 }
 
 // evaluate judges every worker disk of the inventory.
 func evaluate(inv *inventory, cfg Config, now time.Time) *evaluation {
-	ev := &evaluation{inv: inv, malformed: append([]malformedObject(nil), inv.malformed...)}
+	return evaluateWith(inv, cfg, now, nil)
+}
+
+// evaluateWith judges every worker disk, recording each one's clone-path
+// prediction when pred is not nil.
+func evaluateWith(inv *inventory, cfg Config, now time.Time, pred *predictor) *evaluation {
+	ev := &evaluation{inv: inv, pred: pred, malformed: append([]malformedObject(nil), inv.malformed...)}
 	for _, d := range inv.disks {
 		if d.Kind == DiskHTTPImport {
 			ev.assessments = append(ev.assessments, judgeHTTP(d, inv.goldenForFlavor(d.Flavor)))
@@ -43,6 +51,9 @@ func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
 	f.class = inv.classes.resolveDiskClass(f.pvc, f.pv, d)
 	f.goldenClaimExists = inv.claimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
 	ev.followClonePath(&f)
+	if f.predicted = recordedPrediction(f.pvc); f.predicted == nil {
+		f.predicted = ev.pred.forDisk(f)
+	}
 	if pv := f.volumeOf(); pv != nil {
 		var tap VolumeEvidence
 		if ok, err := decodeAnnotation(pv, AnnCSIEvidence, &tap); err != nil {

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
@@ -86,24 +87,35 @@ func cacheClaim(obj any) (any, error) {
 	return pvc, nil
 }
 
-// cacheVolume is the PV informer's transform: the CSI source keeps only the
-// driver and the handle; a PV of another kind keeps no source at all.
-func cacheVolume(obj any) (any, error) {
-	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok {
-		return obj, nil
+// cacheVolume is the PV transform for the default golden namespace.
+var cacheVolume = cacheVolumeFor(DefaultGoldenNamespace)
+
+// cacheVolumeFor is the PV informer's transform: the CSI source keeps only
+// the driver and the handle; a PV of another kind keeps no source at all.
+// A golden's PV (claimed in goldenNamespace) keeps its node affinity too:
+// the clone-path prediction reads where a golden's volume lives.
+func cacheVolumeFor(goldenNamespace string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		pv, ok := obj.(*corev1.PersistentVolume)
+		if !ok {
+			return obj, nil
+		}
+		trimMeta(&pv.ObjectMeta)
+		var src corev1.PersistentVolumeSource
+		if c := pv.Spec.CSI; c != nil {
+			src.CSI = &corev1.CSIPersistentVolumeSource{Driver: c.Driver, VolumeHandle: c.VolumeHandle}
+		}
+		pv.Spec.PersistentVolumeSource = src
+		pv.Spec.MountOptions = nil
+		r := pv.Spec.ClaimRef
+		if r == nil || r.Namespace != goldenNamespace {
+			pv.Spec.NodeAffinity = nil
+		}
+		if r != nil {
+			pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: r.Namespace, Name: r.Name, UID: r.UID}
+		}
+		return pv, nil
 	}
-	trimMeta(&pv.ObjectMeta)
-	var src corev1.PersistentVolumeSource
-	if c := pv.Spec.CSI; c != nil {
-		src.CSI = &corev1.CSIPersistentVolumeSource{Driver: c.Driver, VolumeHandle: c.VolumeHandle}
-	}
-	pv.Spec.PersistentVolumeSource = src
-	pv.Spec.NodeAffinity, pv.Spec.MountOptions = nil, nil
-	if r := pv.Spec.ClaimRef; r != nil {
-		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: r.Namespace, Name: r.Name, UID: r.UID}
-	}
-	return pv, nil
 }
 
 // cacheUnstructured is the transform of the other dynamic informers

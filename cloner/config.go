@@ -41,6 +41,10 @@ type Config struct {
 	// evidence a moment after the PV appears, and a verdict that said "no
 	// sidecar watched" in that moment would be wrong.
 	EvidenceGrace time.Duration
+	// AdmissionParams makes the leader keep the admission guard's
+	// parameters (ConfigMap AdmissionParamsName in LedgerNamespace) current
+	// (--admission-params).
+	AdmissionParams bool
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
 }

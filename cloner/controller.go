@@ -48,6 +48,8 @@ type Controller struct {
 	dvInf    atomic.Pointer[cache.SharedIndexInformer]
 	vscInf   atomic.Pointer[cache.SharedIndexInformer]
 	dvReady  chan struct{}
+	// predIn holds the clone-path prediction's informers (predict_inputs.go).
+	predIn atomic.Pointer[predictionInputs]
 
 	wake  chan struct{} // a verdict pass is due
 	flush chan struct{} // an evidence flush is due
@@ -132,13 +134,14 @@ func (c *Controller) Start(ctx context.Context) {
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
 	must(c.pvcInf.SetTransform(cacheClaim))
-	must(c.pvInf.SetTransform(cacheVolume))
+	must(c.pvInf.SetTransform(cacheVolumeFor(c.cfg.GoldenNamespace)))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
 	must(c.pvcInf.AddIndexers(cache.Indexers{indexByUID: uidIndex}))
 	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
 	f.Start(ctx.Done())
 	go c.watchCRDs(ctx)
+	c.startPredictionInputs(ctx)
 }
 
 func must(err error) {

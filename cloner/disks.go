@@ -45,6 +45,9 @@ type WorkerDisk struct {
 	// Conditions are CDI's Running, Ready and Bound conditions: their
 	// reasons and messages explain why a clone does not progress.
 	Conditions []CDICondition
+	// FromPVC: the DataVolume clones a PVC (source.pvc), the case CDI's
+	// clone planner and so the clone-path prediction cover.
+	FromPVC bool
 }
 
 // Ref is the disk's namespace/name.
@@ -105,6 +108,7 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 		FromPVCSpec:    dv.Spec.Storage == nil && dv.Spec.PVC != nil,
 		ClaimName:      claimName(dv),
 		Conditions:     cdiConditions(dv),
+		FromPVC:        dv.Spec.Source != nil && dv.Spec.Source.PVC != nil,
 	}
 	if dv.Status.Phase == cdiv1.Failed {
 		d.FailMessage = conditionMessage(dv)

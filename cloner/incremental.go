@@ -32,6 +32,10 @@ type judgedDisk struct {
 	flavor          Flavor
 	verdict         string
 	badReasons      []string
+	class           string // a clone's resolved class, "" otherwise
+	// predictionChecked: the verdict showed the path taken, and
+	// predictionRight whether it was the one predicted.
+	predictionChecked, predictionRight bool
 }
 
 // dataVolumeIndexers index the DataVolume cache for the joins from a
@@ -258,6 +262,12 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 		c.judged[k] = judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
 			flavor: Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}, verdict: a.record.Verdict,
 			badReasons: a.record.BadReasons()}
+		j := c.judged[k]
+		if d.Kind == DiskClone {
+			j.class = a.record.Class
+		}
+		j.predictionChecked, j.predictionRight = checkPrediction(a.record)
+		c.judged[k] = j
 		if !a.recheckAt.IsZero() {
 			c.rechecks[k] = a.recheckAt
 		}

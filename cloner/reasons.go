@@ -51,6 +51,9 @@ const (
 	ReasonFailedGolden  = "failed-golden"
 	ReasonCDIDisagrees  = "cdi-disagrees"
 	ReasonWrongSource   = "wrong-source"
+	// ReasonPredictionWrong: the verdict contradicts the clone path
+	// predicted for the disk before it was made (predictions.go).
+	ReasonPredictionWrong = "prediction-wrong"
 )
 
 // reasonInfo is the Event reason (CamelCase) and the fix a message names.
@@ -84,6 +87,8 @@ var reasonInfos = map[string]reasonInfo{
 		"trust the storage layer's record; check CDI's StorageProfile cloneStrategy and the driver's clone support"},
 	ReasonWrongSource: {"CloneSourceMismatch",
 		"the volume was cloned from something other than the golden's volume; recreate the disk from the golden"},
+	ReasonPredictionWrong: {"ClonePathMispredicted",
+		"the verdict stands (it is the storage layer's record); the prediction missed a rule: compare CDI's fallback reason and the driver error in the clone-evidence annotation with the predicted reason, and report it"},
 }
 
 // EventReason is the CamelCase Event reason for a bad reason.

@@ -25,6 +25,11 @@ type ReportData struct {
 	// Untrusted are the goldens that break the naming rules: not a flavor,
 	// only a problem, with the disks that name them.
 	Untrusted []UntrustedGoldenReport `json:"untrustedGoldens"`
+	// ClonePaths is the predicted clone path of every golden on every CSI
+	// class and the empty one (report_paths.go); ClonePathsError says why
+	// it is missing when the prediction's objects cannot be read.
+	ClonePaths      []ClonePathReport `json:"clonePaths"`
+	ClonePathsError string            `json:"clonePathsError,omitempty"`
 }
 
 // UntrustedGoldenReport is a golden that breaks the naming rules.
@@ -97,25 +102,38 @@ const VerdictUnjudged = "unjudged"
 // leadership. cfg.LedgerNamespace may be empty: the ledger is then found by
 // its label. format is "table" or "json".
 func Report(ctx context.Context, clients Clients, cfg Config, w io.Writer, format string) error {
-	if format != "table" && format != "json" {
-		return fmt.Errorf("unknown output format %q: use table or json", format)
-	}
-	if err := clients.validate(); err != nil {
+	if err := checkFormat(format); err != nil {
 		return err
 	}
 	data, err := gatherReport(ctx, clients, cfg)
 	if err != nil {
 		return err
 	}
+	return writeReport(w, format, data, func(w io.Writer) error { return printTable(w, data) })
+}
+
+func checkFormat(format string) error {
+	if format != "table" && format != "json" {
+		return fmt.Errorf("unknown output format %q: use table or json", format)
+	}
+	return nil
+}
+
+// writeReport prints v as indented JSON, or as a table through table.
+func writeReport(w io.Writer, format string, v any, table func(io.Writer) error) error {
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(data)
+		return enc.Encode(v)
 	}
-	return printTable(w, data)
+	return table(w)
 }
 
-func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData, error) {
+// readInventory lists everything once, straight from the API server.
+func readInventory(ctx context.Context, clients Clients, cfg Config) (*inventory, error) {
+	if err := clients.validate(); err != nil {
+		return nil, err
+	}
 	objs, err := listObjects(ctx, clients)
 	if err != nil {
 		return nil, err
@@ -123,7 +141,14 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 	if cfg.GoldenNamespace == "" {
 		cfg.GoldenNamespace = DefaultGoldenNamespace
 	}
-	inv := buildInventory(objs, cfg.GoldenNamespace)
+	return buildInventory(objs, cfg.GoldenNamespace), nil
+}
+
+func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData, error) {
+	inv, err := readInventory(ctx, clients, cfg)
+	if err != nil {
+		return nil, err
+	}
 	ledger, name, err := findLedger(ctx, clients, cfg)
 	if err != nil {
 		return nil, err
@@ -132,6 +157,9 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 	data.Flavors = reportFlavors(inv, ledger)
 	data.Pools, data.BadDisks = reportDisks(inv, judgeClaimless(inv, cfg))
 	data.Untrusted = reportUntrusted(inv)
+	if data.ClonePaths, err = clonePaths(ctx, clients, inv, ""); err != nil {
+		data.ClonePathsError = err.Error()
+	}
 	return data, nil
 }
 
@@ -354,6 +382,11 @@ func printTable(w io.Writer, d *ReportData) error {
 				oneLine(r.Message), r.Fix)
 		}
 	}
+	fmt.Fprintln(tw, "\nCLONE PATHS (predicted for the next disk larger than the golden)")
+	if d.ClonePathsError != "" {
+		fmt.Fprintf(tw, "unavailable: %s\n", oneLine(d.ClonePathsError))
+	}
+	printClonePaths(tw, d.ClonePaths)
 	return tw.Flush()
 }
 

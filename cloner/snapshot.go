@@ -31,6 +31,18 @@ type Snapshot struct {
 	// full; EvidenceExpired evidence that waited too long for its object.
 	// These two are this replica's own and are set on every replica.
 	EvidenceDropped, EvidenceExpired int64
+	// PredictionsReady is set once the prediction's informers have synced;
+	// Paths is then the predicted clone path of every (golden, class) pair.
+	PredictionsReady bool
+	Paths            []ClonePathReport
+	// PredictionChecks compares decided verdicts with their predictions.
+	PredictionChecks PredictionCheck
+	// ClassDisks counts clone worker disks per flavor and resolved class.
+	ClassDisks []ClassDiskCount
+	// AdmissionParams is the state of the admission guard's parameters
+	// (--admission-params): "" when off, else AdmissionParamsSynced or
+	// AdmissionParamsFailed.
+	AdmissionParams string
 }
 
 // GoldenStatus is one golden as metrics and the report show it.
@@ -43,6 +55,8 @@ type GoldenStatus struct {
 	Consumers       int
 	Trusted         bool
 	Problems        []string
+	// ReadySince is when its import finished (zero while it has not).
+	ReadySince time.Time
 }
 
 // DiskCount is the number of worker disks of a flavor with a verdict.
@@ -95,12 +109,22 @@ func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 	cons := map[types.NamespacedName]int{}
 	disks := map[DiskCount]int{}
 	bad := map[BadDiskCount]int{}
+	perClass := map[ClassDiskCount]int{}
 	c.mu.Lock()
 	for _, d := range c.judged {
 		if d.kind == DiskClone {
 			cons[d.goldenRef]++
 		}
 		disks[DiskCount{Flavor: d.flavor, Verdict: d.verdict}]++
+		if d.class != "" {
+			perClass[ClassDiskCount{Flavor: d.flavor, Class: d.class}]++
+		}
+		switch {
+		case d.predictionChecked && d.predictionRight:
+			s.PredictionChecks.Right++
+		case d.predictionChecked:
+			s.PredictionChecks.Wrong++
+		}
 		for i, r := range d.badReasons {
 			if !slices.Contains(d.badReasons[:i], r) { // a disk counts once per reason
 				bad[BadDiskCount{Namespace: d.namespace, Pool: d.pool, Flavor: d.flavor, Reason: r}]++
@@ -114,7 +138,7 @@ func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 		}
 		s.Goldens = append(s.Goldens, GoldenStatus{Namespace: g.Namespace, Name: g.Name, Flavor: g.Flavor,
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
-			Trusted: g.Trusted(), Problems: g.Problems})
+			Trusted: g.Trusted(), Problems: g.Problems, ReadySince: g.ReadySince})
 	}
 	for k, n := range disks {
 		k.Count = n
@@ -124,6 +148,14 @@ func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 		k.Count = n
 		s.BadDisks = append(s.BadDisks, k)
 	}
+	for k, n := range perClass {
+		k.Count = n
+		s.ClassDisks = append(s.ClassDisks, k)
+	}
+	sort.Slice(s.ClassDisks, func(i, j int) bool {
+		a, b := s.ClassDisks[i], s.ClassDisks[j]
+		return a.Flavor.Key()+"\x00"+a.Class < b.Flavor.Key()+"\x00"+b.Class
+	})
 	sortSnapshot(s)
 	if l != nil {
 		s.Flavors, s.Durations = ledgerCounters(l)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
 // Record is the verdict of one worker disk and the evidence behind it,
@@ -47,6 +49,12 @@ type Record struct {
 	Findings        []Finding `json:"findings,omitempty"`
 	// Since is when this verdict and these findings were first decided.
 	Since time.Time `json:"since,omitzero"`
+
+	// Predicted is the clone path predicted for this disk when it was first
+	// judged, PredictedReason why (package predict); a decided verdict that
+	// contradicts it is the finding prediction-wrong.
+	Predicted       string `json:"predicted,omitempty"`
+	PredictedReason string `json:"predictedReason,omitempty"`
 }
 
 // Finding is one problem found on top of the verdict.
@@ -121,6 +129,8 @@ type diskFacts struct {
 	clonePVC          *corev1.PersistentVolumeClaim
 	clonePV           *corev1.PersistentVolume
 	goldenClaimExists bool
+	// predicted is the disk's clone-path prediction (nil: none available).
+	predicted *predict.Prediction
 }
 
 // judge decides the verdict and findings of one worker disk. The rules, in
@@ -135,6 +145,9 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 		DiskBytes: d.RequestedBytes, Class: f.class.Name}
 	describeGolden(r, g)
 	describeVolume(r, f)
+	if f.predicted != nil {
+		r.Predicted, r.PredictedReason = f.predicted.Path, f.predicted.Reason
+	}
 	a := assessment{disk: d, golden: g, record: r}
 	switch {
 	case d.Failed():
@@ -348,6 +361,9 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	}
 	if msg := wrongSource(r, f, snapshotOf); msg != "" {
 		add(ReasonWrongSource, msg)
+	}
+	if msg := predictionWrong(r); msg != "" {
+		add(ReasonPredictionWrong, msg)
 	}
 	return out
 }

@@ -72,7 +72,9 @@ func (c *Controller) passDue(ctx context.Context) error {
 		return nil
 	}
 	inv := c.storeInventory(keys)
-	ev := evaluate(inv, c.cfg, c.cfg.now())
+	pred, badInputs := c.newPredictor(inv)
+	ev := evaluateWith(inv, c.cfg, c.cfg.now(), pred)
+	ev.malformed = append(ev.malformed, badInputs...)
 	c.judgedCount.Add(int64(len(ev.assessments)))
 	c.remember(keys, ev)
 	var firstErr error
@@ -88,6 +90,9 @@ func (c *Controller) passDue(ctx context.Context) error {
 	ledger, err := c.countLedger(ctx, ledgerFacts(ev, c.cfg), full || c.dataVolumesDeleted.Swap(false), c.dataVolumeLive)
 	keep(err)
 	snap := c.buildSnapshot(inv, ledger)
+	addPredictions(snap, pred)
+	snap.AdmissionParams, err = c.publishAdmissionParams(ctx, pred)
+	keep(err)
 	if ledger == nil {
 		// Keep showing the counters last read rather than dropping them.
 		prev := c.Snapshot()

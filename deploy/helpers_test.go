@@ -29,6 +29,12 @@ var knownMetrics = map[string]bool{
 	"csi_clone_golden_consumers":              true,
 	"csi_clone_bad_disks":                     true,
 	"csi_clone_duration_seconds":              true,
+	// Clone-path prediction (metrics/predict.go, issue 12).
+	"csi_clone_path_predicted":                 true,
+	"csi_clone_prediction_checks":              true,
+	"csi_clone_class_disks":                    true,
+	"csi_clone_golden_ready_timestamp_seconds": true,
+	"csi_clone_admission_params_synced":        true,
 }
 
 // tool returns the path of a command-line tool the tests drive. Without it

@@ -257,7 +257,8 @@ func TestGenericMonitoringOverlay(t *testing.T) {
 }
 
 // TestRoleNamesEveryLedgerObject: the Role's get/update on ConfigMaps names
-// exactly the ledger's root and shards, as the sidecar writes them.
+// exactly the ledger's root and shards, as the sidecar writes them, and the
+// admission guard's parameters.
 func TestRoleNamesEveryLedgerObject(t *testing.T) {
 	role := object(t, kustomize(t, "rbac"), "Role", "csi-clone-sidecar")
 	for _, r := range get(role, "rules").([]any) {
@@ -269,7 +270,8 @@ func TestRoleNamesEveryLedgerObject(t *testing.T) {
 		for _, n := range names {
 			got = append(got, n.(string))
 		}
-		if want := cloner.LedgerObjectNames(cloner.DefaultLedgerName); !reflect.DeepEqual(got, want) {
+		want := append(cloner.LedgerObjectNames(cloner.DefaultLedgerName), cloner.AdmissionParamsName)
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Role names %v\nthe ledger is %v", got, want)
 		}
 		return

@@ -98,6 +98,7 @@ func runReport(args []string) error {
 	registerClonerFlags(fs, &c)
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig; in-cluster config when empty.")
 	format := fs.String("o", "table", "Output format: table or json.")
+	predictClass := fs.String("predict", "", "Print only the predicted clone path of every golden on this StorageClass (\"(default)\": a disk that names none), with the reason and the fix.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -113,6 +114,9 @@ func runReport(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if *predictClass != "" {
+		return cloner.ReportClonePaths(ctx, clients, c, os.Stdout, *format, *predictClass)
+	}
 	return cloner.Report(ctx, clients, c, os.Stdout, *format)
 }
 
@@ -146,6 +150,7 @@ func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
 	fs.DurationVar(&c.EvidenceTTL, "evidence-ttl", c.EvidenceTTL, "How long evidence waits for its PV or PVC to appear.")
 	fs.DurationVar(&c.EvidenceGrace, "evidence-grace", c.EvidenceGrace, "How long a finished disk whose PV has no tap evidence yet waits for it before it is judged from CDI's annotations, and how long CDI must keep an error on a clone (clonePhase Error) before the disk is failed.")
 	fs.IntVar(&c.EvidenceQueue, "evidence-queue", c.EvidenceQueue, "Observations that may wait to be turned into evidence before new ones are dropped.")
+	fs.BoolVar(&c.AdmissionParams, "admission-params", false, "Keep the admission guard's parameters (ConfigMap "+cloner.AdmissionParamsName+" in --ledger-namespace) current; turn on with deploy/admission.")
 }
 
 // The client's rate limit. csi-lib-utils' 5/10 would make a 10,000-disk
@@ -295,6 +300,9 @@ func newVerdicts(o *options, cfg standardflags.SidecarConfiguration, m *metrics.
 		return nil, nil, err
 	}
 	if err := m.Register(metrics.NewCloneCollector(ctrl)); err != nil {
+		return nil, nil, err
+	}
+	if err := m.Register(metrics.NewPredictionCollector(ctrl)); err != nil {
 		return nil, nil, err
 	}
 	return ctrl, kube, nil

@@ -105,8 +105,16 @@ func (c *Cluster) installBase() error {
 			return err
 		}
 	}
-	drv := &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: c.DriverName},
+	if _, err := c.Client.StorageV1().CSIDrivers().Create(ctx, newCSIDriver(c.DriverName), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("CSIDriver: %w", err)
+	}
+	return c.waitCRDsEstablished(ctx, names)
+}
+
+// newCSIDriver is the CSIDriver object of a test driver.
+func newCSIDriver(name string) *storagev1.CSIDriver {
+	return &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: storagev1.CSIDriverSpec{
 			AttachRequired: ptr(false),
 			PodInfoOnMount: ptr(false),
@@ -115,10 +123,6 @@ func (c *Cluster) installBase() error {
 			},
 		},
 	}
-	if _, err := c.Client.StorageV1().CSIDrivers().Create(ctx, drv, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("CSIDriver: %w", err)
-	}
-	return c.waitCRDsEstablished(ctx, names)
 }
 
 func ptr[T any](v T) *T { return &v }

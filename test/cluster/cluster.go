@@ -149,6 +149,10 @@ type Cluster struct {
 	emu      *emulator
 	cdiKey   string // private key cdi-controller verifies clone tokens with
 	rbacEdit RBACEdit
+
+	// otherDrivers maps each driver StartOtherDriver started to its state
+	// directory (otherdriver.go).
+	otherDrivers map[string]string
 }
 
 // Start brings up a cluster for t and registers its teardown with t.Cleanup.

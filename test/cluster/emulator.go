@@ -376,10 +376,14 @@ func (e *emulator) claimFile(ns, claim string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != e.c.DriverName {
-		return "", fmt.Errorf("PV %s is not a volume of %s", pv.Name, e.c.DriverName)
+	if pv.Spec.CSI == nil {
+		return "", fmt.Errorf("PV %s is not a CSI volume", pv.Name)
 	}
-	return e.c.VolumeFile(pv.Spec.CSI.VolumeHandle), nil
+	file, ok := e.c.volumeFileOf(pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
+	if !ok {
+		return "", fmt.Errorf("PV %s is not a volume of %s or of another test driver", pv.Name, e.c.DriverName)
+	}
+	return file, nil
 }
 
 // copyClone moves the data of a host-assisted clone: from the source PVC the

@@ -123,6 +123,30 @@ func (c *Cluster) startDriver() error {
 	return c.waitSocket("csi-test-driver", sock, 30*time.Second)
 }
 
+// object is the StorageClass of a driver's pool. A node-local pool says so
+// the way LINSTOR's node-local classes do (allowRemoteVolumeAccess "false").
+func (sc StorageClass) object(driver string) *storagev1.StorageClass {
+	obj := &storagev1.StorageClass{
+		ObjectMeta:           metav1.ObjectMeta{Name: sc.Name, Annotations: map[string]string{}},
+		Provisioner:          driver,
+		Parameters:           map[string]string{driver + "/storagePool": sc.pool()},
+		ReclaimPolicy:        ptr(corev1.PersistentVolumeReclaimDelete),
+		AllowVolumeExpansion: ptr(!sc.NoExpansion),
+		// No scheduler runs: WaitForFirstConsumer would never bind.
+		VolumeBindingMode: ptr(storagev1.VolumeBindingImmediate),
+	}
+	if sc.NodeLocal {
+		obj.Parameters[driver+"/allowRemoteVolumeAccess"] = "false"
+	}
+	if sc.Default {
+		obj.Annotations["storageclass.kubernetes.io/is-default-class"] = "true"
+	}
+	if sc.DefaultVirt {
+		obj.Annotations["storageclass.kubevirt.io/is-default-virt-class"] = "true"
+	}
+	return obj
+}
+
 func (sc StorageClass) pool() string {
 	if sc.Pool != "" {
 		return sc.Pool
@@ -237,22 +261,7 @@ func (c *Cluster) installStorage() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, sc := range c.opts.StorageClasses {
-		obj := &storagev1.StorageClass{
-			ObjectMeta:           metav1.ObjectMeta{Name: sc.Name, Annotations: map[string]string{}},
-			Provisioner:          c.DriverName,
-			Parameters:           map[string]string{c.DriverName + "/storagePool": sc.pool()},
-			ReclaimPolicy:        ptr(corev1.PersistentVolumeReclaimDelete),
-			AllowVolumeExpansion: ptr(!sc.NoExpansion),
-			// No scheduler runs: WaitForFirstConsumer would never bind.
-			VolumeBindingMode: ptr(storagev1.VolumeBindingImmediate),
-		}
-		if sc.Default {
-			obj.Annotations["storageclass.kubernetes.io/is-default-class"] = "true"
-		}
-		if sc.DefaultVirt {
-			obj.Annotations["storageclass.kubevirt.io/is-default-virt-class"] = "true"
-		}
-		if _, err := c.Client.StorageV1().StorageClasses().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		if _, err := c.Client.StorageV1().StorageClasses().Create(ctx, sc.object(c.DriverName), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("StorageClass %s: %w", sc.Name, err)
 		}
 	}

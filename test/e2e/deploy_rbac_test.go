@@ -129,7 +129,7 @@ func without(r rbacRule) cluster.RBACEdit {
 func TestShippedRBACIsExactlyWhatTheSidecarNeeds(t *testing.T) {
 	rules := shippedRules(t)
 	checkNoLeaks(t)
-	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s", "--leader-election=true"}})
+	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s", "--leader-election=true", "--admission-params=true"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	s := setUpRBACScenario(t, ctx, c)
@@ -167,8 +167,8 @@ func TestShippedRBACIsExactlyWhatTheSidecarNeeds(t *testing.T) {
 }
 
 // restartSidecar starts a new sidecar process with the edited roles, from a
-// clean slate: no Lease and no ledger, as on a first install, so that the
-// rules that create them are needed.
+// clean slate: no Lease, no ledger and no admission parameters, as on a
+// first install, so that the rules that create them are needed.
 func restartSidecar(t *testing.T, ctx context.Context, c *cluster.Cluster, edit cluster.RBACEdit) {
 	t.Helper()
 	if err := c.StopSidecar(); err != nil {
@@ -177,6 +177,7 @@ func restartSidecar(t *testing.T, ctx context.Context, c *cluster.Cluster, edit 
 	for _, err := range []error{
 		c.Client.CoordinationV1().Leases(cluster.NamespaceCSI).Delete(ctx, "csi-clone-sidecar", metav1.DeleteOptions{}),
 		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.DefaultLedgerName, metav1.DeleteOptions{}),
+		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}),
 	} {
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
@@ -281,6 +282,7 @@ var rbacOutcomeNames = []string{
 	"the snapshot restore traced to the golden's volume",
 	"the clone counted in the ledger",
 	"the lease held",
+	"the clone paths predicted in the admission parameters",
 }
 
 func (o rbacOutcomes) missing() []string {
@@ -404,6 +406,12 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 	if l, err := c.Client.CoordinationV1().Leases(cluster.NamespaceCSI).Get(ctx, "csi-clone-sidecar", metav1.GetOptions{}); err == nil &&
 		l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 		reached[rbacOutcomeNames[5]] = true
+	}
+	// The prediction needs every one of its informers (StorageProfiles, the
+	// CDI resource, VolumeSnapshotClasses, CSIDrivers) synced.
+	if cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, cloner.AdmissionParamsName, metav1.GetOptions{}); err == nil &&
+		cm.Data[s.golden+".path.replicated"] != "" {
+		reached[rbacOutcomeNames[6]] = true
 	}
 }
 

@@ -128,7 +128,7 @@ func TestDeployManifestsServerSideDryRun(t *testing.T) {
 
 // applied are deploy/'s kustomizations the dry run applies; params is a
 // resource of generic and generic/monitoring, sidecar a component.
-var applied = []string{"rbac", "monitoring", "generic", "generic/monitoring"}
+var applied = []string{"rbac", "monitoring", "generic", "generic/monitoring", "admission/warn", "admission/deny"}
 
 // kustomizations returns the applied directories, failing if deploy/ holds
 // a kustomization this test does not know about: a new manifest must not

@@ -244,6 +244,13 @@ func checkStateMetrics(t *testing.T, s scrape) {
 	if got, _ := s.value("csi_clone_duration_seconds", map[string]string{"verdict": cloner.VerdictCSIClone}); got != 6 {
 		t.Errorf("clone durations observed = %v, want 6 (5 of A, 1 of B)", got)
 	}
+	// Every decided disk (all but failed-a) had its path predicted first,
+	// and every prediction held (test/e2e/predict_test.go covers each path).
+	right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"})
+	wrong, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "wrong"})
+	if right != 8 || wrong != 0 {
+		t.Errorf("prediction checks right=%v wrong=%v, want 8 and 0", right, wrong)
+	}
 }
 
 // checkReport asserts `report -o json` against the cluster's own state.

@@ -1,0 +1,216 @@
+package cloner
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+)
+
+// predictor is one pass's clone-path prediction (package predict): the
+// planner's state, the goldens as the planner reads them, every
+// (golden, class) pair.
+type predictor struct {
+	state   *predict.State
+	goldens map[types.NamespacedName]predict.Golden
+	flavors map[types.NamespacedName]Flavor
+	pairs   []predict.Pair
+	// defaults are the classes an empty class resolves to: for spec.storage
+	// DataVolumes of content kubevirt (the platform's), and for spec.pvc.
+	storageDefault, pvcDefault ClassResolution
+}
+
+// newPredictor builds the prediction for an inventory; nil while the
+// prediction's informers have not synced.
+func (c *Controller) newPredictor(inv *inventory) (*predictor, []malformedObject) {
+	in, malformed, ok := c.predIn.Load().inputs()
+	if !ok {
+		return nil, malformed
+	}
+	return buildPredictor(in, inv), malformed
+}
+
+// buildPredictor predicts every golden of the inventory on every CSI class
+// and on the empty class, resolved as the cloner resolves it.
+func buildPredictor(in predict.Inputs, inv *inventory) *predictor {
+	in.Classes = make([]*storagev1.StorageClass, 0, len(inv.classes.byName))
+	for _, sc := range inv.classes.byName {
+		in.Classes = append(in.Classes, sc)
+	}
+	p := &predictor{state: predict.NewState(in), goldens: map[types.NamespacedName]predict.Golden{},
+		flavors:        map[types.NamespacedName]Flavor{},
+		storageDefault: inv.classes.resolveRequested(nil, contentTypeKubeVirt),
+		pvcDefault:     inv.classes.kubernetesDefault(),
+	}
+	goldens := make([]predict.Golden, 0, len(inv.goldens))
+	for _, g := range inv.goldens {
+		pg := plannerGolden(g, inv)
+		p.goldens[g.Ref()], p.flavors[g.Ref()] = pg, g.Flavor
+		goldens = append(goldens, pg)
+	}
+	p.pairs = p.state.Pairs(goldens, targetOfClass(p.storageDefault))
+	return p
+}
+
+// kubernetesDefault is what an empty class of a spec.pvc DataVolume
+// becomes: the Kubernetes default only (datavolume/util.go applies the
+// virtualization default to spec.storage alone).
+func (ci classIndex) kubernetesDefault() ClassResolution {
+	if ci.k8sDefault == "" {
+		return ClassResolution{How: ClassUnresolved}
+	}
+	return ClassResolution{Name: ci.k8sDefault, How: ClassK8sDefault}
+}
+
+func targetOfClass(r ClassResolution) predict.Target {
+	return predict.Target{Class: r.Name, Unresolved: !r.Resolved()}
+}
+
+// plannerGolden is what CDI's planner reads of a golden: its claim's request
+// and capacity, its PV's driver, volume mode and node affinity.
+func plannerGolden(g *Golden, inv *inventory) predict.Golden {
+	pg := predict.Golden{Namespace: g.Namespace, Name: g.Name, Phase: g.Phase, VolumeMode: g.VolumeMode,
+		CapacityBytes: g.CapacityBytes, RequestedBytes: g.RequestedBytes}
+	if g.Class.Resolved() {
+		pg.Class = g.Class.Name
+	}
+	if pv := inv.volumes(g.PVName); pv != nil {
+		if pv.Spec.CSI != nil {
+			pg.Driver = pv.Spec.CSI.Driver
+		}
+		pg.PinnedNodes = pinnedTo(pv)
+	}
+	return pg
+}
+
+// pinnedTo lists the topology a PV's required node affinity allows
+// ("key=value"), nil when it has none.
+func pinnedTo(pv *corev1.PersistentVolume) []string {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return nil
+	}
+	var out []string
+	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Operator == corev1.NodeSelectorOpIn {
+				for _, v := range e.Values {
+					out = append(out, e.Key+"="+v)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// forDisk predicts one worker disk from its own claim: its resolved class,
+// volume mode and request (what CDI's planner compares).
+func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
+	if p == nil || f.golden == nil || f.disk.Kind != DiskClone || !f.disk.FromPVC {
+		return nil
+	}
+	g, ok := p.goldens[f.golden.Ref()]
+	if !ok {
+		return nil
+	}
+	t := targetOfClass(f.class)
+	t.Bytes = f.disk.RequestedBytes
+	if f.pvc != nil {
+		if f.pvc.Spec.VolumeMode != nil {
+			t.VolumeMode = string(*f.pvc.Spec.VolumeMode)
+		}
+		if r := claimRequest(f.pvc); r > 0 {
+			t.Bytes = r
+		}
+	}
+	pr := p.state.Predict(g, t)
+	return &pr
+}
+
+// recordedPrediction is the prediction a disk's persisted record already
+// carries: the one made first is the one checked against the verdict.
+func recordedPrediction(pvc *corev1.PersistentVolumeClaim) *predict.Prediction {
+	old, err := readRecord(pvc)
+	if err != nil || old == nil || old.Predicted == "" {
+		return nil
+	}
+	return &predict.Prediction{Path: old.Predicted, Reason: old.PredictedReason}
+}
+
+// pathOfVerdict is the path a decided verdict shows; false while the
+// verdict says nothing about the path (pending, unknown, an HTTP import).
+func pathOfVerdict(verdict string) (string, bool) {
+	switch verdict {
+	case VerdictCSIClone:
+		return predict.PathCSIClone, true
+	case VerdictSnapshotClone:
+		return predict.PathSnapshotClone, true
+	case VerdictHostAssisted:
+		return predict.PathHostAssisted, true
+	case VerdictStuck, VerdictFailed:
+		return predict.PathBlocked, true
+	}
+	return "", false
+}
+
+// checkPrediction compares a disk's verdict with the path predicted for it:
+// checked once the verdict shows a path. A stuck disk confirms a blocked
+// prediction but contradicts no other one: a slow clone may still finish
+// (CSICloneStuck speaks for it meanwhile).
+func checkPrediction(r *Record) (checked, right bool) {
+	got, decided := pathOfVerdict(r.Verdict)
+	switch {
+	case r.Predicted == "" || !decided:
+		return false, false
+	case got == r.Predicted:
+		return true, true
+	case r.Verdict == VerdictStuck:
+		return false, false
+	}
+	return true, false
+}
+
+// predictionWrong: the verdict contradicts the path predicted for the disk.
+func predictionWrong(r *Record) string {
+	if checked, right := checkPrediction(r); !checked || right {
+		return ""
+	}
+	return fmt.Sprintf("the clone path was predicted %s (%s) from CDI's rules, but the verdict is %s", r.Predicted, r.PredictedReason, r.Verdict)
+}
+
+// PredictionCheck counts decided worker disks whose verdict matched the
+// prediction recorded for them (Right) or contradicted it (Wrong).
+type PredictionCheck struct{ Right, Wrong int }
+
+// ClassDiskCount is the number of worker disks of a flavor on a class.
+type ClassDiskCount struct {
+	Flavor Flavor
+	Class  string
+	Count  int
+}
+
+// addPredictions puts the pass's predictions into the snapshot the metrics
+// read (the checks and disks per class come from every judged disk, in
+// buildSnapshot).
+func addPredictions(s *Snapshot, p *predictor) {
+	if p == nil {
+		return
+	}
+	s.PredictionsReady = true
+	s.Paths = p.reports(p.pairs)
+}
+
+// reports turns pairs into the rows metrics and the report show.
+func (p *predictor) reports(pairs []predict.Pair) []ClonePathReport {
+	out := make([]ClonePathReport, 0, len(pairs))
+	for _, pr := range pairs {
+		ref := types.NamespacedName{Namespace: pr.Golden.Namespace, Name: pr.Golden.Name}
+		f := p.flavors[ref]
+		out = append(out, ClonePathReport{Golden: ref.String(), SchematicID: f.SchematicID, Version: f.Version,
+			StorageClass: pr.Class, ResolvedClass: pr.ResolvedClass, Prediction: pr.Larger,
+			AtGoldenSize: pr.AtSize.Path, Fix: predict.Fix(pr.Larger.Reason)})
+	}
+	return out
+}

@@ -1,0 +1,270 @@
+package cloner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clienttesting "k8s.io/client-go/testing"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+)
+
+const testDriver = "linstor.csi.linbit.com"
+
+// csiCloneForced: CDI's cloneStrategyOverride csi-clone and a CSIDriver
+// object for the driver, as the loopback stack runs CDI.
+func csiCloneForced() predict.Inputs {
+	s := cdiv1.CloneStrategyCsiClone
+	return predict.Inputs{CDIs: []*cdiv1.CDI{{Spec: cdiv1.CDISpec{CloneStrategyOverride: &s}}}, CSIDrivers: []string{testDriver}}
+}
+
+// predictionWorld: a golden on testClass, a class without expansion, and
+// two finished worker disks whose volumes the tap saw created blank.
+func predictionWorld(t *testing.T) (*world, *cdiv1.DataVolume) {
+	t.Helper()
+	var w world
+	w.class(testClass, nil, t0)
+	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
+	g, _ := w.golden(testSID, testVer)
+	blank := tapClone("", 20*gi, 20*gi)
+	w.cloned(w.worker("tenant-a", "fixed-a", "p", g, 20*gi, ptrTo("fixed")), "fixed", "copy", 20*gi, blank)
+	w.cloned(w.worker("tenant-a", "same-a", "p", g, 20*gi, ptrTo(testClass)), testClass, "copy", 20*gi, blank)
+	return &w, g
+}
+
+// TestVerdictContradictingThePredictionIsAFinding: a host-assisted copy on
+// a class without expansion was predicted; one on the golden's own class
+// contradicts the predicted csi-clone and is flagged prediction-wrong.
+func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
+	w, _ := predictionWorld(t)
+	cfg := testConfig()
+	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	ev := evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv))
+	recs := map[string]*Record{}
+	for _, a := range ev.assessments {
+		recs[a.disk.Name] = a.record
+	}
+	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || reasonsOf(r)[ReasonPredictionWrong] {
+		t.Errorf("fixed-a: %+v", r)
+	}
+	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
+		t.Errorf("same-a: predicted %s, reasons %v; want csi-clone and prediction-wrong", r.Predicted, r.BadReasons())
+	}
+	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, rechecks: map[string]time.Time{}}
+	c.remember(nil, ev)
+	s := c.buildSnapshot(inv, nil)
+	addPredictions(s, ev.pred)
+	if s.PredictionChecks != (PredictionCheck{Right: 1, Wrong: 1}) || !s.PredictionsReady {
+		t.Errorf("checks %+v ready %v", s.PredictionChecks, s.PredictionsReady)
+	}
+	got := map[string]string{}
+	for _, p := range s.Paths {
+		got[p.StorageClass] = p.Path + "/" + p.Reason
+	}
+	want := map[string]string{testClass: "csi-clone/cdi-override", "fixed": "host-assisted/no-volume-expansion", predict.EmptyClass: "blocked/class-unresolved"}
+	if len(got) != len(want) {
+		t.Errorf("pairs %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("pair %s: %s, want %s", k, got[k], v)
+		}
+	}
+}
+
+// TestThePredictionRecordedFirstIsTheOneChecked: a record that already
+// carries a prediction keeps it, whatever the objects say now.
+func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
+	w, _ := predictionWorld(t)
+	for _, pvc := range w.pvcs {
+		if pvc.Name == "same-a" {
+			pvc.Annotations[AnnCloneEvidence] = mustJSON(&Record{Verdict: VerdictPending, Predicted: predict.PathHostAssisted,
+				PredictedReason: predict.ReasonCopyStrategy})
+		}
+	}
+	cfg := testConfig()
+	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	for _, a := range evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv)).assessments {
+		if a.disk.Name == "same-a" && (a.record.Predicted != predict.PathHostAssisted || reasonsOf(a.record)[ReasonPredictionWrong]) {
+			t.Errorf("same-a: %+v", a.record)
+		}
+	}
+}
+
+// TestAdmissionParamsWrittenOnlyOnChange runs real passes over informers:
+// the guard's parameters are created once, a pass with nothing changed
+// writes nothing, and a class losing allowVolumeExpansion rewrites them.
+func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
+	w, g := predictionWorld(t)
+	fc := newFakeCluster(t, w)
+	servePredictionInputs(t, fc)
+	cfg := configAt(t0.Add(time.Hour))
+	cfg.AdmissionParams = true
+	ctx := t.Context()
+	c := fc.controller(t, ctx, cfg)
+	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().inputs(); return ok })
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	params := func() map[string]string {
+		cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, AdmissionParamsName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data
+	}
+	if got := params()[g.Name+".path.fixed"]; got != "host-assisted/no-volume-expansion" {
+		t.Errorf("path on fixed: %q", got)
+	}
+	if c.Snapshot().AdmissionParams != AdmissionParamsSynced {
+		t.Errorf("snapshot says %q", c.Snapshot().AdmissionParams)
+	}
+	fc.settle(t, c) // the caches hold the first pass's own writes
+	before := len(fc.kube.Actions())
+	for i := 0; i < 3; i++ {
+		if err := c.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range fc.kube.Actions()[before:] {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("a pass with nothing changed wrote: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	sc, err := fc.kube.StorageV1().StorageClasses().Get(ctx, testClass, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.AllowVolumeExpansion = new(bool)
+	if _, err := fc.kube.StorageV1().StorageClasses().Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "class change seen", func() bool {
+		x, ok, _ := c.scInf.GetStore().GetByKey(testClass)
+		return ok && !*x.(*storagev1.StorageClass).AllowVolumeExpansion
+	})
+	before = len(fc.kube.Actions())
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := params()[g.Name+".path."+testClass]; got != "host-assisted/no-volume-expansion" {
+		t.Errorf("after the change, path on %s: %q", testClass, got)
+	}
+	if n := countWrites(fc.kube.Actions()[before:], "configmaps"); n != 1 {
+		t.Errorf("%d ConfigMap writes after one change, want 1", n)
+	}
+}
+
+func countWrites(actions []clienttesting.Action, resource string) int {
+	n := 0
+	for _, a := range actions {
+		if a.GetResource().Resource == resource && (a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "patch") {
+			n++
+		}
+	}
+	return n
+}
+
+// servePredictionInputs serves CDI's StorageProfile and CDI resources (no
+// snapshot classes) and creates the CDI resource and the CSIDriver.
+func servePredictionInputs(t *testing.T, fc *fakeCluster) {
+	t.Helper()
+	for _, l := range fc.kube.Resources {
+		if l.GroupVersion == CDIGVR.GroupVersion().String() {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: "storageprofiles", Kind: "StorageProfile"},
+				metav1.APIResource{Name: "cdis", Kind: "CDI"})
+		}
+	}
+	ctx := context.Background()
+	cr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI",
+		"metadata": map[string]any{"name": "cdi"}, "spec": map[string]any{"cloneStrategyOverride": "csi-clone"}}}
+	if _, err := fc.dyn.Resource(CDIGVR).Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReportClonePaths: `report --predict CLASS` and the report's "clone
+// paths" table read the same objects the informers do.
+func TestReportClonePaths(t *testing.T) {
+	w, g := predictionWorld(t)
+	fc := newFakeCluster(t, w)
+	servePredictionInputs(t, fc)
+	ctx := t.Context()
+	var out strings.Builder
+	if err := ReportClonePaths(ctx, fc.clients(), testConfig(), &out, "table", "fixed"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"cozy-public/" + g.Name, "fixed", "host-assisted", "no-volume-expansion", "csi-clone", predict.Fix(predict.ReasonNoVolumeExpansion)} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report --predict fixed lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), testClass+" ") {
+		t.Errorf("report --predict fixed shows other classes:\n%s", out.String())
+	}
+	out.Reset()
+	if err := Report(ctx, fc.clients(), testConfig(), &out, "table"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "CLONE PATHS") || !strings.Contains(out.String(), predict.EmptyClass+" -> none") {
+		t.Errorf("report has no clone paths table with the empty class:\n%s", out.String())
+	}
+}
+
+// TestStuckConfirmsBlockedButContradictsNothingElse: a slow clone is stuck
+// for a while; only a blocked prediction is settled by it.
+func TestStuckConfirmsBlockedButContradictsNothingElse(t *testing.T) {
+	for _, tc := range []struct {
+		verdict, predicted string
+		checked, right     bool
+	}{
+		{VerdictStuck, predict.PathBlocked, true, true},
+		{VerdictStuck, predict.PathCSIClone, false, false},
+		{VerdictFailed, predict.PathCSIClone, true, false},
+		{VerdictHostAssisted, predict.PathCSIClone, true, false},
+		{VerdictPending, predict.PathBlocked, false, false},
+		{VerdictCSIClone, "", false, false},
+	} {
+		checked, right := checkPrediction(&Record{Verdict: tc.verdict, Predicted: tc.predicted})
+		if checked != tc.checked || right != tc.right {
+			t.Errorf("verdict %s, predicted %q: checked %v right %v, want %v %v", tc.verdict, tc.predicted, checked, right, tc.checked, tc.right)
+		}
+	}
+}
+
+// BenchmarkPredictionRecompute20x30 is what one pass adds after a
+// StorageClass, StorageProfile or CDI change: 20 goldens on 30 classes, the
+// predictor (every pair, both sizes), the snapshot rows and the admission
+// parameters (every class again, both sizes).
+func BenchmarkPredictionRecompute20x30(b *testing.B) {
+	var w world
+	for i := 0; i < 30; i++ {
+		expand := i%3 != 0
+		w.class(fmt.Sprintf("class-%02d", i), nil, t0).AllowVolumeExpansion = &expand
+	}
+	t := &testing.T{}
+	for i := 0; i < 20; i++ {
+		w.golden(fmt.Sprintf("%064d", i), testVer)
+	}
+	inv := buildInventory(w.objects(t), DefaultGoldenNamespace)
+	in := csiCloneForced()
+	b.ReportAllocs()
+	for b.Loop() {
+		p := buildPredictor(in, inv)
+		s := &Snapshot{}
+		addPredictions(s, p)
+		if len(s.Paths) != 20*31 || len(admissionData(p, DefaultGoldenNamespace)) < 20*30*2 {
+			b.Fatalf("%d pairs", len(s.Paths))
+		}
+	}
+}

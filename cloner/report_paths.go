@@ -1,0 +1,139 @@
+package cloner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+)
+
+// ClonePathReport is one (golden, class) pair of the "clone paths" table.
+type ClonePathReport struct {
+	Golden      string `json:"golden"`
+	SchematicID string `json:"schematicID"`
+	Version     string `json:"version"`
+	// StorageClass is a class or "(default)"; ResolvedClass what it resolves to.
+	StorageClass  string `json:"storageClass"`
+	ResolvedClass string `json:"resolvedClass"`
+	predict.Prediction
+	// AtGoldenSize is the path of a disk of exactly the golden's size.
+	AtGoldenSize string `json:"atGoldenSize"`
+	Fix          string `json:"fix,omitempty"`
+}
+
+// ReportClonePaths prints the predicted clone path of every golden on
+// class (every CSI class and the empty one when class is ""), in format
+// "table" or "json". It reads the objects once and changes nothing.
+func ReportClonePaths(ctx context.Context, clients Clients, cfg Config, w io.Writer, format, class string) error {
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	inv, err := readInventory(ctx, clients, cfg)
+	if err != nil {
+		return err
+	}
+	paths, err := clonePaths(ctx, clients, inv, class)
+	if err != nil {
+		return err
+	}
+	return writeReport(w, format, paths, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		printClonePaths(tw, paths)
+		return tw.Flush()
+	})
+}
+
+// clonePaths predicts from the API's objects; with class set, only that
+// class (a name, or predict.EmptyClass), predicted even if it is not a CSI
+// class or does not exist.
+func clonePaths(ctx context.Context, clients Clients, inv *inventory, class string) ([]ClonePathReport, error) {
+	in, err := listPredictionInputs(ctx, clients)
+	if err != nil {
+		return nil, err
+	}
+	p := buildPredictor(in, inv)
+	pairs := p.pairs
+	if class != "" {
+		pairs = nil
+		t := predict.Target{Class: class}
+		if class == predict.EmptyClass {
+			t = targetOfClass(p.storageDefault)
+		}
+		goldens := make([]predict.Golden, 0, len(inv.goldens))
+		for _, g := range inv.goldens {
+			goldens = append(goldens, p.goldens[g.Ref()])
+		}
+		pairs = p.state.PairsOn(goldens, class, t)
+	}
+	out := p.reports(pairs)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Golden < out[j].Golden })
+	return out, nil
+}
+
+// listPredictionInputs reads what the prediction needs, straight from the
+// API server. VolumeSnapshotClasses not served means none, as for CDI.
+func listPredictionInputs(ctx context.Context, clients Clients) (predict.Inputs, error) {
+	var in predict.Inputs
+	drivers, err := clients.Kube.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return in, fmt.Errorf("listing CSIDrivers: %w", err)
+	}
+	for _, d := range drivers.Items {
+		in.CSIDrivers = append(in.CSIDrivers, d.Name)
+	}
+	sps, err := clients.Dynamic.Resource(StorageProfileGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return in, fmt.Errorf("listing StorageProfiles (is CDI installed?): %w", err)
+	}
+	cdis, err := clients.Dynamic.Resource(CDIGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return in, fmt.Errorf("listing CDI resources: %w", err)
+	}
+	// Unreadable objects are left out; the sidecar reports them as malformed.
+	var unreadable []malformedObject
+	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(itemsOf(sps.Items)), &unreadable)
+	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(itemsOf(cdis.Items)), &unreadable)
+	vscs, err := clients.Dynamic.Resource(VolumeSnapshotClassGVR).List(ctx, metav1.ListOptions{})
+	switch {
+	case err == nil:
+		in.SnapshotClasses = snapshotClasses(unstructuredList(itemsOf(vscs.Items)))
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+	default:
+		return in, fmt.Errorf("listing VolumeSnapshotClasses: %w", err)
+	}
+	return in, nil
+}
+
+func itemsOf[T any](items []T) []any {
+	out := make([]any, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+// printClonePaths writes the "clone paths" table.
+func printClonePaths(tw io.Writer, paths []ClonePathReport) {
+	fmt.Fprintln(tw, "GOLDEN\tCLASS\tPATH\tREASON\tAT GOLDEN SIZE\tFLAGS\tFIX")
+	for _, p := range paths {
+		class := p.StorageClass
+		if p.StorageClass == predict.EmptyClass {
+			class += " -> " + orNone(p.ResolvedClass)
+		}
+		path := p.Path
+		if len(p.Uncertain) > 0 {
+			path += " (uncertain)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Golden, class, path, p.Reason, p.AtGoldenSize,
+			orNone(strings.Join(p.Flags, ", ")), orNone(p.Fix))
+	}
+}

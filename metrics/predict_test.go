@@ -1,0 +1,45 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+)
+
+func TestPredictionCollectorSeries(t *testing.T) {
+	s := leaderSnapshot()
+	s.Paths = []cloner.ClonePathReport{
+		{SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated-fixed", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
+		{SchematicID: sid, Version: "v1.13.2", StorageClass: predict.EmptyClass, Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride}},
+	}
+	s.PredictionChecks = cloner.PredictionCheck{Right: 3, Wrong: 1}
+	s.AdmissionParams = cloner.AdmissionParamsSynced
+	c := NewPredictionCollector(snapshotSource{s})
+	want := `
+# HELP csi_clone_path_predicted The clone path CDI is predicted to take for a worker disk larger than the golden, one series per (golden flavor, StorageClass) pair with value 1: path csi-clone, snapshot-clone, host-assisted or blocked, and its reason. storage_class="(default)" is a disk that names no class, resolved to the default.
+# TYPE csi_clone_path_predicted gauge
+csi_clone_path_predicted{path="csi-clone",reason="cdi-override",schematic_id="` + sid + `",storage_class="(default)",version="v1.13.2"} 1
+csi_clone_path_predicted{path="host-assisted",reason="no-volume-expansion",schematic_id="` + sid + `",storage_class="replicated-fixed",version="v1.13.2"} 1
+# HELP csi_clone_prediction_checks Worker disks with a decided verdict and a recorded prediction, by result: right (the verdict shows the predicted path) or wrong (finding prediction-wrong).
+# TYPE csi_clone_prediction_checks gauge
+csi_clone_prediction_checks{result="right"} 3
+csi_clone_prediction_checks{result="wrong"} 1
+# HELP csi_clone_admission_params_synced 1 when the admission guard's parameters (ConfigMap csi-clone-sidecar-admission) hold the current predictions, 0 when the leader failed to write them; only with --admission-params.
+# TYPE csi_clone_admission_params_synced gauge
+csi_clone_admission_params_synced 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "csi_clone_path_predicted", "csi_clone_prediction_checks", "csi_clone_admission_params_synced"); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+	s.Leader = false
+	if n := testutil.CollectAndCount(c); n != 0 {
+		t.Errorf("a replica that does not lead exports %d prediction series", n)
+	}
+}

@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+)
+
+// The admission tests apply deploy/admission to the loopback API server,
+// whose real ValidatingAdmissionPolicy evaluates it against the parameters
+// the sidecar writes, and create DataVolumes through a client that records
+// the warnings the API server returns.
+
+const admissionTenant = "tenant-admission"
+
+var admissionFlavor = strings.Repeat("ad", 32)
+
+// warningRecorder is a rest.WarningHandler keeping what it is told.
+type warningRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	w.msgs = append(w.msgs, text)
+	w.mu.Unlock()
+}
+
+func (w *warningRecorder) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.msgs
+	w.msgs = nil
+	return out
+}
+
+// admissionClient creates DataVolumes and reports the API server's answer.
+type admissionClient struct {
+	dyn      dynamic.Interface
+	warnings *warningRecorder
+}
+
+func newAdmissionClient(t *testing.T, c *cluster.Cluster) *admissionClient {
+	t.Helper()
+	rec := &warningRecorder{}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.WarningHandler = rec
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &admissionClient{dyn: dyn, warnings: rec}
+}
+
+// create creates a worker disk DataVolume cloning golden (dry run unless
+// persist) and returns the warnings and the error.
+func (a *admissionClient) create(ctx context.Context, name, golden, class, size string, persist bool) ([]string, error) {
+	block := corev1.PersistentVolumeBlock
+	dv := &cdiv1.DataVolume{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: admissionTenant, Name: name, Annotations: map[string]string{cluster.AnnPool: "kubernetes-" + name}},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: golden}},
+			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &block,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
+		},
+	}
+	if class != "" {
+		dv.Spec.Storage.StorageClassName = &class
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.CreateOptions{}
+	if !persist {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	a.warnings.take()
+	_, err = a.dyn.Resource(cluster.DataVolumeGVR).Namespace(admissionTenant).Create(ctx, &unstructured.Unstructured{Object: obj}, opts)
+	return a.warnings.take(), err
+}
+
+// admissionCase is one DataVolume and what the guard must say about it.
+type admissionCase struct {
+	name, golden, class, size string
+	// want are substrings of the one message per broken rule, in order;
+	// none: admitted silently.
+	want []string
+}
+
+// TestAdmissionGuardWarnsDeniesAndFailsOpen applies deploy/admission/warn,
+// then deploy/admission/deny, on the loopback API server with the sidecar
+// keeping the parameters current, then stops the sidecar and deletes them.
+func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
+	checkNoLeaks(t)
+	c := cluster.Start(t, cluster.Options{
+		StorageClasses: []cluster.StorageClass{
+			{Name: "replicated", DefaultVirt: true},
+			{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
+			{Name: "replicated-b", Pool: "b"},
+		},
+		SidecarArgs: []string{"--resync-period=2s", "--admission-params=true"},
+		// Type-checks the policy's CEL against the DataVolume schema and
+		// writes what it finds in the policy's status.
+		ExtraControllers: []string{"validatingadmissionpolicy-status-controller"},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	golden := cluster.GoldenName(admissionFlavor, talosVersion)
+	createGolden(t, ctx, c, cluster.Golden{SchematicID: admissionFlavor, Version: talosVersion, StorageClass: "replicated"})
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
+	if err := c.CreateNamespace(ctx, admissionTenant); err != nil {
+		t.Fatal(err)
+	}
+	waitAdmissionParams(t, ctx, c, golden+".path.replicated-fixed", "host-assisted/no-volume-expansion")
+	a := newAdmissionClient(t, c)
+	cases := []admissionCase{
+		{"good", golden, "replicated", "20Gi", nil},
+		{"good-default", golden, "", "20Gi", nil}, // the virtualization default is the golden's class
+		{"same-size-fixed", golden, "replicated-fixed", "6Gi", []string{"would be on StorageClass replicated-fixed, not on golden " + golden + "'s replicated"}},
+		{"mismatched", golden, "replicated-b", "20Gi", []string{"would be on StorageClass replicated-b, not on golden " + golden + "'s replicated"}},
+		{"too-small", golden, "replicated", "2Gi", []string{"asks 2Gi, less than golden " + golden}},
+		{"host-assisted", golden, "replicated-fixed", "20Gi", []string{"would be on StorageClass replicated-fixed",
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed, not a CSI clone. Fix: set allowVolumeExpansion: true"}},
+		{"no-golden", cluster.GoldenName("0000", "v1.0.0"), "replicated", "20Gi", []string{"which is not a golden of the catalog"}},
+	}
+
+	applyAdmission(t, c, "warn")
+	checkTypeChecking(t, ctx, c)
+	waitGuard(t, ctx, c, func() (bool, string) {
+		w, err := a.create(ctx, "probe", golden, "replicated-b", "20Gi", false)
+		return err == nil && len(w) > 0, fmt.Sprintf("warnings %q, error %v", w, err)
+	})
+	for _, tc := range cases {
+		warnings, err := a.create(ctx, tc.name, tc.golden, tc.class, tc.size, tc.name == "mismatched" || tc.name == "good")
+		if err != nil {
+			t.Errorf("warn mode: %s refused: %v", tc.name, err)
+		}
+		checkMessages(t, "warn mode: "+tc.name, warnings, tc.want)
+	}
+
+	applyAdmission(t, c, "deny")
+	waitGuard(t, ctx, c, func() (bool, string) {
+		_, err := a.create(ctx, "probe", golden, "replicated-b", "20Gi", false)
+		return apierrors.IsInvalid(err), fmt.Sprintf("error %v", err)
+	})
+	for _, tc := range cases {
+		warnings, err := a.create(ctx, tc.name+"-deny", tc.golden, tc.class, tc.size, false)
+		if len(warnings) > 0 {
+			t.Errorf("deny mode: %s got warnings %q", tc.name, warnings)
+		}
+		var got []string
+		if err != nil {
+			got = []string{err.Error()}
+		}
+		if len(tc.want) > 0 && !apierrors.IsInvalid(err) {
+			t.Errorf("deny mode: %s not refused as Invalid: %v", tc.name, err)
+		}
+		checkMessages(t, "deny mode: "+tc.name, got, firstWant(tc.want))
+	}
+
+	// A broken sidecar must never block VM creation: with it stopped and
+	// its parameters gone, the guard admits even what it would refuse.
+	if err := c.StopSidecar(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGuard(t, ctx, c, func() (bool, string) {
+		w, err := a.create(ctx, "probe", golden, "replicated-b", "20Gi", false)
+		return err == nil && len(w) == 0, fmt.Sprintf("warnings %q, error %v", w, err)
+	})
+	for _, tc := range cases {
+		warnings, err := a.create(ctx, tc.name+"-open", tc.golden, tc.class, tc.size, tc.name == "mismatched")
+		if err != nil || len(warnings) > 0 {
+			t.Errorf("parameters deleted: %s not admitted silently: %v %q", tc.name, err, warnings)
+		}
+	}
+}
+
+// firstWant: in Deny mode the error carries the first broken rule's message.
+func firstWant(want []string) []string {
+	if len(want) == 0 {
+		return nil
+	}
+	return want[:1]
+}
+
+// checkMessages: one message per wanted one, each containing it and naming
+// a fix; none when none is wanted.
+func checkMessages(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		if len(got) > 0 {
+			t.Errorf("%s: want silence, got %q", what, got)
+		}
+		return
+	}
+	if len(got) != len(want) {
+		t.Errorf("%s: %d messages %q, want %d", what, len(got), got, len(want))
+		return
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) || !strings.Contains(got[i], "Fix: ") {
+			t.Errorf("%s: message %q does not say %q and name a fix", what, got[i], w)
+		}
+	}
+}
+
+// applyAdmission applies deploy/admission/<variant> as docs/predict.md says.
+func applyAdmission(t *testing.T, c *cluster.Cluster, variant string) {
+	t.Helper()
+	cache, err := os.MkdirTemp(c.Dir, "kubectl-cache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, c, cache, "apply", "-k", deployDir+"/admission/"+variant); err != nil {
+		t.Fatalf("kubectl apply -k deploy/admission/%s: %v\n%s", variant, err, out)
+	}
+}
+
+// waitGuard waits until the API server enforces what probe checks
+// (policies and their parameters reach the admission plugin through
+// informers); on failure it shows the last probe and the policy's status.
+func waitGuard(t *testing.T, ctx context.Context, c *cluster.Cluster, probe func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		ok, what := probe()
+		last = what
+		return ok, nil
+	})
+	if err != nil {
+		status := "unreadable"
+		if p, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, admissionPolicy, metav1.GetOptions{}); err == nil {
+			status = fmt.Sprintf("%+v", p.Status)
+		}
+		t.Fatalf("the guard never took effect: %v; last probe: %s; policy status: %s", err, last, status)
+	}
+}
+
+const admissionPolicy = "csi-clone-sidecar-golden-clones"
+
+// checkTypeChecking waits for kube-controller-manager's type check of the
+// policy and fails on any warning it reports.
+func checkTypeChecking(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, admissionPolicy, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Status.ObservedGeneration != p.Generation || p.Status.TypeChecking == nil {
+			return false, nil
+		}
+		for _, w := range p.Status.TypeChecking.ExpressionWarnings {
+			t.Errorf("policy type check: %s: %s", w.FieldRef, w.Warning)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the policy was never type-checked: %v", err)
+	}
+}
+
+// waitAdmissionParams waits until the sidecar's parameters hold key=want.
+func waitAdmissionParams(t *testing.T, ctx context.Context, c *cluster.Cluster, key, want string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, cloner.AdmissionParamsName, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprint(cm.Data)
+		return cm.Data[key] == want, nil
+	})
+	if err != nil {
+		t.Fatalf("admission parameters never had %s=%s: %s", key, want, last)
+	}
+}
