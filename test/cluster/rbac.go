@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
 // The sidecar runs as it does in production: as the ServiceAccount that the
@@ -48,7 +50,7 @@ var rbacGVRs = map[string]schema.GroupVersionResource{
 
 // RenderRBAC renders deploy/rbac with `kubectl kustomize`.
 func RenderRBAC() ([]*unstructured.Unstructured, error) {
-	kubectl, err := exec.LookPath("kubectl")
+	kubectl, err := tools.Bin("kubectl")
 	if err != nil {
 		return nil, fmt.Errorf("kubectl (its built-in kustomize renders deploy/rbac): %w", err)
 	}
