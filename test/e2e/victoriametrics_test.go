@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -109,12 +108,11 @@ func vmScrapeConfig(t *testing.T, c *cluster.Cluster) ([]byte, string) {
 // freeLoopbackAddr is a 127.0.0.1 port free a moment ago.
 func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := cluster.FreeLoopbackAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // waitHTTPReady waits until a component answers 200 on path.
