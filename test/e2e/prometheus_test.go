@@ -240,7 +240,7 @@ func startPrometheus(t *testing.T, ctx context.Context, c *cluster.Cluster) *pro
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Fatalf("prometheus (Debian's prometheus package): %v", err)
+		t.Fatalf("prometheus (Debian: apt-get install -y prometheus; make tools installs it): %v", err)
 	}
 	dir := filepath.Join(c.Dir, "prometheus")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
