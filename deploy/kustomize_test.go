@@ -8,14 +8,24 @@ import (
 	"testing"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
-const kubectlInstall = "kubectl with its built-in kustomize"
+// kubectlBin is the pinned kubectl `make tools` builds (its kustomize
+// renders deploy/), not whatever kubectl is on PATH.
+func kubectlBin(t *testing.T) string {
+	t.Helper()
+	bin, err := tools.Bin("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
 
 // kustomize builds dir with kubectl's kustomize and returns the objects.
 func kustomize(t *testing.T, dir string) []map[string]any {
 	t.Helper()
-	kubectl := tool(t, "kubectl", kubectlInstall)
+	kubectl := kubectlBin(t)
 	out, err := run(".", kubectl, "kustomize", dir)
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, out)

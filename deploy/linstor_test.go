@@ -157,7 +157,7 @@ func TestLinstorSidecarContainerIsHardened(t *testing.T) {
 func TestSidecarArgsAreAcceptedByTheBinary(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatal("go not in PATH")
+		t.Fatal("go not in PATH: the test builds the binary with it")
 	}
 	bin := filepath.Join(t.TempDir(), sidecarName)
 	if out, err := run(repoFile(), gobin, "build", "-o", bin, "./cmd/csi-clone-sidecar"); err != nil {

@@ -40,6 +40,13 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreeLoopbackAddr is "127.0.0.1:<free port>", for a component a test adds
+// with StartComponent (Prometheus, VictoriaMetrics).
+func FreeLoopbackAddr() (string, error) {
+	port, err := freePort()
+	return fmt.Sprintf("127.0.0.1:%d", port), err
+}
+
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	ls := make([]net.Listener, 0, n)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
 // With -keep the demo runs twice: the process `make demo` started relays the
@@ -103,14 +104,18 @@ func handOver(ctx context.Context, c *cluster.Cluster, sidecarBin string) error 
 	pid := os.Getpid()
 	nsenter := fmt.Sprintf("nsenter --net=/proc/%d/ns/net", pid)
 	kubectl, stop := filepath.Join(c.Dir, "kubectl"), filepath.Join(c.Dir, "stop")
-	if err := writeScripts(c, pid, nsenter, kubectl, stop); err != nil {
+	kubectlBin, err := tools.Bin("kubectl") // the pinned one `make tools` built
+	if err != nil {
+		return err
+	}
+	if err := writeScripts(c, pid, nsenter, kubectlBin, kubectl, stop); err != nil {
 		return err
 	}
 	header(fmt.Sprintf("KEEP=1: the stack stays up (pid %d), in a private network namespace: reach it through nsenter", pid))
 	fmt.Printf("  state, logs:  %s  (logs/: every component; logs/demo.log: this demo from now on)\n", c.Dir)
 	fmt.Printf("  kubeconfig:   %s  (server %s)\n", c.Kubeconfig, c.Host)
 	fmt.Printf("  kubectl:      %s get dv,pvc -A\n", kubectl)
-	fmt.Printf("                (= %s kubectl --kubeconfig %s get dv,pvc -A)\n", nsenter, c.Kubeconfig)
+	fmt.Printf("                (= %s %s --kubeconfig %s get dv,pvc -A)\n", nsenter, kubectlBin, c.Kubeconfig)
 	fmt.Printf("  report:       %s %s report --kubeconfig %s\n", nsenter, sidecarBin, c.Kubeconfig)
 	fmt.Printf("  metrics:      %s curl -s http://%s/metrics\n", nsenter, c.SidecarMetrics)
 	fmt.Printf("  stop:         %s  (= kill %d, then waits until every component is gone and %s is removed)\n", stop, pid, c.Dir)
@@ -136,9 +141,9 @@ func handOver(ctx context.Context, c *cluster.Cluster, sidecarBin string) error 
 
 // writeScripts writes <dir>/kubectl (kubectl inside the stack's network
 // namespace) and <dir>/stop (SIGTERM to the demo, then wait for its end).
-func writeScripts(c *cluster.Cluster, pid int, nsenter, kubectl, stop string) error {
-	k := fmt.Sprintf("#!/bin/sh\n# kubectl against the demo stack, inside its network namespace.\nexec %s kubectl --kubeconfig %s \"$@\"\n",
-		nsenter, c.Kubeconfig)
+func writeScripts(c *cluster.Cluster, pid int, nsenter, kubectlBin, kubectl, stop string) error {
+	k := fmt.Sprintf("#!/bin/sh\n# kubectl against the demo stack, inside its network namespace.\nexec %s %s --kubeconfig %s \"$@\"\n",
+		nsenter, kubectlBin, c.Kubeconfig)
 	p := strconv.Itoa(pid)
 	s := `#!/bin/sh
 # Stops the demo stack: SIGTERM to the demo, which stops every component and

@@ -49,9 +49,9 @@ func deployCRDs(t *testing.T) []string {
 // (CRDs installed a moment ago must be seen) and returns its output.
 func kubectl(t *testing.T, c *cluster.Cluster, cache string, args ...string) (string, error) {
 	t.Helper()
-	bin, err := exec.LookPath("kubectl")
+	bin, err := tools.Bin("kubectl")
 	if err != nil {
-		t.Fatalf("kubectl: %v", err)
+		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig, "--cache-dir", cache}, args...)...)
 	var out bytes.Buffer

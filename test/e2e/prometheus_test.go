@@ -32,7 +32,8 @@ import (
 
 // A real Prometheus (Debian's package) scrapes the sidecar the way the
 // shipped ServiceMonitor makes prometheus-operator scrape it, loads the
-// shipped alert rules, and answers every query of the shipped dashboard.
+// shipped alert rules, and answers every query of the shipped dashboard;
+// VictoriaMetrics and vmalert do the same beside it (victoriametrics_test.go).
 
 const (
 	promScrape   = time.Second     // scrape and rule evaluation interval
@@ -49,35 +50,52 @@ var promFlavor = strings.Repeat("7f", 32)
 // deploy/monitoring/dashboard.json through Prometheus's HTTP API, with the
 // dashboard's variables resolved from their own queries: every query must
 // return data. The shipped alert rules, evaluated on the same scrapes, must
-// fire exactly the alerts the stack deserves.
+// fire exactly the alerts the stack deserves. VictoriaMetrics single-node
+// and vmalert, scraping and evaluating the same in the same run, must give
+// the same verdict: every panel has data, the same alerts fire.
 func TestDashboardPanelsHaveDataInPrometheus(t *testing.T) {
 	checkNoLeaks(t)
 	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	prom := startPrometheus(t, ctx, c)
-	// The dashboard's time range starts once Prometheus scrapes the sidecar
-	// (its first scrape comes a few seconds after start): everything the
-	// stack does from here on is in the series.
-	prom.waitFor(t, ctx, `up{job="csi-clone-sidecar"}`, 1)
+	vm := startVictoriaMetrics(t, ctx, c)
+	backends := []struct {
+		name          string
+		query, alerts *prometheus
+	}{{"Prometheus", prom, prom}, {"VictoriaMetrics", vm.query, vm.alerts}}
+	// The dashboard's time range starts once both scrape the sidecar (the
+	// first scrape comes a few seconds after start): everything the stack
+	// does from here on is in the series.
+	for _, b := range backends {
+		b.query.waitFor(t, ctx, `up{job="csi-clone-sidecar"}`, 1)
+	}
 	start := time.Now()
 	// A client that does not speak HTTP/2: the relay forwards it, the tap
 	// gives up on it, and the dashboard and alerts must show that.
 	sendNonHTTP2(t, c.SidecarSocket)
 
 	disks := oneDiskOfEachKind(t, ctx, c)
-	// Prometheus has the final state once it has scraped every verdict; a
-	// rate window later, the last changes are inside every window.
-	prom.waitFor(t, ctx, `count(count by (verdict) (csi_clone_worker_disks{job="csi-clone-sidecar"}))`, float64(disks))
-	prom.waitFor(t, ctx, fmt.Sprintf(`timestamp(up{job="csi-clone-sidecar"}) > bool %s`, unix(time.Now().Add(rateInterval()))), 1)
+	// Each has the final state once it has scraped every verdict; a rate
+	// window later, the last changes are inside every window.
+	settled := time.Now().Add(rateInterval())
+	for _, b := range backends {
+		b.query.waitFor(t, ctx, `count(count by (verdict) (csi_clone_worker_disks{job="csi-clone-sidecar"}))`, float64(disks))
+		b.query.waitFor(t, ctx, fmt.Sprintf(`timestamp(up{job="csi-clone-sidecar"}) > bool %s`, unix(settled)), 1)
+	}
 
 	d := loadDashboard(t)
 	end := time.Now()
-	for _, choice := range []string{"All", "first"} {
-		d.checkPanels(t, prom, choice, start, end)
+	want := []string{"CSICloneClassMismatch", "CSICloneHostAssisted", "CSICloneTapAbandonedConnections"}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			for _, choice := range []string{"All", "first"} {
+				d.checkPanels(t, b.query, choice, start, end)
+			}
+			d.checkAbandonedShown(t, b.query, start, end)
+			b.alerts.checkAlerts(t, ctx, want)
+		})
 	}
-	d.checkAbandonedShown(t, prom, start, end)
-	prom.checkAlerts(t, []string{"CSICloneClassMismatch", "CSICloneHostAssisted", "CSICloneTapAbandonedConnections"})
 }
 
 // sendNonHTTP2 connects to the relay like a CSI client would, but speaks
@@ -222,7 +240,7 @@ func startPrometheus(t *testing.T, ctx context.Context, c *cluster.Cluster) *pro
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Fatalf("prometheus (Debian's prometheus package): %v", err)
+		t.Fatalf("prometheus (Debian: apt-get install -y prometheus; make tools installs it): %v", err)
 	}
 	dir := filepath.Join(c.Dir, "prometheus")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -232,32 +250,14 @@ func startPrometheus(t *testing.T, ctx context.Context, c *cluster.Cluster) *pro
 	if err := os.WriteFile(cfg, scrapeConfig(t, c), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeLoopbackAddr(t)
 	err = c.StartComponent("prometheus", bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &prometheus{url: "http://" + addr, hc: &http.Client{Timeout: 10 * time.Second}}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := c.Failed(); err != nil {
-			return false, err
-		}
-		resp, err := p.hc.Get(p.url + "/-/ready")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("Prometheus not ready: %v (log in %s)", err, filepath.Join(c.Dir, "logs", "prometheus.log"))
-	}
+	waitHTTPReady(t, ctx, c, "prometheus", p, "/-/ready")
 	return p
 }
 
@@ -433,12 +433,33 @@ func (p *prometheus) labelValues(label, selector string, start, end time.Time) (
 }
 
 // checkAlerts: the shipped rules are healthy on real scrapes, and the
-// alerts firing are exactly want.
-func (p *prometheus) checkAlerts(t *testing.T, want []string) {
+// alerts firing are exactly want. The rules are evaluated every scrape
+// interval, on data that reaches the evaluator a moment after the test's
+// own queries see it: the firing set may take a few evaluations to settle.
+func (p *prometheus) checkAlerts(t *testing.T, ctx context.Context, want []string) {
 	t.Helper()
+	var firing, unhealthy []string
+	err := wait.PollUntilContextTimeout(ctx, promScrape, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		firing, unhealthy, err = p.alertsFiring()
+		return err == nil && len(unhealthy) == 0 && slices.Equal(firing, want), err
+	})
+	for _, u := range unhealthy {
+		t.Error(u)
+	}
+	if !slices.Equal(firing, want) {
+		t.Errorf("alerts firing: %v, want %v (%v)", firing, want, err)
+	} else if err != nil {
+		t.Error(err)
+	}
+}
+
+// alertsFiring reads the rules' state from /api/v1/rules: the alerts
+// firing, sorted, and a line per unhealthy rule.
+func (p *prometheus) alertsFiring() (firing, unhealthy []string, err error) {
 	raw, err := p.get("/api/v1/rules", nil)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	var data struct {
 		Groups []struct {
@@ -450,16 +471,15 @@ func (p *prometheus) checkAlerts(t *testing.T, want []string) {
 		} `json:"groups"`
 	}
 	if err := json.Unmarshal(raw, &data); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	if len(data.Groups) == 0 {
-		t.Fatal("Prometheus loaded no rule group from deploy/monitoring/rules.yaml")
+		return nil, nil, fmt.Errorf("%s loaded no rule group from deploy/monitoring/rules.yaml", p.url)
 	}
-	var firing []string
 	for _, g := range data.Groups {
 		for _, r := range g.Rules {
 			if r.Health != "ok" {
-				t.Errorf("rule %s/%s: health %q: %s", g.Name, r.Name, r.Health, r.LastError)
+				unhealthy = append(unhealthy, fmt.Sprintf("rule %s/%s: health %q: %s", g.Name, r.Name, r.Health, r.LastError))
 			}
 			if r.State == "firing" {
 				firing = append(firing, r.Name)
@@ -467,9 +487,7 @@ func (p *prometheus) checkAlerts(t *testing.T, want []string) {
 		}
 	}
 	sort.Strings(firing)
-	if !slices.Equal(firing, want) {
-		t.Errorf("alerts firing: %v, want %v", firing, want)
-	}
+	return firing, unhealthy, nil
 }
 
 // rateInterval is Grafana's $__rate_interval for this Prometheus and step.

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # packages.sh installs the Debian packages the tests use when their commands
 # are missing: prometheus (prometheus and promtool judge the alert rules and
-# the dashboard) and iproute2 (ip brings up lo in the tests' network
-# namespace). Without root or apt-get it says what to install and fails.
-# kubectl, which renders deploy/, has no Debian package here: it must be on
-# PATH already.
+# the dashboard), iproute2 (ip brings up lo in the tests' network namespace),
+# podman and runc (run the image `make image` builds; Debian's crun refuses
+# these machines' hybrid cgroup layout). Without root or apt-get it says what
+# to install and fails. Everything else the tests run (kubectl
+# among them) is built by build.sh from pinned modules.
 set -euo pipefail
 
-declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [ip]=iproute2)
+declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [ip]=iproute2 [podman]=podman [runc]=runc)
 missing=()
 for cmd in "${!package_of[@]}"; do
 	command -v "$cmd" >/dev/null || missing+=("${package_of[$cmd]}")
@@ -19,8 +20,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 	echo "tools: installing Debian packages: ${missing[*]}"
+	start=$SECONDS
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+	echo "tools: Debian packages installed in $((SECONDS - start))s"
 fi
-command -v kubectl >/dev/null || { echo "tools: kubectl is required on PATH (deploy/ is rendered with kubectl kustomize)" >&2; exit 1; }
-echo "tools: Debian packages present (prometheus, iproute2), kubectl on PATH"
+echo "tools: Debian packages present (prometheus, iproute2, podman, runc)"

@@ -46,8 +46,13 @@ func Version(kind, name string) (string, error) {
 		kind, name, strings.Join(known, ", "))
 }
 
-// CacheDir is ${XDG_CACHE_HOME:-$HOME/.cache}/csi-clone-sidecar, as in build.sh.
+// CacheDir is $TOOLS_CACHE, by default
+// ${XDG_CACHE_HOME:-$HOME/.cache}/csi-clone-sidecar, as in build.sh (make
+// passes TOOLS_CACHE to both).
 func CacheDir() (string, error) {
+	if dir := os.Getenv("TOOLS_CACHE"); dir != "" {
+		return dir, nil
+	}
 	base, err := os.UserCacheDir()
 	if err != nil {
 		return "", fmt.Errorf("tools: no cache directory: %w", err)

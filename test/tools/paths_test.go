@@ -10,9 +10,9 @@ import (
 // TestEveryPinParses guards the format build.sh and this package both read.
 func TestEveryPinParses(t *testing.T) {
 	want := map[string][]string{
-		"bin": {"etcd", "kube-apiserver", "kube-controller-manager", "cdi-controller", "cdi-crds",
+		"bin": {"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "cdi-controller", "cdi-crds",
 			"cdi-clone-token", "csi-provisioner", "csi-resizer", "csi-snapshotter",
-			"snapshot-controller", "csi-sanity"},
+			"snapshot-controller", "victoria-metrics", "vmalert"},
 		"crds": {"snapshot", "cdi", "prometheus"},
 	}
 	for kind, names := range want {
@@ -34,6 +34,7 @@ func TestEveryPinParses(t *testing.T) {
 }
 
 func TestMissingToolNamesMakeTools(t *testing.T) {
+	t.Setenv("TOOLS_CACHE", "")
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	_, err := Bin("kube-apiserver")
 	if err == nil || !strings.Contains(err.Error(), "make tools") {
@@ -52,6 +53,7 @@ func TestUnknownToolIsAnError(t *testing.T) {
 
 func TestCachedToolIsFoundUnderItsVersion(t *testing.T) {
 	cache := t.TempDir()
+	t.Setenv("TOOLS_CACHE", "")
 	t.Setenv("XDG_CACHE_HOME", cache)
 	ver, err := Version("bin", "etcd")
 	if err != nil {
@@ -73,5 +75,26 @@ func TestCachedToolIsFoundUnderItsVersion(t *testing.T) {
 	got, err := Bin("etcd")
 	if err != nil || got != want {
 		t.Fatalf("Bin(etcd) = %q, %v; want %q", got, err, want)
+	}
+}
+
+// make passes TOOLS_CACHE to build.sh and to the tests: both look there.
+func TestToolsCacheOverridesTheDefault(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("TOOLS_CACHE", cache)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	ver, err := Version("bin", "kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(cache, "bin", "kubectl-"+ver)
+	if err := os.MkdirAll(filepath.Dir(want), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(want, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Bin("kubectl"); err != nil || got != want {
+		t.Fatalf("Bin(kubectl) = %q, %v; want %q", got, err, want)
 	}
 }
