@@ -100,6 +100,10 @@ func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
 			Request: sidecar.Request{Name: "pvc-tmp9", Parameters: map[string]string{
 				ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public"}}})
 	}
+	// A repeated error is rewritten at most once per driverErrorRefresh:
+	// past it, the annotation counts every attempt however the three
+	// observations were batched.
+	clk.set(t0.Add(time.Minute + driverErrorRefresh + time.Second))
 	var de DriverError
 	eventually(t, "driver error on the target PVC", func() bool {
 		ok, _ := decodeAnnotation(fc.pvc(t, "tenant-a", "local-0"), AnnDriverError, &de)
