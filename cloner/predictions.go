@@ -156,9 +156,11 @@ func pathOfVerdict(verdict string) (string, bool) {
 }
 
 // checkPrediction compares a disk's verdict with the path predicted for it:
-// checked once the verdict shows a path. A stuck disk confirms a blocked
-// prediction but contradicts no other one: a slow clone may still finish
-// (CSICloneStuck speaks for it meanwhile).
+// checked once the verdict shows a path. A stuck or failed disk confirms a
+// blocked prediction but contradicts no other one: a slow clone may still
+// finish (CSICloneStuck speaks for it meanwhile), and what fails a clone
+// (a quota, a bad token, a deleted golden: CDI's errors) is not a path the
+// planner chose (CSICloneFailed speaks for it).
 func checkPrediction(r *Record) (checked, right bool) {
 	got, decided := pathOfVerdict(r.Verdict)
 	switch {
@@ -166,7 +168,7 @@ func checkPrediction(r *Record) (checked, right bool) {
 		return false, false
 	case got == r.Predicted:
 		return true, true
-	case r.Verdict == VerdictStuck:
+	case r.Verdict == VerdictStuck || r.Verdict == VerdictFailed:
 		return false, false
 	}
 	return true, false

@@ -222,7 +222,8 @@ func TestReportClonePaths(t *testing.T) {
 }
 
 // TestStuckConfirmsBlockedButContradictsNothingElse: a slow clone is stuck
-// for a while; only a blocked prediction is settled by it.
+// for a while, a clone CDI refuses (quota, token) is failed; only a blocked
+// prediction is settled by either.
 func TestStuckConfirmsBlockedButContradictsNothingElse(t *testing.T) {
 	for _, tc := range []struct {
 		verdict, predicted string
@@ -230,7 +231,8 @@ func TestStuckConfirmsBlockedButContradictsNothingElse(t *testing.T) {
 	}{
 		{VerdictStuck, predict.PathBlocked, true, true},
 		{VerdictStuck, predict.PathCSIClone, false, false},
-		{VerdictFailed, predict.PathCSIClone, true, false},
+		{VerdictFailed, predict.PathCSIClone, false, false},
+		{VerdictFailed, predict.PathBlocked, true, true},
 		{VerdictHostAssisted, predict.PathCSIClone, true, false},
 		{VerdictPending, predict.PathBlocked, false, false},
 		{VerdictCSIClone, "", false, false},
