@@ -44,6 +44,7 @@ type options struct {
 	queueSize       int
 	tap             bool
 	verdicts        bool
+	pprof           bool
 	cloner          cloner.Config
 
 	// listenPath and driverPath are --listen-address and --csi-address as
@@ -135,6 +136,7 @@ func registerFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.queueSize, "observation-queue", 1024, "Observations that may wait for the verdict engine before new ones are dropped (and counted).")
 	fs.BoolVar(&o.tap, "tap", true, "Decode the relayed calls. With --tap=false the relay only copies bytes.")
 	fs.BoolVar(&o.verdicts, "verdicts", true, "Watch Kubernetes and give each worker disk a verdict. With --verdicts=false only the relay and its metrics run (no Kubernetes access needed).")
+	fs.BoolVar(&o.pprof, "enable-pprof", false, "Serve Go's profiles under /debug/pprof/ on --http-endpoint (debugging; a profile costs the data path time while it runs).")
 	registerClonerFlags(fs, &o.cloner)
 	return o
 }
@@ -217,6 +219,9 @@ func validate(o *options, cfg standardflags.SidecarConfiguration) (os.FileMode, 
 	if cfg.HttpEndpoint != "" && cfg.MetricsAddress != "" {
 		return 0, errors.New("only one of --http-endpoint and --metrics-address can be set")
 	}
+	if o.pprof && cfg.HttpEndpoint == "" && cfg.MetricsAddress == "" {
+		return 0, errors.New("--enable-pprof needs --http-endpoint (the profiles are served there)")
+	}
 	if o.verdicts {
 		if err := o.cloner.Validate(); err != nil {
 			return 0, err
@@ -286,7 +291,7 @@ func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfigu
 		defer cancel()
 		return relay.CheckListener(ctx)
 	}
-	return metrics.Serve(ctx, endpoint, cfg.MetricsPath, m, listening, probe.Check)
+	return metrics.Serve(ctx, metrics.Endpoint{Addr: endpoint, MetricsPath: cfg.MetricsPath, Pprof: o.pprof}, m, listening, probe.Check)
 }
 
 // newVerdicts builds the cloner without touching the network yet.

@@ -50,6 +50,7 @@ func TestBadFlagsExitWithOneLine(t *testing.T) {
 		`--listen-address: "unix://" has an empty path`:          {"--listen-address=unix://"},
 		`--listen-address: "relay.sock" is not an absolute path`: {"--listen-address=relay.sock"},
 		"--health-probe-interval must be positive, got 0s":       {"--listen-address=" + dir + "/s", "--health-probe-interval=0"},
+		"--enable-pprof needs --http-endpoint":                   {"--listen-address=" + dir + "/s", "--enable-pprof"},
 	}
 	for want, args := range cases {
 		cmd := sidecarCmd(args...)

@@ -30,7 +30,7 @@ import (
 
 type options struct {
 	disks, goldens, namespaces, badEvery, parallel int
-	sidecar                                        string
+	sidecar, profile                               string
 	steady, timeout                                time.Duration
 	keep                                           bool
 }
@@ -45,6 +45,7 @@ func main() {
 	flag.StringVar(&o.sidecar, "sidecar", "bin/csi-clone-sidecar", "The csi-clone-sidecar binary (make build).")
 	flag.DurationVar(&o.steady, "steady", 2*time.Minute, "How long steady state is measured after every verdict is written.")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for the verdicts after this long.")
+	flag.StringVar(&o.profile, "profile", "", "Run the sidecar with --enable-pprof and write its heap profile after every verdict (heap.pb.gz) and a CPU profile of the steady state (cpu.pb.gz) into this directory.")
 	flag.BoolVar(&o.keep, "keep", false, "Keep the state directory (logs, audit log).")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -68,6 +69,15 @@ func run(o options) error {
 	args, err := shippedArgs()
 	if err != nil {
 		return err
+	}
+	if o.profile != "" {
+		if o.profile, err = filepath.Abs(o.profile); err == nil {
+			err = os.MkdirAll(o.profile, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
+		args = append(args, "--enable-pprof")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

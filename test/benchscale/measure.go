@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -132,8 +133,13 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	synced := logTime(c.LogPath("csi-clone-sidecar"), "Verdict caches synced")
 	// Steady state: let the echo of the verdict writes pass, then measure.
 	time.Sleep(30 * time.Second)
+	saveProfile(c, o.profile, "heap.pb.gz", "heap?gc=1")
+	saveProfile(c, o.profile, "heap.txt", "heap?debug=1")
 	tSteady, cpuSteady0 := time.Now(), cpuSeconds(pid)
-	time.Sleep(o.steady)
+	if o.profile != "" {
+		saveProfile(c, o.profile, "cpu.pb.gz", fmt.Sprintf("profile?seconds=%d", int(o.steady.Seconds())))
+	}
+	time.Sleep(time.Until(tSteady.Add(o.steady)))
 	tEnd, cpuSteady1 := time.Now(), cpuSeconds(pid)
 
 	start := clock.start
@@ -150,6 +156,31 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	printMetrics(c)
 	printLedger(ctx, f)
 	return printRequests(c, start, tAll, tSteady, tEnd)
+}
+
+// saveProfile writes one of the sidecar's pprof profiles into dir (no-op
+// without -profile).
+func saveProfile(c *cluster.Cluster, dir, file, query string) {
+	if dir == "" {
+		return
+	}
+	resp, err := http.Get("http://" + c.SidecarMetrics + "/debug/pprof/" + query)
+	if err != nil {
+		fmt.Printf("profile %s: %v\n", file, err)
+		return
+	}
+	defer resp.Body.Close()
+	path := filepath.Join(dir, file)
+	f, err := os.Create(path)
+	if err == nil {
+		_, err = io.Copy(f, resp.Body)
+		f.Close()
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		fmt.Printf("profile %s: %v (HTTP %d)\n", file, err, resp.StatusCode)
+		return
+	}
+	fmt.Printf("profile written: %s (go tool pprof -top %s)\n", path, path)
 }
 
 type rssSampler struct {
