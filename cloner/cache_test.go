@@ -1,6 +1,12 @@
 package cloner
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,4 +73,83 @@ func TestUnreadableDataVolumeIsCachedAsItsIdentity(t *testing.T) {
 	if got.readErr == "" || m.Name != "broken" || m.UID != "u-1" || m.ResourceVersion != "7" || m.Kind != "DataVolume" {
 		t.Fatalf("unreadable DataVolume cached as %+v", m)
 	}
+}
+
+// TestEveryAnnotationReadIsCached: the cache keeps only readAnnotations, so
+// an annotation constant used as a map index anywhere in the cloner must be
+// one of them, or a StorageClass's (classes are cached whole). Adding a
+// reader of a new annotation without listing it fails here, not silently in
+// production.
+func TestEveryAnnotationReadIsCached(t *testing.T) {
+	kept := map[string]bool{}
+	for _, k := range readAnnotations {
+		kept[k] = true
+	}
+	classAnnotations := map[string]bool{"AnnDefaultVirtClass": true, "AnnDefaultClass": true}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := annotationConstants(t, files)
+	used := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			ix, ok := n.(*ast.IndexExpr)
+			if !ok {
+				return true
+			}
+			id, ok := ix.Index.(*ast.Ident)
+			if !ok || !strings.HasPrefix(id.Name, "Ann") || classAnnotations[id.Name] {
+				return true
+			}
+			used++
+			if v, known := values[id.Name]; !known || !kept[v] {
+				t.Errorf("%s: annotation %s is read but not in readAnnotations: the cache drops it", f, id.Name)
+			}
+			return true
+		})
+	}
+	if used < len(readAnnotations) {
+		t.Fatalf("found %d annotation reads, fewer than the %d kept: the scan is broken", used, len(readAnnotations))
+	}
+}
+
+// annotationConstants maps each Ann* string constant of the package to its value.
+func annotationConstants(t *testing.T, files []string) map[string]string {
+	out := map[string]string{}
+	for _, f := range files {
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if lit, ok := valueAt(vs, i).(*ast.BasicLit); ok && strings.HasPrefix(name.Name, "Ann") {
+						out[name.Name], _ = strconv.Unquote(lit.Value)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func valueAt(vs *ast.ValueSpec, i int) ast.Expr {
+	if i < len(vs.Values) {
+		return vs.Values[i]
+	}
+	return nil
 }

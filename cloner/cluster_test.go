@@ -158,10 +158,10 @@ func sameObjects(cached, want []any) bool {
 	}
 	index := map[string]string{}
 	for _, o := range want {
-		index[keyOf(o)] = comparable(o)
+		index[keyOf(o)] = comparableText(o)
 	}
 	for _, o := range cached {
-		if index[keyOf(o)] != comparable(o) {
+		if index[keyOf(o)] != comparableText(o) {
 			return false
 		}
 	}
@@ -173,7 +173,7 @@ func keyOf(o any) string {
 	return m.GetNamespace() + "/" + m.GetName()
 }
 
-func comparable(o any) string {
+func comparableText(o any) string {
 	b, _ := json.Marshal(o)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)

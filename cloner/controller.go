@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -21,7 +20,6 @@ import (
 
 const (
 	indexByHandle   = "volumeHandle"
-	indexByUID      = "uid"
 	indexBySnapshot = "snapshotHandle"
 	// minPassInterval spaces verdict passes under a burst of object changes.
 	minPassInterval = time.Second
@@ -48,6 +46,8 @@ type Controller struct {
 	dvInf    atomic.Pointer[cache.SharedIndexInformer]
 	vscInf   atomic.Pointer[cache.SharedIndexInformer]
 	dvReady  chan struct{}
+	// claimUIDs and dataVolumeUIDs find a PVC and a DataVolume by UID.
+	claimUIDs, dataVolumeUIDs *uidKeys
 	// predIn holds the clone-path prediction's informers (predict_inputs.go).
 	predIn atomic.Pointer[predictionInputs]
 
@@ -68,6 +68,7 @@ type Controller struct {
 	dirty    map[string]bool // DataVolume keys due for judging
 	fullDue  bool
 	judged   map[string]judgedDisk
+	tally    *fleetTally          // judged, summed (tally.go)
 	rechecks map[string]time.Time // per disk, see assessment.recheckAt
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
@@ -89,12 +90,14 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		obs:       make(chan sidecar.Observation, cfg.EvidenceQueue),
 		book:      newEvidenceBook(cfg.EvidenceTTL),
 		dvReady:   make(chan struct{}),
+		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
 		wake:      make(chan struct{}, 1),
 		flush:     make(chan struct{}, 1),
 		malformed: newMalformedTracker(),
 		emitted:   map[string]bool{},
 		dirty:     map[string]bool{},
 		judged:    map[string]judgedDisk{},
+		tally:     newFleetTally(),
 		rechecks:  map[string]time.Time{},
 	}, nil
 }
@@ -136,7 +139,7 @@ func (c *Controller) Start(ctx context.Context) {
 	must(c.pvcInf.SetTransform(cacheClaim))
 	must(c.pvInf.SetTransform(cacheVolumeFor(c.cfg.GoldenNamespace)))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
-	must(c.pvcInf.AddIndexers(cache.Indexers{indexByUID: uidIndex}))
+	c.claimUIDs.track(c.pvcInf)
 	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
 	f.Start(ctx.Done())
@@ -175,6 +178,7 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 			must(inf.SetTransform(cacheDataVolume))
 			must(inf.AddIndexers(c.dataVolumeIndexers()))
 			onEvent(inf, c.dataVolumeChanged)
+			c.dataVolumeUIDs.track(inf)
 			_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { c.dataVolumesDeleted.Store(true) }})
 			must(err)
 			f.Start(ctx.Done())
@@ -211,18 +215,14 @@ func (c *Controller) served(gvr schema.GroupVersionResource) bool {
 	return false
 }
 
+// pvHandleIndex is sparse: most drivers (LINSTOR's among them) name the
+// volume handle after the PV, and a store lookup finds those; only the
+// others are indexed (pvByHandle).
 func pvHandleIndex(obj any) ([]string, error) {
 	if pv, ok := obj.(*corev1.PersistentVolume); ok {
-		if h := csiHandle(pv); h != "" {
+		if h := csiHandle(pv); h != "" && h != pv.Name {
 			return []string{h}, nil
 		}
-	}
-	return nil, nil
-}
-
-func uidIndex(obj any) ([]string, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetUID() != "" {
-		return []string{string(m.GetUID())}, nil
 	}
 	return nil, nil
 }

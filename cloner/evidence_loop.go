@@ -138,6 +138,9 @@ func (c *Controller) persistVolumeEvidence(ctx context.Context, pv *corev1.Persi
 }
 
 func (c *Controller) pvByHandle(handle string) *corev1.PersistentVolume {
+	if pv := c.volume(handle); pv != nil && csiHandle(pv) == handle {
+		return pv
+	}
 	objs, err := c.pvInf.GetIndexer().ByIndex(indexByHandle, handle)
 	if err != nil || len(objs) == 0 {
 		return nil
@@ -150,11 +153,11 @@ func (c *Controller) pvByHandle(handle string) *corev1.PersistentVolume {
 func (c *Controller) targetClaim(claim string) *corev1.PersistentVolumeClaim {
 	uid, ref := targetOfClaim(claim)
 	if uid != "" {
-		objs, err := c.pvcInf.GetIndexer().ByIndex(indexByUID, string(uid))
-		if err != nil || len(objs) == 0 {
-			return nil
+		ref, ok := c.claimUIDs.get(uid)
+		if pvc := c.claim(ref); ok && pvc != nil && pvc.UID == uid {
+			return pvc
 		}
-		return objs[0].(*corev1.PersistentVolumeClaim)
+		return nil
 	}
 	return c.claim(ref)
 }

@@ -165,7 +165,7 @@ func (w *world) objects(t *testing.T) objects {
 	return o
 }
 
-func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+func toUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {

@@ -52,9 +52,13 @@ func (c *Controller) dataVolumeIndexers() cache.Indexers {
 		}
 	}
 	return cache.Indexers{
-		indexByUID: uidIndex,
+		// Sparse: CDI names a DataVolume's PVC after it, and a store
+		// lookup finds those; only the others are indexed (dataVolumesOf).
 		indexByClaim: one(func(dv *cachedDataVolume) string {
-			return dv.Namespace + "/" + claimName(&dv.DataVolume)
+			if claim := claimName(&dv.DataVolume); claim != dv.Name {
+				return dv.Namespace + "/" + claim
+			}
+			return ""
 		}),
 		indexByGolden: one(func(dv *cachedDataVolume) string {
 			if src := dv.Spec.Source; src != nil && src.PVC != nil {
@@ -123,10 +127,22 @@ func (c *Controller) claimChanged(key string) {
 	if target, ok := c.cloneTarget(key); ok {
 		key = target
 	}
-	objs, _ := (*p).GetIndexer().ByIndex(indexByClaim, key)
-	for _, o := range objs {
+	for _, o := range dataVolumesOf((*p).GetIndexer(), key) {
 		c.dataVolumeChanged(o)
 	}
+}
+
+// dataVolumesOf returns the readable DataVolumes whose PVC is the claim
+// key: the one of the same name, unless its PVC is another, and those the
+// sparse claim index holds.
+func dataVolumesOf(idx cache.Indexer, key string) []any {
+	objs, _ := idx.ByIndex(indexByClaim, key)
+	if o, ok, _ := idx.GetByKey(key); ok {
+		if dv := o.(*cachedDataVolume); dv.readErr == "" && claimName(&dv.DataVolume) == dv.Name {
+			objs = append(objs, o)
+		}
+	}
+	return objs
 }
 
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
@@ -136,15 +152,11 @@ func (c *Controller) cloneTarget(key string) (string, bool) {
 	if !ok || uid == "" {
 		return "", false
 	}
-	objs, err := c.pvcInf.GetIndexer().ByIndex(indexByUID, uid)
-	if err != nil || len(objs) == 0 {
+	ref, ok := c.claimUIDs.get(types.UID(uid))
+	if !ok {
 		return "", false
 	}
-	m, err := meta.Accessor(objs[0])
-	if err != nil {
-		return "", false
-	}
-	return m.GetNamespace() + "/" + m.GetName(), true
+	return ref.String(), true
 }
 
 // dataVolumeChanged marks a DataVolume; a golden candidate marks its
@@ -243,8 +255,8 @@ func (c *Controller) volume(name string) *corev1.PersistentVolume {
 
 // dataVolumeLive reports whether the cache holds a DataVolume of that UID.
 func (c *Controller) dataVolumeLive(uid types.UID) bool {
-	objs, err := (*c.dvInf.Load()).GetIndexer().ByIndex(indexByUID, string(uid))
-	return err == nil && len(objs) > 0
+	_, ok := c.dataVolumeUIDs.get(uid)
+	return ok
 }
 
 // remember records what the pass judged of the given keys: a key judged
@@ -253,21 +265,27 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range keys {
-		delete(c.judged, k)
+		if old, ok := c.judged[k]; ok {
+			c.tally.add(old, -1)
+			delete(c.judged, k)
+		}
 		delete(c.rechecks, k)
 	}
 	for _, a := range ev.assessments {
 		d := a.disk
 		k := d.Namespace + "/" + d.Name
-		c.judged[k] = judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
+		j := judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
 			flavor: Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}, verdict: a.record.Verdict,
 			badReasons: a.record.BadReasons()}
-		j := c.judged[k]
 		if d.Kind == DiskClone {
 			j.class = a.record.Class
 		}
 		j.predictionChecked, j.predictionRight = checkPrediction(a.record)
+		if old, ok := c.judged[k]; ok {
+			c.tally.add(old, -1) // judged twice in one pass
+		}
 		c.judged[k] = j
+		c.tally.add(j, 1)
 		if !a.recheckAt.IsZero() {
 			c.rechecks[k] = a.recheckAt
 		}

@@ -57,7 +57,7 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
 		t.Errorf("same-a: predicted %s, reasons %v; want csi-clone and prediction-wrong", r.Predicted, r.BadReasons())
 	}
-	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
 	s := c.buildSnapshot(inv, nil)
 	addPredictions(s, ev.pred)

@@ -1,11 +1,9 @@
 package cloner
 
 import (
-	"slices"
+	"maps"
 	"sort"
 	"time"
-
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Snapshot is the read-only view the metrics collector turns into series at
@@ -106,31 +104,9 @@ func (c *Controller) setSnapshot(s *Snapshot) {
 // ledger as last read or written.
 func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 	s := &Snapshot{Leader: true, Taken: c.cfg.now()}
-	cons := map[types.NamespacedName]int{}
-	disks := map[DiskCount]int{}
-	bad := map[BadDiskCount]int{}
-	perClass := map[ClassDiskCount]int{}
 	c.mu.Lock()
-	for _, d := range c.judged {
-		if d.kind == DiskClone {
-			cons[d.goldenRef]++
-		}
-		disks[DiskCount{Flavor: d.flavor, Verdict: d.verdict}]++
-		if d.class != "" {
-			perClass[ClassDiskCount{Flavor: d.flavor, Class: d.class}]++
-		}
-		switch {
-		case d.predictionChecked && d.predictionRight:
-			s.PredictionChecks.Right++
-		case d.predictionChecked:
-			s.PredictionChecks.Wrong++
-		}
-		for i, r := range d.badReasons {
-			if !slices.Contains(d.badReasons[:i], r) { // a disk counts once per reason
-				bad[BadDiskCount{Namespace: d.namespace, Pool: d.pool, Flavor: d.flavor, Reason: r}]++
-			}
-		}
-	}
+	c.tally.fill(s)
+	cons := maps.Clone(c.tally.consumers)
 	c.mu.Unlock()
 	for _, g := range inv.goldens {
 		if !g.Trusted() {
@@ -139,18 +115,6 @@ func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 		s.Goldens = append(s.Goldens, GoldenStatus{Namespace: g.Namespace, Name: g.Name, Flavor: g.Flavor,
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
 			Trusted: g.Trusted(), Problems: g.Problems, ReadySince: g.ReadySince})
-	}
-	for k, n := range disks {
-		k.Count = n
-		s.Disks = append(s.Disks, k)
-	}
-	for k, n := range bad {
-		k.Count = n
-		s.BadDisks = append(s.BadDisks, k)
-	}
-	for k, n := range perClass {
-		k.Count = n
-		s.ClassDisks = append(s.ClassDisks, k)
 	}
 	sort.Slice(s.ClassDisks, func(i, j int) bool {
 		a, b := s.ClassDisks[i], s.ClassDisks[j]

@@ -1,0 +1,136 @@
+package cloner
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+)
+
+// BenchmarkCacheBytesPerDisk measures what one finished worker disk costs
+// in the informers' caches, indexes included: its DataVolume, PVC and PV as
+// CDI, the provisioner, the tap and the verdict leave them (CDI's
+// annotations, labels, owner reference, managedFields), decoded from their
+// wire form as an informer gets them (protobuf for the PVC and PV, JSON for
+// the DataVolume), transformed and stored with the controller's indexers
+// and UID maps.
+// It reports the live heap per disk after a GC; the README's Scale section
+// quotes it.
+func BenchmarkCacheBytesPerDisk(b *testing.B) {
+	const disks = 2000
+	wire := wireFleet(b, disks)
+	var perDisk float64
+	for b.Loop() {
+		perDisk = cachedBytes(b, wire) / disks
+	}
+	b.ReportMetric(perDisk, "bytes/disk")
+}
+
+// wireDisk is one disk's three objects as the API server sends them.
+type wireDisk struct{ dv, pvc, pv []byte }
+
+func wireFleet(b *testing.B, n int) []wireDisk {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	managed := []metav1.ManagedFieldsEntry{{Manager: "cdi-controller", Operation: metav1.ManagedFieldsOperationUpdate,
+		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:cdi.kubevirt.io/storage.contentType":{}}}}`)}}}
+	rec := mustJSON(Record{Verdict: "csi-clone", SchematicID: testSID, Version: testVer, Class: testClass, Since: t0})
+	out := make([]wireDisk, n)
+	for i := range out {
+		ns := fmt.Sprintf("tenant-%03d", i%200)
+		dv := w.worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*gi, ptrTo(testClass))
+		pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+		for k, v := range cdiClaimAnnotations(string(dv.UID)) {
+			pvc.Annotations[k] = v
+		}
+		pvc.Annotations[AnnCloneVerdict], pvc.Annotations[AnnCloneEvidence] = "csi-clone", rec
+		pvc.Labels = map[string]string{"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"}
+		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: dv.Name, UID: dv.UID}}
+		pv.Annotations["pv.kubernetes.io/provisioned-by"] = "linstor.csi.linbit.com"
+		pv.Spec.CSI.VolumeHandle = pv.Name // as LINSTOR names its volumes
+		dv.Annotations["cdi.kubevirt.io/storage.usePopulator"] = "true"
+		for _, m := range []*metav1.ObjectMeta{&dv.ObjectMeta, &pvc.ObjectMeta, &pv.ObjectMeta} {
+			m.ManagedFields = managed
+		}
+		raw, err := json.Marshal(toUnstructured(b, dv).Object)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = wireDisk{dv: raw, pvc: mustMarshal(b, pvc), pv: mustMarshal(b, pv)}
+	}
+	return out
+}
+
+func cdiClaimAnnotations(dvUID string) map[string]string {
+	return map[string]string{
+		"cdi.kubevirt.io/createdForDataVolume": dvUID, "cdi.kubevirt.io/storage.contentType": "kubevirt",
+		"cdi.kubevirt.io/storage.pod.phase": "Succeeded", "cdi.kubevirt.io/storage.condition.running": "false",
+		"cdi.kubevirt.io/storage.condition.running.message": "Clone Complete", "cdi.kubevirt.io/storage.condition.running.reason": "Completed",
+		"cdi.kubevirt.io/clonePhase": "Succeeded", "pv.kubernetes.io/bind-completed": "yes",
+		"volume.kubernetes.io/storage-provisioner": "linstor.csi.linbit.com",
+	}
+}
+
+func mustMarshal(b *testing.B, m interface{ Marshal() ([]byte, error) }) []byte {
+	raw, err := m.Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
+}
+
+// cachedBytes decodes and caches every disk and returns the live heap they
+// hold.
+func cachedBytes(b *testing.B, wire []wireDisk) float64 {
+	c := &Controller{cfg: testConfig()}
+	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, c.dataVolumeIndexers())
+	pvcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	claimUIDs, dataVolumeUIDs := newUIDKeys(), newUIDKeys()
+	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexByHandle: pvHandleIndex})
+	before := liveHeap()
+	for _, d := range wire {
+		u := &unstructured.Unstructured{}
+		pvc, pv := &corev1.PersistentVolumeClaim{}, &corev1.PersistentVolume{}
+		if err := json.Unmarshal(d.dv, &u.Object); err != nil {
+			b.Fatal(err)
+		}
+		if err := pvc.Unmarshal(d.pvc); err != nil {
+			b.Fatal(err)
+		}
+		if err := pv.Unmarshal(d.pv); err != nil {
+			b.Fatal(err)
+		}
+		cachedDV, cachedPVC := mustTransform(cacheDataVolume(u)), mustTransform(cacheClaim(pvc))
+		mustAdd(b, dvs, cachedDV)
+		mustAdd(b, pvcs, cachedPVC)
+		dataVolumeUIDs.set(cachedDV, true)
+		claimUIDs.set(cachedPVC, true)
+		mustAdd(b, pvs, mustTransform(cacheVolume(pv)))
+	}
+	held := liveHeap() - before
+	runtime.KeepAlive([]cache.Indexer{dvs, pvcs, pvs})
+	runtime.KeepAlive([]*uidKeys{claimUIDs, dataVolumeUIDs})
+	return held
+}
+
+func mustAdd(b *testing.B, s cache.Indexer, obj any) {
+	if err := s.Add(obj); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func liveHeap() float64 {
+	runtime.GC()
+	time.Sleep(10 * time.Millisecond)
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc)
+}
