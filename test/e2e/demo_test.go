@@ -50,17 +50,7 @@ func TestDemoPoolsPredictedRight(t *testing.T) {
 		}
 		t.Logf("%s (%d x %s on %q): predicted %q, verdicts %v", p.Name, p.Disks, p.Size, p.Class, predicted[p.Name], verdicts)
 	}
-	waitMetrics(t, ctx, c, func(s scrape) error {
-		right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"})
-		wrong, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "wrong"})
-		if wrong != 0 || right != float64(cloned) {
-			return fmt.Errorf("prediction checks right=%v wrong=%v, want %d right and 0 wrong", right, wrong, cloned)
-		}
-		if n, ok := s.value("csi_clone_bad_disks", map[string]string{"reason": cloner.ReasonPredictionWrong}); ok {
-			return fmt.Errorf("%v disks flagged prediction-wrong", n)
-		}
-		return nil
-	})
+	waitPredictionsRight(t, ctx, c, cloned)
 }
 
 // waitPrediction waits until the sidecar's metrics predict a path for the

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
@@ -53,12 +50,7 @@ func TestAdmissionGuardOpenAlertFires(t *testing.T) {
 	vm := startVictoriaMetrics(t, ctx, c, rules)
 	evaluators := map[string]*prometheus{"Prometheus": prom, "vmalert": vm.alerts}
 
-	golden := cluster.GoldenName(admissionFlavor, talosVersion)
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: admissionFlavor, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, admissionTenant); err != nil {
-		t.Fatal(err)
-	}
+	golden := admissionGolden(t, ctx, c, admissionFlavor)
 	waitAdmissionParams(t, ctx, c, golden+".class", "replicated")
 	applyChartAdmission(t, ctx, c, "admissionGuard.validationActions={Deny}")
 	a := newAdmissionClient(t, c)
@@ -123,11 +115,7 @@ func ruleFileWithFor(t *testing.T, path, alert string, d time.Duration) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(out, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return writeTemp(t, string(raw))
 }
 
 // applyChartAdmission creates the admission guard's objects as the chart

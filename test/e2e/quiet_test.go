@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -40,12 +39,7 @@ func TestNoAPIWritesWhenNothingChanged(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	golden := cluster.GoldenName(quietFlavor, talosVersion)
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: quietFlavor, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, admissionTenant); err != nil {
-		t.Fatal(err)
-	}
+	golden := admissionGolden(t, ctx, c, quietFlavor)
 	w := cluster.Worker{Namespace: admissionTenant, Name: "quiet", Golden: golden, Pool: "kubernetes-quiet", StorageClass: "replicated", Size: "20Gi"}
 	if _, err := c.CreateWorkerDisk(ctx, w); err != nil {
 		t.Fatal(err)
