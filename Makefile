@@ -91,7 +91,7 @@ demo: tools build
 	$(GO) build -o bin/csi-clone-demo ./test/demo
 	test/e2e/run-in-netns.sh bin/csi-clone-demo -sidecar bin/csi-clone-sidecar $(if $(filter-out 0,$(KEEP)),-keep)
 
-## chart: regenerate what is derived from deploy/'s sources: the chart's files/ (rules, dashboard, RBAC rules), deploy/linstor/podtemplate.yaml and the PrometheusRule (needs Helm: make tools)
+## chart: regenerate what is derived from deploy/'s sources: the chart's files/ (rules, dashboard, RBAC rules, admission policy and binding), deploy/linstor/podtemplate.yaml and the PrometheusRule (needs Helm: make tools)
 chart:
 	test/tools/build.sh helm
 	$(GO) test -count=1 ./deploy -run '^(TestChartGeneratedFilesAreCurrent|TestPrometheusRuleMatchesRulesFile)$$' -update

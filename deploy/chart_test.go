@@ -25,6 +25,10 @@ var chartCopies = map[string]string{
 	"files/role.yaml":        "rbac/role.yaml",
 	"files/rules.yaml":       "monitoring/rules.yaml",
 	"files/dashboard.json":   "monitoring/dashboard.json",
+	// The admission guard's policy and binding: the chart sets the
+	// binding's validationActions and paramRef.namespace from its values.
+	"files/admission-policy.yaml":  "admission/warn/policy.yaml",
+	"files/admission-binding.yaml": "admission/warn/binding.yaml",
 }
 
 // helm returns the pinned Helm that `make tools` builds into the cache.
@@ -60,7 +64,7 @@ func render(t *testing.T, namespace string, set ...string) []map[string]any {
 // renderPodTemplate renders the named template "csi-clone-sidecar.podTemplateContainers"
 // the way a parent chart includes it: from a wrapper chart that vendors this
 // one, as Cozystack's linstor chart does (docs/cozystack.md).
-func renderPodTemplate(t *testing.T) string {
+func renderPodTemplate(t *testing.T, set ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.CopyFS(filepath.Join(dir, "charts", "csi-clone-sidecar"), os.DirFS(chartDir)); err != nil {
@@ -78,7 +82,11 @@ func renderPodTemplate(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	out, err := run(".", helm(t), "template", "csi-clone-sidecar", dir, "--namespace", "cozy-linstor", "--show-only", "templates/podtemplate.yaml")
+	args := []string{"template", "csi-clone-sidecar", dir, "--namespace", "cozy-linstor", "--show-only", "templates/podtemplate.yaml"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := run(".", helm(t), args...)
 	if err != nil {
 		t.Fatalf("helm template of the wrapper: %v\n%s", err, out)
 	}
@@ -148,7 +156,16 @@ var chartValues = map[string]struct {
 	"no monitoring": {"cozy-linstor", []string{"monitoring.kind=none", "dashboard.enabled=false"}, []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}},
 	"custom namespace": {"piraeus-datastore", []string{"csiController.serviceAccount=my-csi-controller", "dashboard.grafanaOperator.enabled=false"},
 		[]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceMonitor"}},
+	"admission guard": {"cozy-linstor", []string{"admissionGuard.enabled=true"},
+		[]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "GrafanaDashboard", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceMonitor",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
+	"admission guard, deny, custom namespace": {"piraeus-datastore", []string{"admissionGuard.enabled=true", "admissionGuard.validationActions={Deny}",
+		"csiController.serviceAccount=my-csi-controller", "monitoring.kind=none", "dashboard.enabled=false"},
+		[]string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 }
+
+// clusterScoped are the kinds the chart renders without a namespace.
+var clusterScoped = []string{"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 func TestChartLint(t *testing.T) {
 	for name, v := range chartValues {
@@ -169,8 +186,8 @@ func TestChartRendersTheMatrix(t *testing.T) {
 		for _, o := range objs {
 			kinds = append(kinds, o["kind"].(string))
 			ns := get(o, "metadata", "namespace")
-			switch o["kind"] {
-			case "ClusterRole", "ClusterRoleBinding":
+			switch {
+			case slices.Contains(clusterScoped, o["kind"].(string)):
 				if ns != nil {
 					t.Errorf("%s: %s has namespace %v", name, o["kind"], ns)
 				}
@@ -179,9 +196,15 @@ func TestChartRendersTheMatrix(t *testing.T) {
 					t.Errorf("%s: %s in namespace %v, want %s", name, o["kind"], ns, v.namespace)
 				}
 			}
-			if strings.HasSuffix(o["kind"].(string), "Binding") {
+			if o["kind"] == "ValidatingAdmissionPolicyBinding" {
+				// The parameters are where the sidecar writes them: its
+				// namespace, the release's.
+				if got := get(o, "spec", "paramRef", "namespace"); got != v.namespace {
+					t.Errorf("%s: the binding reads its parameters in namespace %v, want %s", name, got, v.namespace)
+				}
+			} else if strings.HasSuffix(o["kind"].(string), "Binding") {
 				sa := "linstor-csi-controller"
-				if name == "custom namespace" {
+				if strings.Contains(strings.Join(v.set, ","), "csiController.serviceAccount=my-csi-controller") {
 					sa = "my-csi-controller"
 				}
 				want := map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": v.namespace}
@@ -226,6 +249,13 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"monitoring.scrapeInterval=30", "/monitoring/scrapeInterval"},
 		{"dashboard.grafanaOperator.instanceSelector=null", "/dashboard/grafanaOperator"},
 		{"sidecar.resources.requests.gpu=1", "/sidecar/resources/requests"},
+		{"admissionGuard.enabled=yes", "/admissionGuard/enabled"},
+		{"admissionGuard.validationActions={Block}", "/admissionGuard/validationActions/0"},
+		// Kubernetes refuses a binding that both denies and warns.
+		{"admissionGuard.validationActions={Deny,Warn}", "/admissionGuard/validationActions"},
+		{"admissionGuard.validationActions={Audit,Audit}", "/admissionGuard/validationActions"},
+		{"admissionGuard.validationActions=null", "/admissionGuard"},
+		{"admissionGuard.bogus=1", "/admissionGuard"},
 	} {
 		out, err := helmTemplate(t, chartDir, "cozy-linstor", tc.set)
 		if err == nil {

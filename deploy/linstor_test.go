@@ -177,7 +177,8 @@ func TestSidecarArgsAreAcceptedByTheBinary(t *testing.T) {
 			}
 		}
 	}
-	for name, c := range map[string]corev1.Container{"linstor": linstor, "generic": generic} {
+	guarded := guardedSidecar(t)
+	for name, c := range map[string]corev1.Container{"linstor": linstor, "generic": generic, "chart with the admission guard": guarded} {
 		var args []string
 		for _, a := range c.Args {
 			x, err := linstorpod.Expand(c, a)

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
 )
 
 type options struct {
@@ -105,7 +106,7 @@ func run(o options) (err error) {
 	if played != nil {
 		return played
 	}
-	fmt.Printf("\ndemo: stack up, %d disks judged and shown in %s\n", diskCount(), time.Since(t0).Round(100*time.Millisecond))
+	fmt.Printf("\ndemo: stack up, %d disks judged and shown in %s\n", pools.DiskCount(), time.Since(t0).Round(100*time.Millisecond))
 	if o.keep {
 		return handOver(ctx, c, o.sidecar)
 	}
@@ -124,7 +125,7 @@ func startStack() (*cluster.Cluster, error) {
 		"csi-provisioner/resizer/snapshotter, snapshot-controller, cdi-controller (state in " + dir + ")")
 	return cluster.New(cluster.Options{
 		Dir:            dir,
-		StorageClasses: storageClasses(),
+		StorageClasses: pools.StorageClasses(),
 		Logf:           func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) },
 	})
 }

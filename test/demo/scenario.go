@@ -10,81 +10,22 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
 )
-
-// The one flavor of the demo: the Image Factory's schematic of a Talos image
-// without extensions, and a Talos version of the shape the platform uses.
-const (
-	schematicID  = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
-	talosVersion = "v1.13.2"
-	goldenClass  = "replicated"
-	goldenSize   = "6Gi"
-)
-
-// Volumes are sparse files of the test driver, so the platform's real sizes
-// (6Gi golden, 20Gi workers) cost no time or disk.
-
-// pool is one worker pool of the demo: its disks and what it exercises.
-type pool struct {
-	namespace, name string
-	disks           int
-	class           string // "" leaves it to the cluster's default
-	size            string
-	http            bool   // imports from the Factory instead of cloning the golden
-	what            string // printed before the run; nothing checks it
-}
-
-var pools = []pool{
-	{"tenant-alpha", "kubernetes-alpha-md0", 8, goldenClass, "20Gi", false,
-		"golden's class, larger: CSI clone, then expand"},
-	{"tenant-beta", "kubernetes-beta-md0", 4, goldenClass, goldenSize, false,
-		"golden's class and size: CSI clone, nothing to expand"},
-	{"tenant-beta", "kubernetes-beta-md1", 2, "", "20Gi", false,
-		"no class: the default virtualization class (replicated) wins over the Kubernetes default (replicated-b)"},
-	{"tenant-gamma", "kubernetes-gamma-md0", 2, "replicated-fixed", "20Gi", false,
-		"class without allowVolumeExpansion, larger target: CDI falls back to a host-assisted copy"},
-	{"tenant-gamma", "kubernetes-gamma-md1", 2, "replicated-b", "20Gi", false,
-		"another class (pool) of the same driver: CDI asks the driver for a cross-class clone"},
-	{"tenant-delta", "kubernetes-delta-md0", 2, goldenClass, "20Gi", true,
-		"no golden: source.http from the Factory URL of the flavor, as before the feature"},
-}
-
-// storageClasses are three pools of one driver: the goldens' class (also the
-// virtualization default), one without expansion, and another pool that is
-// the Kubernetes default.
-func storageClasses() []cluster.StorageClass {
-	return []cluster.StorageClass{
-		{Name: goldenClass, DefaultVirt: true},
-		{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
-		{Name: "replicated-b", Pool: "b", Default: true},
-	}
-}
-
-func diskCount() int {
-	n := 0
-	for _, p := range pools {
-		n += p.disks
-	}
-	return n
-}
-
-func diskName(p pool, i int) string { return fmt.Sprintf("%s-%02d-system", p.name, i+1) }
 
 // play imports the golden, creates every worker disk and waits until the
 // sidecar has a final verdict on each and its metrics show them.
 func play(ctx context.Context, c *cluster.Cluster) error {
-	golden := cluster.GoldenName(schematicID, talosVersion)
-	header(fmt.Sprintf("golden %s/%s (%s on %s) from the Factory", cluster.NamespaceGolden, golden, goldenSize, goldenClass))
+	golden := pools.GoldenName()
+	header(fmt.Sprintf("golden %s/%s (%s on %s) from the Factory", cluster.NamespaceGolden, golden, pools.GoldenSize, pools.GoldenClass))
 	t0 := time.Now()
-	g := cluster.Golden{SchematicID: schematicID, Version: talosVersion, StorageClass: goldenClass, Size: goldenSize}
-	if _, err := c.CreateGolden(ctx, g); err != nil {
+	if _, err := c.CreateGolden(ctx, pools.Golden()); err != nil {
 		return err
 	}
 	if _, err := c.WaitDataVolumePhase(ctx, cluster.NamespaceGolden, golden, cdiv1.Succeeded, 2*time.Minute); err != nil {
@@ -92,69 +33,22 @@ func play(ctx context.Context, c *cluster.Cluster) error {
 	}
 	fmt.Printf("  Succeeded in %s\n", time.Since(t0).Round(100*time.Millisecond))
 
-	header(fmt.Sprintf("%d worker disks in %d pools", diskCount(), len(pools)))
+	header(fmt.Sprintf("%d worker disks in %d pools", pools.DiskCount(), len(pools.All)))
 	t0 = time.Now()
-	for _, p := range pools {
-		if err := createPool(ctx, c, p, golden); err != nil {
+	for _, p := range pools.All {
+		if err := p.Create(ctx, c); err != nil {
 			return err
 		}
-		class := p.class
+		class := p.Class
 		if class == "" {
 			class = `""`
 		}
-		fmt.Printf("  %-13s %-21s %d x %-4s on %-16s %s\n", p.namespace, p.name, p.disks, p.size, class, p.what)
+		fmt.Printf("  %-13s %-21s %d x %-4s on %-16s %s\n", p.Namespace, p.Name, p.Disks, p.Size, class, p.What)
 	}
 	if err := waitJudged(ctx, c, t0); err != nil {
 		return err
 	}
 	return waitMetricsShowVerdicts(ctx, c)
-}
-
-func createPool(ctx context.Context, c *cluster.Cluster, p pool, golden string) error {
-	if err := c.CreateNamespace(ctx, p.namespace); err != nil {
-		return err
-	}
-	for i := range p.disks {
-		var err error
-		if p.http {
-			err = createHTTPDisk(ctx, c, p, diskName(p, i))
-		} else {
-			_, err = c.CreateWorkerDisk(ctx, cluster.Worker{Namespace: p.namespace, Name: diskName(p, i),
-				Golden: golden, Pool: p.name, StorageClass: p.class, Size: p.size})
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// createHTTPDisk creates the worker disk of a pool that has not opted in: it
-// imports its image from the flavor's Factory URL, as every worker did before
-// goldens existed. No defaulting webhook runs here: access and volume mode
-// are set as the webhook would.
-func createHTTPDisk(ctx context.Context, c *cluster.Cluster, p pool, name string) error {
-	block := corev1.PersistentVolumeBlock
-	storage := &cdiv1.StorageSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		VolumeMode:  &block,
-		Resources: corev1.VolumeResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(p.size)},
-		},
-	}
-	if p.class != "" {
-		storage.StorageClassName = &p.class
-	}
-	dv := &cdiv1.DataVolume{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: name, Annotations: map[string]string{cluster.AnnPool: p.name}},
-		Spec: cdiv1.DataVolumeSpec{
-			Source:  &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: c.Factory.URL(schematicID, talosVersion)}},
-			Storage: storage,
-		},
-	}
-	_, err := c.CreateDataVolume(ctx, dv)
-	return err
 }
 
 // errIncomplete marks a run whose disks or metrics never settled: the demo
@@ -163,7 +57,7 @@ var errIncomplete = errors.New("incomplete")
 
 // disk is what the cluster shows of one worker disk.
 type disk struct {
-	pool   pool
+	pool   pools.Pool
 	name   string
 	phase  string                        // the DataVolume's
 	pvc    *corev1.PersistentVolumeClaim // nil until CDI creates it
@@ -178,15 +72,15 @@ func (d disk) final() bool {
 // disks reads every worker disk of the demo from the API server.
 func disks(ctx context.Context, c *cluster.Cluster) ([]disk, error) {
 	var out []disk
-	for _, p := range pools {
-		for i := range p.disks {
-			d := disk{pool: p, name: diskName(p, i)}
-			dv, err := c.DataVolume(ctx, p.namespace, d.name)
+	for _, p := range pools.All {
+		for i := range p.Disks {
+			d := disk{pool: p, name: p.DiskName(i)}
+			dv, err := c.DataVolume(ctx, p.Namespace, d.name)
 			if err != nil {
 				return nil, err
 			}
 			d.phase = string(dv.Status.Phase)
-			pvc, err := c.Client.CoreV1().PersistentVolumeClaims(p.namespace).Get(ctx, d.name, metav1.GetOptions{})
+			pvc, err := c.Client.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, d.name, metav1.GetOptions{})
 			if err == nil {
 				d.pvc = pvc
 				d.record, err = readRecord(pvc)
@@ -238,7 +132,7 @@ func waitJudged(ctx context.Context, c *cluster.Cluster, t0 time.Time) error {
 		var open []string
 		for _, d := range last {
 			if !d.final() {
-				open = append(open, fmt.Sprintf("%s/%s (phase %q, verdict %q)", d.pool.namespace, d.name, d.phase, verdictOf(d)))
+				open = append(open, fmt.Sprintf("%s/%s (phase %q, verdict %q)", d.pool.Namespace, d.name, d.phase, verdictOf(d)))
 			}
 		}
 		sort.Strings(open)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
 )
 
 // show prints what the cluster holds once the disks are judged: per pool
@@ -47,22 +48,22 @@ func showPools(ds []disk) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  POOL\tDISKS\tCLASS ASKED -> BOUND\tCDI cloneType\tDRIVER ASKED FOR\tVERDICT (judged from)\tFINDINGS")
 	var notes []string
-	for _, p := range pools {
+	for _, p := range pools.All {
 		var mine []disk
 		for _, d := range ds {
-			if d.pool.name == p.name {
+			if d.pool.Name == p.Name {
 				mine = append(mine, d)
 			}
 		}
-		asked := p.class
+		asked := p.Class
 		if asked == "" {
 			asked = `""`
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s -> %s\t%s\t%s\t%s\t%s\n", p.name, len(mine), asked,
+		fmt.Fprintf(tw, "  %s\t%d\t%s -> %s\t%s\t%s\t%s\t%s\n", p.Name, len(mine), asked,
 			tally(mine, boundClass), tally(mine, cdiCloneType), tally(mine, driverAsked),
 			tally(mine, verdictAndSource), tally(mine, findings))
 		if r := tally(mine, fallbackReason); r != "-" {
-			notes = append(notes, fmt.Sprintf("  %s: CDI's fallback reason: %s", p.name, r))
+			notes = append(notes, fmt.Sprintf("  %s: CDI's fallback reason: %s", p.Name, r))
 		}
 	}
 	tw.Flush()
@@ -146,7 +147,7 @@ func showEvents(ctx context.Context, c *cluster.Cluster, ds []disk) error {
 	header("Warning events csi-clone-sidecar emitted on worker DataVolumes")
 	poolOf := map[string]string{}
 	for _, d := range ds {
-		poolOf[d.pool.namespace+"/"+d.name] = d.pool.name
+		poolOf[d.pool.Namespace+"/"+d.name] = d.pool.Name
 	}
 	byReason := map[string]map[string]int{}
 	for _, ns := range namespaces() {
@@ -186,10 +187,10 @@ func showEvents(ctx context.Context, c *cluster.Cluster, ds []disk) error {
 func namespaces() []string {
 	var out []string
 	seen := map[string]bool{}
-	for _, p := range pools {
-		if !seen[p.namespace] {
-			seen[p.namespace] = true
-			out = append(out, p.namespace)
+	for _, p := range pools.All {
+		if !seen[p.Namespace] {
+			seen[p.Namespace] = true
+			out = append(out, p.Namespace)
 		}
 	}
 	return out
@@ -226,7 +227,7 @@ func showMetrics(c *cluster.Cluster) error {
 			fmt.Println("  " + l)
 		}
 	}
-	fmt.Printf("  (the Factory itself served %d fetches of the flavor)\n", c.Factory.Fetches(schematicID, talosVersion))
+	fmt.Printf("  (the Factory itself served %d fetches of the flavor)\n", c.Factory.Fetches(pools.SchematicID, pools.TalosVersion))
 	return sc.Err()
 }
 

@@ -126,12 +126,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	golden := cluster.GoldenName(admissionFlavor, talosVersion)
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: admissionFlavor, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, admissionTenant); err != nil {
-		t.Fatal(err)
-	}
+	golden := admissionGolden(t, ctx, c, admissionFlavor)
 	waitAdmissionParams(t, ctx, c, golden+".path.replicated-fixed", "host-assisted/no-volume-expansion")
 	a := newAdmissionClient(t, c)
 	cases := []admissionCase{
@@ -197,6 +192,19 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 			t.Errorf("parameters deleted: %s not admitted silently: %v %q", tc.name, err, warnings)
 		}
 	}
+}
+
+// admissionGolden imports the golden of flavor on class replicated, waits
+// for it, makes the tenant namespace and returns the golden's name.
+func admissionGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, flavor string) string {
+	t.Helper()
+	golden := cluster.GoldenName(flavor, talosVersion)
+	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavor, Version: talosVersion, StorageClass: "replicated"})
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
+	if err := c.CreateNamespace(ctx, admissionTenant); err != nil {
+		t.Fatal(err)
+	}
+	return golden
 }
 
 // firstWant: in Deny mode the error carries the first broken rule's message.

@@ -174,6 +174,9 @@ var chartMatrix = map[string]struct {
 	"victoria-metrics": {cluster.NamespaceCSI, []string{"monitoring.kind=victoria-metrics"}},
 	"no monitoring":    {cluster.NamespaceCSI, []string{"monitoring.kind=none", "dashboard.enabled=false"}},
 	"custom namespace": {"piraeus-datastore", []string{"csiController.serviceAccount=my-csi-controller"}},
+	"admission guard":  {cluster.NamespaceCSI, []string{"admissionGuard.enabled=true"}},
+	"admission guard, deny, custom namespace": {"piraeus-datastore",
+		[]string{"admissionGuard.enabled=true", "admissionGuard.validationActions={Deny}", "monitoring.kind=none", "dashboard.enabled=false"}},
 }
 
 // renderedChart renders the chart into a file for kubectl, leaving out the

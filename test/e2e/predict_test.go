@@ -90,7 +90,13 @@ func TestClonePathPredictedBeforeTheDiskIsMade(t *testing.T) {
 	step("snapshot strategy, no VolumeSnapshotClass", predictedPair{"replicated", "snap-none", "host-assisted/no-volume-snapshot-class"})
 	createSnapshotClass(t, ctx, c, "predict-snapshots")
 	step("snapshot strategy with a VolumeSnapshotClass", predictedPair{"replicated", "snap", "snapshot-clone/storage-profile"})
+	waitPredictionsRight(t, ctx, c, checked)
+}
 
+// waitPredictionsRight waits until the sidecar's metrics count checked
+// predictions right and none wrong, and flag no disk prediction-wrong.
+func waitPredictionsRight(t *testing.T, ctx context.Context, c *cluster.Cluster, checked int) {
+	t.Helper()
 	waitMetrics(t, ctx, c, func(s scrape) error {
 		right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"})
 		wrong, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "wrong"})

@@ -58,8 +58,9 @@ func TestDashboardPanelsHaveDataInPrometheus(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	prom := startPrometheus(t, ctx, c)
-	vm := startVictoriaMetrics(t, ctx, c)
+	rules := chartRuleFile(t)
+	prom := startPrometheus(t, ctx, c, rules)
+	vm := startVictoriaMetrics(t, ctx, c, rules)
 	backends := []struct {
 		name          string
 		query, alerts *prometheus
@@ -235,8 +236,9 @@ type prometheus struct {
 // startPrometheus runs /usr/bin/prometheus as a component of the cluster
 // (in the test's network namespace, data under the state directory, killed
 // at teardown) with a scrape job shaped like the one prometheus-operator
-// derives from deploy/monitoring's ServiceMonitor, and the shipped rules.
-func startPrometheus(t *testing.T, ctx context.Context, c *cluster.Cluster) *prometheus {
+// derives from deploy/monitoring's ServiceMonitor, and the rule file rules
+// (chartRuleFile: the shipped rules).
+func startPrometheus(t *testing.T, ctx context.Context, c *cluster.Cluster, rules string) *prometheus {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -247,7 +249,7 @@ func startPrometheus(t *testing.T, ctx context.Context, c *cluster.Cluster) *pro
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfg, scrapeConfig(t, c), 0o644); err != nil {
+	if err := os.WriteFile(cfg, scrapeConfig(t, c, rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeLoopbackAddr(t)
@@ -264,8 +266,8 @@ func startPrometheus(t *testing.T, ctx context.Context, c *cluster.Cluster) *pro
 // scrapeConfig is the scrape job prometheus-operator would generate from
 // the shipped Service and ServiceMonitor (job = the Service's name, the
 // endpoint's path and honorLabels, the target labels it adds), pointed at
-// the sidecar's --http-endpoint, plus the shipped rule file.
-func scrapeConfig(t *testing.T, c *cluster.Cluster) []byte {
+// the sidecar's --http-endpoint, plus the rule file rules.
+func scrapeConfig(t *testing.T, c *cluster.Cluster, rules string) []byte {
 	t.Helper()
 	var svc struct {
 		Metadata struct{ Name string }
@@ -285,7 +287,6 @@ func scrapeConfig(t *testing.T, c *cluster.Cluster) []byte {
 		t.Fatalf("want one ServiceMonitor endpoint and one Service port, got %d and %d", len(sm.Spec.Endpoints), len(svc.Spec.Ports))
 	}
 	ep := sm.Spec.Endpoints[0]
-	rules := chartRuleFile(t)
 	cfg := map[string]any{
 		"global":     map[string]any{"scrape_interval": promScrape.String(), "evaluation_interval": promScrape.String()},
 		"rule_files": []string{rules},
@@ -454,29 +455,42 @@ func (p *prometheus) checkAlerts(t *testing.T, ctx context.Context, want []strin
 	}
 }
 
+// ruleGroup is a rule group as /api/v1/rules shows it, with each rule's
+// health and state (inactive, pending, firing).
+type ruleGroup struct {
+	Name  string `json:"name"`
+	Rules []struct {
+		Name, Health, State, LastError string
+		Alerts                         []struct{ State string } `json:"alerts"`
+	} `json:"rules"`
+}
+
+// ruleGroups reads /api/v1/rules; no group at all is an error.
+func (p *prometheus) ruleGroups() ([]ruleGroup, error) {
+	raw, err := p.get("/api/v1/rules", nil)
+	if err != nil {
+		return nil, err
+	}
+	var data struct {
+		Groups []ruleGroup `json:"groups"`
+	}
+	if err := json.Unmarshal(raw, &data); err != nil {
+		return nil, err
+	}
+	if len(data.Groups) == 0 {
+		return nil, fmt.Errorf("%s loaded no rule group from deploy/monitoring/rules.yaml", p.url)
+	}
+	return data.Groups, nil
+}
+
 // alertsFiring reads the rules' state from /api/v1/rules: the alerts
 // firing, sorted, and a line per unhealthy rule.
 func (p *prometheus) alertsFiring() (firing, unhealthy []string, err error) {
-	raw, err := p.get("/api/v1/rules", nil)
+	groups, err := p.ruleGroups()
 	if err != nil {
 		return nil, nil, err
 	}
-	var data struct {
-		Groups []struct {
-			Name  string `json:"name"`
-			Rules []struct {
-				Name, Health, State, LastError string
-				Alerts                         []struct{ State string } `json:"alerts"`
-			} `json:"rules"`
-		} `json:"groups"`
-	}
-	if err := json.Unmarshal(raw, &data); err != nil {
-		return nil, nil, err
-	}
-	if len(data.Groups) == 0 {
-		return nil, nil, fmt.Errorf("%s loaded no rule group from deploy/monitoring/rules.yaml", p.url)
-	}
-	for _, g := range data.Groups {
+	for _, g := range groups {
 		for _, r := range g.Rules {
 			if r.Health != "ok" {
 				unhealthy = append(unhealthy, fmt.Sprintf("rule %s/%s: health %q: %s", g.Name, r.Name, r.Health, r.LastError))

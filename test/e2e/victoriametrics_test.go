@@ -32,8 +32,9 @@ type victoriaMetrics struct {
 }
 
 // startVictoriaMetrics runs VictoriaMetrics single-node and vmalert as
-// components of the cluster, data under the state directory.
-func startVictoriaMetrics(t *testing.T, ctx context.Context, c *cluster.Cluster) *victoriaMetrics {
+// components of the cluster, data under the state directory; vmalert
+// evaluates the rule file rules.
+func startVictoriaMetrics(t *testing.T, ctx context.Context, c *cluster.Cluster, rules string) *victoriaMetrics {
 	t.Helper()
 	vmBin, err := tools.Bin("victoria-metrics")
 	if err != nil {
@@ -47,7 +48,7 @@ func startVictoriaMetrics(t *testing.T, ctx context.Context, c *cluster.Cluster)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	scrape, rules := vmScrapeConfig(t, c)
+	scrape := vmScrapeConfig(t, c, rules)
 	cfg := filepath.Join(dir, "scrape.yml")
 	if err := os.WriteFile(cfg, scrape, 0o644); err != nil {
 		t.Fatal(err)
@@ -81,19 +82,13 @@ func startVictoriaMetrics(t *testing.T, ctx context.Context, c *cluster.Cluster)
 
 // vmScrapeConfig is Prometheus's configuration less what only Prometheus
 // reads (its rule files and evaluation interval, which vmalert takes as
-// flags): VictoriaMetrics' scraper refuses unknown fields. It also returns
-// the rule file.
-func vmScrapeConfig(t *testing.T, c *cluster.Cluster) ([]byte, string) {
+// flags): VictoriaMetrics' scraper refuses unknown fields.
+func vmScrapeConfig(t *testing.T, c *cluster.Cluster, rules string) []byte {
 	t.Helper()
 	var cfg map[string]any
-	if err := yaml.Unmarshal(scrapeConfig(t, c), &cfg); err != nil {
+	if err := yaml.Unmarshal(scrapeConfig(t, c, rules), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := cfg["rule_files"].([]any)
-	if len(files) != 1 {
-		t.Fatalf("want one rule file in Prometheus's configuration, got %v", cfg["rule_files"])
-	}
-	rules, _ := files[0].(string)
 	delete(cfg, "rule_files")
 	if global, ok := cfg["global"].(map[string]any); ok {
 		delete(global, "evaluation_interval")
@@ -102,7 +97,7 @@ func vmScrapeConfig(t *testing.T, c *cluster.Cluster) ([]byte, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out, rules
+	return out
 }
 
 // freeLoopbackAddr is a 127.0.0.1 port free a moment ago.

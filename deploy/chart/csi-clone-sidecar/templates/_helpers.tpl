@@ -17,7 +17,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 csi-clone-sidecar.container: the sidecar container, one list item, for the
 containers of a pod template. The context needs only .Values (this chart's:
 from a parent chart pass .Subcharts.<name> or (dict "Values" ...)).
-It runs as uid 0 with no capability at all: the driver creates its socket as
+With admissionGuard.enabled it keeps the guard's parameters current
+(--admission-params). It runs as uid 0 with no capability at all: the driver creates its socket as
 root with the runtime's umask (srwxr-xr-x), and connecting to a unix socket
 needs write permission, which only its owner has. That is how csi-provisioner,
 csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
@@ -36,6 +37,9 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
     - --golden-namespace={{ $s.goldenNamespace }}
     - --stuck-after={{ $s.stuckAfter }}
     - --v={{ $s.logLevel }}
+    {{- if and .Values.admissionGuard .Values.admissionGuard.enabled }}
+    - --admission-params=true
+    {{- end }}
     {{- range $s.extraArgs }}
     - {{ . | quote }}
     {{- end }}

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
+)
+
+// TestDemoPoolsPredictedRight plays the pools of `make demo` (test/demo/pools,
+// the definitions the demo itself creates) on the loopback stack. For each
+// pool that clones the golden, the sidecar's prediction for its class is
+// scraped before the pool's first disk is created. Once every disk has a
+// decided verdict: each cloned disk's recorded prediction is the path its
+// verdict shows (and, for a disk larger than the golden, the prediction
+// scraped before), no disk is flagged prediction-wrong, the HTTP pool's
+// disks carry no prediction, and csi_clone_prediction_checks counts every
+// cloned disk right and none wrong.
+func TestDemoPoolsPredictedRight(t *testing.T) {
+	checkNoLeaks(t)
+	c := cluster.Start(t, cluster.Options{StorageClasses: pools.StorageClasses(), SidecarArgs: []string{"--resync-period=2s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	createGolden(t, ctx, c, pools.Golden())
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, pools.GoldenName(), cdiv1.Succeeded)
+
+	predicted := map[string]string{} // pool -> path/reason scraped before its first disk
+	cloned := 0
+	for _, p := range pools.All {
+		if !p.HTTP {
+			predicted[p.Name] = waitPrediction(t, ctx, c, pools.SchematicID, label(p.Class))
+			cloned += p.Disks
+		}
+		if err := p.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pools.All {
+		verdicts := map[string]int{}
+		for i := range p.Disks {
+			rec := waitDecided(t, ctx, c, p, p.DiskName(i))
+			verdicts[rec.Verdict]++
+			checkDemoDisk(t, p, p.DiskName(i), rec, predicted[p.Name])
+		}
+		t.Logf("%s (%d x %s on %q): predicted %q, verdicts %v", p.Name, p.Disks, p.Size, p.Class, predicted[p.Name], verdicts)
+	}
+	waitPredictionsRight(t, ctx, c, cloned)
+}
+
+// waitPrediction waits until the sidecar's metrics predict a path for the
+// flavor on class (its label) and returns it as path/reason.
+func waitPrediction(t *testing.T, ctx context.Context, c *cluster.Cluster, flavor, class string) string {
+	t.Helper()
+	var got string
+	waitMetrics(t, ctx, c, func(s scrape) error {
+		got = predictedPaths(s, flavor)[class]
+		if got == "" {
+			return fmt.Errorf("no csi_clone_path_predicted for flavor %s on class %s", flavor, class)
+		}
+		return nil
+	})
+	return got
+}
+
+// waitDecided waits until a disk of the pool has a verdict that settles its
+// path: an HTTP import for the HTTP pool, a path for the others.
+func waitDecided(t *testing.T, ctx context.Context, c *cluster.Cluster, p pools.Pool, disk string) *cloner.Record {
+	t.Helper()
+	return waitRecord(t, ctx, c, p.Namespace, disk, 5*time.Minute, "a decided verdict", func(r *cloner.Record) bool {
+		if p.HTTP {
+			return r.Verdict == cloner.VerdictHTTPImport
+		}
+		_, decided := verdictPath(r.Verdict)
+		return decided
+	})
+}
+
+// checkDemoDisk checks one disk's recorded prediction against its verdict
+// and against the prediction scraped before its pool's first disk.
+func checkDemoDisk(t *testing.T, p pools.Pool, disk string, rec *cloner.Record, scraped string) {
+	t.Helper()
+	for _, r := range rec.BadReasons() {
+		if r == cloner.ReasonPredictionWrong {
+			t.Errorf("%s/%s: flagged %s (%s)", p.Namespace, disk, r, rec.Message)
+		}
+	}
+	if p.HTTP {
+		if rec.Predicted != "" {
+			t.Errorf("%s/%s: an HTTP import carries prediction %s/%s", p.Namespace, disk, rec.Predicted, rec.PredictedReason)
+		}
+		return
+	}
+	path, _ := verdictPath(rec.Verdict)
+	if rec.Predicted != path {
+		t.Errorf("%s/%s: recorded prediction %q, verdict %s (%s)", p.Namespace, disk, rec.Predicted, rec.Verdict, rec.Message)
+	}
+	// The metric predicts a disk larger than the golden; a disk of the
+	// golden's size is predicted at that size (docs/predict.md).
+	if p.Size != pools.GoldenSize && rec.Predicted+"/"+rec.PredictedReason != scraped {
+		t.Errorf("%s/%s: recorded prediction %s/%s, scraped %s before the pool's first disk", p.Namespace, disk, rec.Predicted, rec.PredictedReason, scraped)
+	}
+}
