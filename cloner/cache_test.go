@@ -153,3 +153,44 @@ func valueAt(vs *ast.ValueSpec, i int) ast.Expr {
 	}
 	return nil
 }
+
+// TestUpdatesTheClonerCannotSeeAreSkipped: kube-controller-manager's status
+// condition on a PVC, or CDI's progress on a DataVolume, leave the cached
+// objects equal but for their resourceVersion, and re-judge nothing; a
+// verdict annotation or a capacity change does.
+func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, ptrTo(testClass))
+	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+	pvc.ResourceVersion, pv.ResourceVersion, dv.ResourceVersion = "1", "1", "1"
+
+	kcm := pvc.DeepCopy()
+	kcm.ResourceVersion = "2"
+	kcm.Status.Conditions = append(kcm.Status.Conditions, corev1.PersistentVolumeClaimCondition{Type: "Unused", Status: corev1.ConditionTrue})
+	progress := dv.DeepCopy()
+	progress.ResourceVersion, progress.Status.Progress = "2", "57.0%"
+	verdict := pvc.DeepCopy()
+	verdict.ResourceVersion, verdict.Annotations[AnnCloneVerdict] = "3", "csi-clone"
+	grown := pv.DeepCopy()
+	grown.ResourceVersion, grown.Spec.Capacity = "2", corev1.ResourceList{corev1.ResourceStorage: qty(30 * gi)}
+
+	claim := func(p *corev1.PersistentVolumeClaim) any { return mustTransform(cacheClaim(p.DeepCopy())) }
+	volume := func(p *corev1.PersistentVolume) any { return mustTransform(cacheVolume(p.DeepCopy())) }
+	dataVolume := func(d *cdiv1.DataVolume) any { return mustTransform(cacheDataVolume(toUnstructured(t, d))) }
+	for name, c := range map[string]struct {
+		old, cur any
+		same     bool
+	}{
+		"PVC status condition": {claim(pvc), claim(kcm), true},
+		"DataVolume progress":  {dataVolume(dv), dataVolume(progress), true},
+		"PVC verdict":          {claim(pvc), claim(verdict), false},
+		"PV capacity":          {volume(pv), volume(grown), false},
+		"PV unchanged":         {volume(pv), volume(pv), true},
+	} {
+		if got := sameButVersion(c.old, c.cur); got != c.same {
+			t.Errorf("%s: sameButVersion = %v, want %v", name, got, c.same)
+		}
+	}
+}

@@ -61,7 +61,7 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	}
 
 	before = c.judgedCount.Load()
-	g.Annotations["touched"] = "yes"
+	g.Status.RestartCount++ // a change the cache keeps (an unread annotation re-judges nothing)
 	fc.putDV(t, g)
 	eventually(t, "the golden's consumers re-judged", func() bool { return c.judgedCount.Load()-before >= n })
 	if got := settled() - before; got != n {

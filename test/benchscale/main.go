@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 
 type options struct {
 	disks, goldens, namespaces, badEvery, parallel int
-	sidecar, profile                               string
+	sidecar, profile, extraArgs                    string
 	steady, timeout                                time.Duration
 	keep                                           bool
 }
@@ -46,6 +47,7 @@ func main() {
 	flag.DurationVar(&o.steady, "steady", 2*time.Minute, "How long steady state is measured after every verdict is written.")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for the verdicts after this long.")
 	flag.StringVar(&o.profile, "profile", "", "Run the sidecar with --enable-pprof and write its heap profile after every verdict (heap.pb.gz) and a CPU profile of the steady state (cpu.pb.gz) into this directory.")
+	flag.StringVar(&o.extraArgs, "sidecar-args", "", "Flags added to the shipped ones, space-separated (diagnosis, e.g. --v=4; the figures are then not the shipped defaults' own).")
 	flag.BoolVar(&o.keep, "keep", false, "Keep the state directory (logs, audit log).")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -79,6 +81,7 @@ func run(o options) error {
 		}
 		args = append(args, "--enable-pprof")
 	}
+	args = append(args, strings.Fields(o.extraArgs)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	c, err := cluster.New(cluster.Options{NoCDI: true, SidecarBinary: bin, SidecarArgs: args,

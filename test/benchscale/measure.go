@@ -75,16 +75,21 @@ type verdictClock struct {
 	start      time.Time
 	want       int
 	allWritten chan struct{}
+	lastChange time.Time // of any PVC, by anyone
 }
 
 func (v *verdictClock) observe(obj any) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || pvc.Annotations[cloner.AnnCloneVerdict] == "" || v.start.IsZero() {
+	if !ok {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.lastChange = time.Now()
+	if pvc.Annotations[cloner.AnnCloneVerdict] == "" || v.start.IsZero() {
 		return
 	}
 	key := pvc.Namespace + "/" + pvc.Name
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	if _, done := v.seen[key]; done {
 		return
 	}
@@ -131,8 +136,11 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	tAll := time.Now()
 	cpuAll := cpuSeconds(pid)
 	synced := logTime(c.LogPath("csi-clone-sidecar"), "Verdict caches synced")
-	// Steady state: let the echo of the verdict writes pass, then measure.
-	time.Sleep(30 * time.Second)
+	// Steady state: let the echo of the verdict writes pass (after each
+	// patch kube-controller-manager rewrites the PVC's status conditions, at
+	// its own rate limit), then measure.
+	quiet := clock.waitQuiet(30*time.Second, o.timeout)
+	fmt.Printf("PVCs unchanged for 30 s from %.0f s after the last verdict (kube-controller-manager's echo of the patches)\n", quiet.Sub(tAll).Seconds())
 	saveProfile(c, o.profile, "heap.pb.gz", "heap?gc=1")
 	saveProfile(c, o.profile, "heap.txt", "heap?debug=1")
 	tSteady, cpuSteady0 := time.Now(), cpuSeconds(pid)
@@ -156,6 +164,21 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	printMetrics(c)
 	printLedger(ctx, f)
 	return printRequests(c, start, tAll, tSteady, tEnd)
+}
+
+// waitQuiet waits until no PVC has changed for d (at most limit) and
+// returns when the last change was.
+func (v *verdictClock) waitQuiet(d, limit time.Duration) time.Time {
+	deadline := time.Now().Add(limit)
+	for {
+		v.mu.Lock()
+		last := v.lastChange
+		v.mu.Unlock()
+		if time.Since(last) >= d || time.Now().After(deadline) {
+			return last
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // saveProfile writes one of the sidecar's pprof profiles into dir (no-op
