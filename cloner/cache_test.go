@@ -20,11 +20,7 @@ import (
 // conditions; applying one twice changes nothing (a watch-list's items are
 // passed through it twice).
 func TestCacheKeepsWhatTheClonerReads(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, ptrTo(testClass))
-	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+	g, dv, pvc, pv := oneClonedDisk()
 	dv.Status.Conditions = append(dv.Status.Conditions, cdiv1.DataVolumeCondition{Type: cdiv1.DataVolumeRunning,
 		Status: corev1.ConditionFalse, Reason: "Completed", Message: "Clone Complete"})
 	managed := []metav1.ManagedFieldsEntry{{Manager: "cdi-controller", Operation: metav1.ManagedFieldsOperationUpdate}}
@@ -159,11 +155,7 @@ func valueAt(vs *ast.ValueSpec, i int) ast.Expr {
 // objects equal but for their resourceVersion, and re-judge nothing; a
 // verdict annotation or a capacity change does.
 func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, ptrTo(testClass))
-	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+	_, dv, pvc, pv := oneClonedDisk()
 	pvc.ResourceVersion, pv.ResourceVersion, dv.ResourceVersion = "1", "1", "1"
 
 	kcm := pvc.DeepCopy()
@@ -193,4 +185,14 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 			t.Errorf("%s: sameButVersion = %v, want %v", name, got, c.same)
 		}
 	}
+}
+
+// oneClonedDisk is a golden and one worker disk CSI-cloned from it.
+func oneClonedDisk() (*cdiv1.DataVolume, *cdiv1.DataVolume, *corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, ptrTo(testClass))
+	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+	return g, dv, pvc, pv
 }
