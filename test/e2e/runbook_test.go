@@ -15,6 +15,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
 // The runbook's kubectl commands, run as printed against the stack of
@@ -61,9 +62,9 @@ func runbookChecks() []runbookCheck {
 }
 
 func checkRunbook(t *testing.T, ctx context.Context, c *cluster.Cluster) {
-	kubectl, err := exec.LookPath("kubectl")
+	kubectl, err := tools.Bin("kubectl") // the pinned one `make tools` built, not whatever is on PATH
 	if err != nil {
-		t.Fatalf("kubectl: %v", err)
+		t.Fatalf("kubectl: %v (run make tools)", err)
 	}
 	checks := runbookChecks()
 	used := map[string]bool{}
