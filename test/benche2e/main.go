@@ -107,13 +107,17 @@ func run(o options) (err error) {
 }
 
 // startStack brings up the stack with the sidecar in the path, shipped
-// flags (no leader election: one replica).
+// flags (no leader election: one replica). The garbage collector removes a
+// deleted DataVolume's PVC (its owner reference), so that the provisioner
+// deletes its volume: the harness leaves it off by default, and without it
+// the first clean-up waited for ever.
 func startStack() (*cluster.Cluster, error) {
 	dir, err := cluster.NewStateDir("bench-e2e-")
 	if err != nil {
 		return nil, err
 	}
-	return cluster.New(cluster.Options{Dir: dir, Logf: func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) }})
+	return cluster.New(cluster.Options{Dir: dir, Logf: func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) },
+		ExtraControllers: []string{"garbage-collector-controller"}})
 }
 
 // prepare imports the golden and makes the tenant namespace.
