@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,8 +18,9 @@ const sidecarProcess = "csi-clone-sidecar"
 // the stack's processes, the harness (pod emulator, polling), and the
 // machine as a whole, which on a shared machine includes other work.
 type cpuUse struct {
-	sidecar, stack, harness float64 // CPU-seconds
-	machine                 float64 // CPU-seconds of every process on the machine
+	sidecar, stack, harness float64            // CPU-seconds
+	byProcess               map[string]float64 // the same, per component
+	machine                 float64            // CPU-seconds of every process on the machine
 	wall                    time.Duration
 }
 
@@ -37,9 +40,10 @@ func markCPU(c *cluster.Cluster) cpuMark {
 // from zero.
 func (m cpuMark) since(c *cluster.Cluster) cpuUse {
 	now := c.CPUSeconds()
-	u := cpuUse{machine: machineBusySeconds() - m.machine, wall: time.Since(m.at)}
+	u := cpuUse{machine: machineBusySeconds() - m.machine, wall: time.Since(m.at), byProcess: map[string]float64{}}
 	for name, s := range now {
 		d := s - m.procs[name]
+		u.byProcess[name] = d
 		switch name {
 		case sidecarProcess:
 			u.sidecar += d
@@ -88,4 +92,26 @@ func cores() int {
 		}
 	}
 	return n
+}
+
+// add sums two waves' readings.
+func (u cpuUse) add(v cpuUse) cpuUse {
+	sum := cpuUse{sidecar: u.sidecar + v.sidecar, stack: u.stack + v.stack, harness: u.harness + v.harness,
+		machine: u.machine + v.machine, wall: u.wall + v.wall, byProcess: map[string]float64{}}
+	for _, m := range []map[string]float64{u.byProcess, v.byProcess} {
+		for name, s := range m {
+			sum.byProcess[name] += s
+		}
+	}
+	return sum
+}
+
+// perProcess lists each component's CPU-seconds divided by n, by name.
+func (u cpuUse) perProcess(n int) string {
+	names := slices.Sorted(maps.Keys(u.byProcess))
+	out := make([]string, len(names))
+	for i, name := range names {
+		out[i] = fmt.Sprintf("%s %.3f", name, u.byProcess[name]/float64(n))
+	}
+	return strings.Join(out, ", ")
 }

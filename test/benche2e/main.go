@@ -254,11 +254,11 @@ func printSummary(times map[string][]time.Duration, cpus map[string][]cpuUse, o 
 	for _, m := range []string{modeSidecar, modeDirect} {
 		var sum cpuUse
 		for _, u := range cpus[m] {
-			sum.sidecar, sum.stack, sum.harness, sum.machine = sum.sidecar+u.sidecar, sum.stack+u.stack, sum.harness+u.harness, sum.machine+u.machine
-			sum.wall += u.wall
+			sum = sum.add(u)
 		}
 		fmt.Printf("%-7s  per clone %.2f cpu-s sidecar, %.2f rest of stack, %.2f harness; machine busy %.2f of %d cores\n", m,
 			sum.sidecar/float64(n), sum.stack/float64(n), sum.harness/float64(n), sum.machine/sum.wall.Seconds(), cores())
+		fmt.Printf("%-7s  per clone, cpu-s by process: %s\n", m, sum.perProcess(n))
 	}
 }
 
