@@ -191,16 +191,32 @@ func (e *emulator) step(ctx context.Context, p *corev1.Pod) error {
 
 // claimsBound is the kubelet's precondition: every mounted PVC is Bound.
 func (e *emulator) claimsBound(p *corev1.Pod) bool {
+	claims, err := e.mountedClaims(p)
+	if err != nil {
+		return false
+	}
+	for _, pvc := range claims {
+		if pvc.Status.Phase != corev1.ClaimBound {
+			return false
+		}
+	}
+	return true
+}
+
+// mountedClaims are the PVCs the pod mounts, as the informer has them.
+func (e *emulator) mountedClaims(p *corev1.Pod) ([]*corev1.PersistentVolumeClaim, error) {
+	var out []*corev1.PersistentVolumeClaim
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
 		pvc, err := e.pvcs.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
-		if err != nil || pvc.Status.Phase != corev1.ClaimBound {
-			return false
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, pvc)
 	}
-	return true
+	return out, nil
 }
 
 // resizeUnderway reports whether a claim the pod mounts asks for more than it
@@ -224,14 +240,11 @@ func (e *emulator) claimsBound(p *corev1.Pod) bool {
 // Node-side states (NodeResizePending and after) are a kubelet's to act on at
 // mount; the test driver has no node service, so csi-resizer never asks.
 func (e *emulator) resizeUnderway(p *corev1.Pod) bool {
-	for _, v := range p.Spec.Volumes {
-		if v.PersistentVolumeClaim == nil {
-			continue
-		}
-		pvc, err := e.pvcs.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
-		if err != nil {
-			return true // claimsBound just saw it: a deletion; try again next tick
-		}
+	claims, err := e.mountedClaims(p)
+	if err != nil {
+		return true // claimsBound just saw them: a deletion; look again next tick
+	}
+	for _, pvc := range claims {
 		want, have := pvc.Spec.Resources.Requests[corev1.ResourceStorage], pvc.Status.Capacity[corev1.ResourceStorage]
 		if want.Cmp(have) <= 0 {
 			continue

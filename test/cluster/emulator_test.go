@@ -113,15 +113,7 @@ func TestEmulatorWaitsForBoundClaims(t *testing.T) {
 	if err := c.CreateNamespace(ctx, "prep"); err != nil {
 		t.Fatal(err)
 	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptr(""),
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")}},
-		},
-	}
-	if _, err := c.Client.CoreV1().PersistentVolumeClaims("prep").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims("prep").Create(ctx, testClaim("data", "", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pods := c.Client.CoreV1().Pods("prep")
@@ -157,16 +149,7 @@ func TestEmulatorPrepWaitsForResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	claims := c.Client.CoreV1().PersistentVolumeClaims("grow")
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptr("growable"),
-			VolumeName:       "grow-static",
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")}},
-		},
-	}
-	if _, err := claims.Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+	if _, err := claims.Create(ctx, testClaim("data", "growable", "grow-static"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, staticPV("grow-static", "grow", "data", "growable"), metav1.CreateOptions{}); err != nil {
@@ -208,6 +191,19 @@ func TestEmulatorPrepWaitsForResize(t *testing.T) {
 	}
 	if err := waitPodPhase(ctx, c, "grow", "prep-grow", corev1.PodSucceeded); err != nil {
 		t.Fatalf("prep pod not Succeeded once its claim's resize ended: %v", err)
+	}
+}
+
+// testClaim is a 1Gi claim of class, for volume if not empty.
+func testClaim(name, class, volume string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr(class),
+			VolumeName:       volume,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")}},
+		},
 	}
 }
 
