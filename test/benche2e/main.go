@@ -4,8 +4,10 @@
 // together, until every one has Succeeded) with the kubernetes-csi sidecars
 // dialling csi-clone-sidecar and with them pointed straight at the driver
 // (the sidecar stopped), the two modes taking turns in one run, and prints
-// each wave's time, the ratio of the modes' total times and the stack's own
-// clone throughput. It measures; it asserts nothing.
+// each wave's time and where the CPU went meanwhile (the sidecar, the rest
+// of the stack, the harness, the whole machine), the ratio of the modes'
+// total times and the stack's own clone throughput. It measures; it asserts
+// nothing.
 //
 // It must run in a private network namespace: `make bench-e2e` builds it and
 // runs it under test/e2e/run-in-netns.sh.
@@ -84,6 +86,7 @@ func run(o options) (err error) {
 		return err
 	}
 	times := map[string][]time.Duration{}
+	cpus := map[string][]cpuUse{}
 	mode := modeSidecar
 	for round := range o.rounds {
 		order := []string{modeSidecar, modeDirect}
@@ -94,26 +97,31 @@ func run(o options) (err error) {
 			if err := switchMode(c, &mode, m, o.settle); err != nil {
 				return err
 			}
-			d, err := timeWave(ctx, c, golden, fmt.Sprintf("%s-%d", m, round), o)
+			d, cpu, err := timeWave(ctx, c, golden, fmt.Sprintf("%s-%d", m, round), o)
 			if err != nil {
 				return fmt.Errorf("%s wave %d: %w", m, round, err)
 			}
 			times[m] = append(times[m], d)
-			fmt.Printf("round %d  %-7s  %d clones in %s\n", round, m, o.wave, d.Round(10*time.Millisecond))
+			cpus[m] = append(cpus[m], cpu)
+			fmt.Printf("round %d  %-7s  %d clones in %s  %s\n", round, m, o.wave, d.Round(10*time.Millisecond), cpu)
 		}
 	}
-	printSummary(times, o)
+	printSummary(times, cpus, o)
 	return nil
 }
 
 // startStack brings up the stack with the sidecar in the path, shipped
-// flags (no leader election: one replica).
+// flags (no leader election: one replica). The garbage collector removes a
+// deleted DataVolume's PVC (its owner reference), so that the provisioner
+// deletes its volume: the harness leaves it off by default, and without it
+// the first clean-up waited for ever.
 func startStack() (*cluster.Cluster, error) {
 	dir, err := cluster.NewStateDir("bench-e2e-")
 	if err != nil {
 		return nil, err
 	}
-	return cluster.New(cluster.Options{Dir: dir, Logf: func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) }})
+	return cluster.New(cluster.Options{Dir: dir, Logf: func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) },
+		ExtraControllers: []string{"garbage-collector-controller"}})
 }
 
 // prepare imports the golden and makes the tenant namespace.
@@ -154,13 +162,15 @@ func switchMode(c *cluster.Cluster, mode *string, want string, settle time.Durat
 }
 
 // timeWave creates one wave of worker clones together and returns how long
-// until every one succeeded; then it deletes them and waits until their
-// volumes are gone, so that every wave starts from the same state.
-func timeWave(ctx context.Context, c *cluster.Cluster, golden, tag string, o options) (time.Duration, error) {
+// until every one succeeded, and the CPU time used meanwhile; then it
+// deletes them and waits until their volumes are gone, so that every wave
+// starts from the same state.
+func timeWave(ctx context.Context, c *cluster.Cluster, golden, tag string, o options) (time.Duration, cpuUse, error) {
 	names := make([]string, o.wave)
 	for i := range names {
 		names[i] = fmt.Sprintf("bench-%s-%02d", tag, i)
 	}
+	mark := markCPU(c)
 	start := time.Now()
 	errs := make(chan error, len(names))
 	for _, n := range names {
@@ -172,14 +182,14 @@ func timeWave(ctx context.Context, c *cluster.Cluster, golden, tag string, o opt
 	}
 	for range names {
 		if err := <-errs; err != nil {
-			return 0, err
+			return 0, cpuUse{}, err
 		}
 	}
 	if err := waitSucceeded(ctx, c, names, o.timeout); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
-	took := time.Since(start)
-	return took, cleanUp(ctx, c, names, o)
+	took, cpu := time.Since(start), mark.since(c)
+	return took, cpu, cleanUp(ctx, c, names, o)
 }
 
 func waitSucceeded(ctx context.Context, c *cluster.Cluster, names []string, timeout time.Duration) error {
@@ -226,7 +236,7 @@ func cleanUp(ctx context.Context, c *cluster.Cluster, names []string, o options)
 	return nil
 }
 
-func printSummary(times map[string][]time.Duration, o options) {
+func printSummary(times map[string][]time.Duration, cpus map[string][]cpuUse, o options) {
 	total := map[string]time.Duration{}
 	for m, ds := range times {
 		for _, d := range ds {
@@ -241,6 +251,15 @@ func printSummary(times map[string][]time.Duration, o options) {
 	}
 	fmt.Printf("sidecar/direct: total time %.3fx, median wave %.3fx (goal: total within 1.05x)\n",
 		total[modeSidecar].Seconds()/total[modeDirect].Seconds(), median(times[modeSidecar]).Seconds()/median(times[modeDirect]).Seconds())
+	for _, m := range []string{modeSidecar, modeDirect} {
+		var sum cpuUse
+		for _, u := range cpus[m] {
+			sum = sum.add(u)
+		}
+		fmt.Printf("%-7s  per clone %.2f cpu-s sidecar, %.2f rest of stack, %.2f harness; machine busy %.2f of %d cores\n", m,
+			sum.sidecar/float64(n), sum.stack/float64(n), sum.harness/float64(n), sum.machine/sum.wall.Seconds(), cores())
+		fmt.Printf("%-7s  per clone, cpu-s by process: %s\n", m, sum.perProcess(n))
+	}
 }
 
 func median(ds []time.Duration) time.Duration {

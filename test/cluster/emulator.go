@@ -39,7 +39,10 @@ const (
 // states a kubelet would report (through the pod status subresource), and the
 // real cdi-controller turns those into PVC annotations and DataVolume phases.
 //
-//   - prep pod: Succeeded, as its one "echo" container would.
+//   - prep pod: Succeeded, as its one "echo" container would, but only once
+//     no controller-side resize of its claim is under way (see
+//     resizeUnderway: the one place the emulator waits for an event where a
+//     kubelet would just be slow).
 //   - importer pod: Running, then it does the importer's network part for
 //     real (GET of IMPORTER_ENDPOINT, checksum if asked) and reports the
 //     outcome exactly as cdi-importer does: exit 0 with the JSON termination
@@ -154,6 +157,9 @@ func (e *emulator) step(ctx context.Context, p *corev1.Pod) error {
 	running := p.Status.Phase == corev1.PodRunning
 	switch role := p.Labels[cdiRoleLabel]; role {
 	case podRolePrep:
+		if e.resizeUnderway(p) {
+			return nil
+		}
 		return e.finish(ctx, p, 0, "", corev1.PodSucceeded)
 	case podRoleImporter:
 		return e.importStep(ctx, p)
@@ -185,16 +191,70 @@ func (e *emulator) step(ctx context.Context, p *corev1.Pod) error {
 
 // claimsBound is the kubelet's precondition: every mounted PVC is Bound.
 func (e *emulator) claimsBound(p *corev1.Pod) bool {
+	claims, err := e.mountedClaims(p)
+	if err != nil {
+		return false
+	}
+	for _, pvc := range claims {
+		if pvc.Status.Phase != corev1.ClaimBound {
+			return false
+		}
+	}
+	return true
+}
+
+// mountedClaims are the PVCs the pod mounts, as the informer has them.
+func (e *emulator) mountedClaims(p *corev1.Pod) ([]*corev1.PersistentVolumeClaim, error) {
+	var out []*corev1.PersistentVolumeClaim
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
 		pvc, err := e.pvcs.PersistentVolumeClaims(p.Namespace).Get(v.PersistentVolumeClaim.ClaimName)
-		if err != nil || pvc.Status.Phase != corev1.ClaimBound {
-			return false
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pvc)
+	}
+	return out, nil
+}
+
+// resizeUnderway reports whether a claim the pod mounts asks for more than it
+// has and the resize is still the controller's (csi-resizer's) to do: not
+// started, or ControllerResizeInProgress.
+//
+// CDI's prep pod exists to get a claim's resize finished: while the claim's
+// capacity is below its request, cdi-controller deletes every prep pod that
+// succeeded and creates it again. A kubelet needs seconds to run one
+// (scheduling, attach, mount, sandbox, the PLEG noticing the exit), and a
+// controller-side resize ends well inside them, so in a cluster one prep pod
+// nearly always sees it through. The emulator runs a pod in one tick; each
+// pod's start and end makes kube-controller-manager write the claim's status
+// (the Unused condition, Kubernetes 1.37's PersistentVolumeClaimUnusedSinceTime,
+// on by default), and csi-resizer's status patches carry the resourceVersion
+// it read, rate limited by its client: with prep pods cycling every few
+// hundred milliseconds every patch conflicted, csi-resizer backed off for
+// minutes, and cdi-controller re-created the pod over a thousand times
+// (bench-e2e's first run stalled so). So the emulator keeps a prep pod
+// Pending until that resize ended, instead of timing a kubelet's start.
+// Node-side states (NodeResizePending and after) are a kubelet's to act on at
+// mount; the test driver has no node service, so csi-resizer never asks.
+func (e *emulator) resizeUnderway(p *corev1.Pod) bool {
+	claims, err := e.mountedClaims(p)
+	if err != nil {
+		return true // claimsBound just saw them: a deletion; look again next tick
+	}
+	for _, pvc := range claims {
+		want, have := pvc.Spec.Resources.Requests[corev1.ResourceStorage], pvc.Status.Capacity[corev1.ResourceStorage]
+		if want.Cmp(have) <= 0 {
+			continue
+		}
+		switch pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] {
+		case "", corev1.PersistentVolumeClaimControllerResizeInProgress:
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // sourceDone reports whether the clone source pod feeding this upload pod has

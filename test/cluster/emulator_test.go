@@ -7,9 +7,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -110,56 +113,134 @@ func TestEmulatorWaitsForBoundClaims(t *testing.T) {
 	if err := c.CreateNamespace(ctx, "prep"); err != nil {
 		t.Fatal(err)
 	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptr(""),
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")}},
-		},
-	}
-	if _, err := c.Client.CoreV1().PersistentVolumeClaims("prep").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims("prep").Create(ctx, testClaim("data", "", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "prep-x", Labels: map[string]string{cdiRoleLabel: podRolePrep}},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyOnFailure,
-			Containers:    []corev1.Container{{Name: "dummy", Image: "e2e.invalid/cdi-importer"}},
-			Volumes: []corev1.Volume{{Name: "cdi-data-vol", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
-		},
-	}
 	pods := c.Client.CoreV1().Pods("prep")
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(ctx, prepPod("prep-x", "data"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second) // several emulator ticks
 	if got, err := pods.Get(ctx, "prep-x", metav1.GetOptions{}); err != nil || got.Status.Phase != corev1.PodPending {
 		t.Fatalf("prep pod with an unbound claim: %v, phase %q; want Pending", err, got.Status.Phase)
 	}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "static"},
+	if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, staticPV("static", "prep", "data", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitPodPhase(ctx, c, "prep", "prep-x", corev1.PodSucceeded); err != nil {
+		t.Fatalf("prep pod not Succeeded after its claim bound: %v", err)
+	}
+}
+
+// A prep pod whose claim asks for more than it has stays Pending while the
+// resize is csi-resizer's to do, and succeeds once the claim's capacity
+// shows it done: one prep pod per resize, not one per emulator tick (which
+// kept the claim's status changing faster than csi-resizer could patch it).
+func TestEmulatorPrepWaitsForResize(t *testing.T) {
+	c := controlPlaneOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.CreateNamespace(ctx, "grow"); err != nil {
+		t.Fatal(err)
+	}
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "growable"},
+		Provisioner: "kubernetes.io/no-provisioner", AllowVolumeExpansion: ptr(true)}
+	if _, err := c.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claims := c.Client.CoreV1().PersistentVolumeClaims("grow")
+	if _, err := claims.Create(ctx, testClaim("data", "growable", "grow-static"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, staticPV("grow-static", "grow", "data", "growable"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := claims.Get(ctx, "data", metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.ClaimBound, err
+	})
+	if err != nil {
+		t.Fatalf("claim not bound: %v", err)
+	}
+	// What cdi-controller does before its prep pod: raise the request.
+	_, err = claims.Patch(ctx, "data", types.MergePatchType,
+		[]byte(`{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := c.Client.CoreV1().Pods("grow")
+	if _, err := pods.Create(ctx, prepPod("prep-grow", "data"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // several emulator ticks
+	if got, err := pods.Get(ctx, "prep-grow", metav1.GetOptions{}); err != nil || got.Status.Phase != corev1.PodPending {
+		t.Fatalf("prep pod while its claim's resize is under way: %v, phase %q; want Pending", err, got.Status.Phase)
+	}
+	// What csi-resizer writes when ControllerExpandVolume needs no node step.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := claims.Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resourceMust("2Gi")}
+		_, err = claims.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitPodPhase(ctx, c, "grow", "prep-grow", corev1.PodSucceeded); err != nil {
+		t.Fatalf("prep pod not Succeeded once its claim's resize ended: %v", err)
+	}
+}
+
+// testClaim is a 1Gi claim of class, for volume if not empty.
+func testClaim(name, class, volume string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr(class),
+			VolumeName:       volume,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")}},
+		},
+	}
+}
+
+// prepPod is shaped like cdi-controller's prep pod for claim.
+func prepPod(name, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cdiRoleLabel: podRolePrep}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyOnFailure,
+			Containers:    []corev1.Container{{Name: "dummy", Image: "e2e.invalid/cdi-importer"}},
+			Volumes: []corev1.Volume{{Name: "cdi-data-vol", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+	}
+}
+
+// staticPV is a 1Gi volume pre-bound to ns/claim.
+func staticPV(name, ns, claim, class string) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resourceMust("1Gi")},
-			ClaimRef:         &corev1.ObjectReference{Namespace: "prep", Name: "data"},
-			StorageClassName: "",
+			ClaimRef:         &corev1.ObjectReference{Namespace: ns, Name: claim},
+			StorageClassName: class,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{
 				HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent-e2e"}},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 		},
 	}
-	if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := pods.Get(ctx, "prep-x", metav1.GetOptions{})
-		return err == nil && got.Status.Phase == corev1.PodSucceeded, err
+}
+
+func waitPodPhase(ctx context.Context, c *Cluster, ns, name string, phase corev1.PodPhase) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == phase, err
 	})
-	if err != nil {
-		t.Fatalf("prep pod not Succeeded after its claim bound: %v", err)
-	}
 }
 
 func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -104,7 +105,7 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: %d disks in waves of %d, %d sidecar kills, API server down %s, seed %d (CSI_CLONE_SOAK_SEED=%d repeats the fault plan)",
 		cfg.disks, cfg.wave, cfg.kills, cfg.outage, cfg.seed, cfg.seed)
 	checkNoLeaks(t)
-	c := cluster.Start(t, soakOptions())
+	c := cluster.Start(t, soakOptions(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 	defer cancel()
 	for _, f := range []string{flavorSoakCalm, flavorSoak} {
@@ -149,19 +150,43 @@ func TestSoak(t *testing.T) {
 
 // soakOptions: two sidecar replicas, elected as deployed; a slow
 // CreateVolume, so that calls are in flight when a fault strikes; the CSI
-// sidecars and the driver log every call (the failed-call accounting).
-func soakOptions() cluster.Options {
+// sidecars and the driver log every call (the failed-call accounting); pools
+// large enough for the soak's disks.
+func soakOptions(cfg soakConfig) cluster.Options {
+	classes := []cluster.StorageClass{
+		{Name: "replicated", Pool: "replicated"},
+		{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
+		{Name: "replicated-b", Pool: "b"},
+	}
+	args := []string{"--delay=CreateVolume=1s", "--v=5"}
+	for _, sc := range classes {
+		args = append(args, fmt.Sprintf("--capacity=%s=%d", sc.Pool, soakPoolBytes(cfg)))
+	}
 	return cluster.Options{
-		StorageClasses: []cluster.StorageClass{
-			{Name: "replicated"},
-			{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
-			{Name: "replicated-b", Pool: "b"},
-		},
-		DriverArgs:      []string{"--delay=CreateVolume=1s", "--v=5"},
+		StorageClasses:  classes,
+		DriverArgs:      args,
 		CSISidecarArgs:  []string{"--v=5"},
 		SidecarArgs:     []string{"--leader-election=true", "--resync-period=2s"},
 		SidecarReplicas: 2,
 	}
+}
+
+// soakPoolBytes is what each pool of the test driver must hold: every volume
+// the soak keeps (disks, calm disks, goldens) at the largest size it asks
+// for, twice over for what a wave in flight holds besides. The driver's
+// default (1 TiB a pool) is full at about 150 disks: `make soak`'s first run
+// at 200 stalled in its eighth wave, ControllerExpandVolume answering
+// OutOfRange, csi-resizer marking the resize infeasible and CDI waiting on it
+// for ever. Volumes are sparse files: this is bookkeeping, not disk space.
+func soakPoolBytes(cfg soakConfig) int64 {
+	var largest resource.Quantity // the goldens' 6Gi is a pool's size too (kubernetes-eq)
+	for _, p := range soakPools {
+		if q := resource.MustParse(p.size); q.Cmp(largest) > 0 {
+			largest = q
+		}
+	}
+	volumes := int64(cfg.disks + 2*len(soakPools) + 2)
+	return 2 * volumes * largest.Value()
 }
 
 // soakDisk is one worker disk of the soak.
