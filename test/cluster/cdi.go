@@ -34,7 +34,9 @@ const cdiKeyDir = "/var/run/cdi/token/keys"
 // cdiScript runs inside `unshare -m`: private tmpfs over /run and /tmp (so
 // the key pair, /tmp/ready and anything else CDI writes never reach the
 // host), the keys and a self-contained kubeconfig copied in before /tmp is
-// covered (the state directory may live under /tmp), then cdi-controller.
+// covered (the state directory may live under /tmp), the binary's directory
+// bound under /run for the same reason (TOOLS_CACHE may live under /tmp),
+// then cdi-controller.
 const cdiScript = `set -e
 src=$1; bin=$2; shift 2
 mount -t tmpfs -o size=32m,mode=0755 cdi-run /run
@@ -46,8 +48,10 @@ for s in cdi-uploadserver-signer cdi-uploadserver-client-signer; do
 	cp "$src/$s.crt" /run/certs/$s/tls.crt
 	cp "$src/$s.key" /run/certs/$s/tls.key
 done
+mkdir -p /run/cdi/bin
+mount --bind "$(dirname "$bin")" /run/cdi/bin
 mount -t tmpfs -o size=32m,mode=1777 cdi-tmp /tmp
-exec "$bin" --kubeconfig=/run/cdi/config/kubeconfig "$@"
+exec "/run/cdi/bin/$(basename "$bin")" --kubeconfig=/run/cdi/config/kubeconfig "$@"
 `
 
 // startCDI creates the CDI resource, starts cdi-controller in a private mount
