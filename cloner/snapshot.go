@@ -1,7 +1,9 @@
 package cloner
 
 import (
+	"cmp"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 )
@@ -116,9 +118,8 @@ func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
 			Trusted: g.Trusted(), Problems: g.Problems, ReadySince: g.ReadySince})
 	}
-	sort.Slice(s.ClassDisks, func(i, j int) bool {
-		a, b := s.ClassDisks[i], s.ClassDisks[j]
-		return a.Flavor.Key()+"\x00"+a.Class < b.Flavor.Key()+"\x00"+b.Class
+	slices.SortFunc(s.ClassDisks, func(a, b ClassDiskCount) int {
+		return cmp.Or(compareFlavor(a.Flavor, b.Flavor), cmp.Compare(a.Class, b.Class))
 	})
 	sortSnapshot(s)
 	if l != nil {
@@ -141,16 +142,18 @@ func ledgerCounters(l *Ledger) ([]FlavorCounters, map[string]DurationTotals) {
 }
 
 func sortSnapshot(s *Snapshot) {
-	sort.Slice(s.Disks, func(i, j int) bool {
-		a, b := s.Disks[i], s.Disks[j]
-		if a.Flavor.Key() != b.Flavor.Key() {
-			return a.Flavor.Key() < b.Flavor.Key()
-		}
-		return a.Verdict < b.Verdict
+	// Field by field: a pass sorts every series, and keys built per
+	// comparison were most of a small pass's allocations.
+	slices.SortFunc(s.Disks, func(a, b DiskCount) int {
+		return cmp.Or(compareFlavor(a.Flavor, b.Flavor), cmp.Compare(a.Verdict, b.Verdict))
 	})
-	sort.Slice(s.BadDisks, func(i, j int) bool {
-		a, b := s.BadDisks[i], s.BadDisks[j]
-		return a.Namespace+"\x00"+a.Pool+"\x00"+a.Flavor.Key()+"\x00"+a.Reason <
-			b.Namespace+"\x00"+b.Pool+"\x00"+b.Flavor.Key()+"\x00"+b.Reason
+	slices.SortFunc(s.BadDisks, func(a, b BadDiskCount) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pool, b.Pool),
+			compareFlavor(a.Flavor, b.Flavor), cmp.Compare(a.Reason, b.Reason))
 	})
+}
+
+// compareFlavor orders flavors as their keys (schematic ID, then version) would.
+func compareFlavor(a, b Flavor) int {
+	return cmp.Or(cmp.Compare(a.SchematicID, b.SchematicID), cmp.Compare(a.Version, b.Version))
 }

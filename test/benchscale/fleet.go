@@ -60,6 +60,9 @@ func flavorOf(i int) (sid, ver string) {
 // writers.
 func (f *fleet) build(ctx context.Context, parallel int) error {
 	f.bad = map[string]bool{}
+	if err := f.cdiSettings(ctx); err != nil {
+		return err
+	}
 	for i := range f.goldens {
 		sid, ver := flavorOf(i)
 		name := cluster.GoldenName(sid, ver)
@@ -105,6 +108,31 @@ func (f *fleet) build(ctx context.Context, parallel int) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// cdiSettings creates what a running CDI keeps and the clone-path
+// prediction reads: the one CDI resource (no override) and the class's
+// StorageProfile, whose status says csi-clone as CDI records it for a driver
+// that clones. Without them every disk would be predicted otherwise than it
+// was cloned (and carry prediction-wrong), which no real fleet shows.
+func (f *fleet) cdiSettings(ctx context.Context) error {
+	cdi := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI",
+		"metadata": map[string]any{"name": "cdi"}, "spec": map[string]any{}}}
+	if _, err := f.dyn.Resource(cluster.CDIGVR).Create(ctx, cdi, metav1.CreateOptions{FieldManager: "cdi-operator"}); err != nil {
+		return fmt.Errorf("CDI resource: %w", err)
+	}
+	sp := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "StorageProfile",
+		"metadata": map[string]any{"name": class}, "spec": map[string]any{}}}
+	res := f.dyn.Resource(cluster.StorageProfileGVR)
+	got, err := res.Create(ctx, sp, metav1.CreateOptions{FieldManager: "cdi-controller"})
+	if err == nil {
+		got.Object["status"] = map[string]any{"storageClass": class, "provisioner": driver, "cloneStrategy": "csi-clone"}
+		_, err = res.UpdateStatus(ctx, got, metav1.UpdateOptions{FieldManager: "cdi-controller"})
+	}
+	if err != nil {
+		return fmt.Errorf("StorageProfile %s: %w", class, err)
+	}
+	return nil
 }
 
 func nsName(i int) string { return fmt.Sprintf("tenant-%03d", i) }

@@ -113,6 +113,9 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	fac.Start(ctx.Done())
 	fac.WaitForCacheSync(ctx.Done())
 
+	// Start on a settled cluster: kube-controller-manager writes each new
+	// PVC's status at its own rate limit long after the fleet is created.
+	clock.waitQuiet(30*time.Second, o.timeout)
 	fmt.Printf("sidecar: %s %s\n", o.sidecar, strings.Join(args, " "))
 	clock.mu.Lock()
 	clock.start = time.Now()
