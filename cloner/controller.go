@@ -70,6 +70,9 @@ type Controller struct {
 	judged   map[string]judgedDisk
 	tally    *fleetTally          // judged, summed (tally.go)
 	rechecks map[string]time.Time // per disk, see assessment.recheckAt
+	// progressWritten is when each pending disk's record was last written
+	// (progress.go).
+	progressWritten map[string]time.Time
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
 	// dataVolumesDeleted: a DataVolume went away since the last prune.
@@ -91,14 +94,15 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		book:      newEvidenceBook(cfg.EvidenceTTL),
 		dvReady:   make(chan struct{}),
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
-		wake:      make(chan struct{}, 1),
-		flush:     make(chan struct{}, 1),
-		malformed: newMalformedTracker(),
-		emitted:   map[string]bool{},
-		dirty:     map[string]bool{},
-		judged:    map[string]judgedDisk{},
-		tally:     newFleetTally(),
-		rechecks:  map[string]time.Time{},
+		wake:            make(chan struct{}, 1),
+		flush:           make(chan struct{}, 1),
+		malformed:       newMalformedTracker(),
+		emitted:         map[string]bool{},
+		dirty:           map[string]bool{},
+		judged:          map[string]judgedDisk{},
+		tally:           newFleetTally(),
+		rechecks:        map[string]time.Time{},
+		progressWritten: map[string]time.Time{},
 	}, nil
 }
 

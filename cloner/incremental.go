@@ -328,6 +328,11 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 			c.rechecks[k] = a.recheckAt
 		}
 	}
+	for _, k := range keys {
+		if _, ok := c.judged[k]; !ok {
+			delete(c.progressWritten, k) // the disk is gone
+		}
+	}
 	c.recheckAt = time.Time{}
 	for _, at := range c.rechecks {
 		if c.recheckAt.IsZero() || at.Before(c.recheckAt) {

@@ -206,6 +206,10 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 	if old != nil && rec.sameAs(old) {
 		return nil
 	}
+	key := a.disk.Namespace + "/" + a.disk.Name
+	if c.deferProgress(key, rec, old) {
+		return nil
+	}
 	rec.Since = c.cfg.now().UTC().Truncate(time.Second)
 	if old != nil && old.Verdict == rec.Verdict && !old.Since.IsZero() {
 		rec.Since = old.Since
@@ -227,10 +231,14 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 	if pvc == nil {
 		return nil // CDI has not created the claim yet; the next pass writes it
 	}
-	return c.patchPVC(ctx, pvc, "", map[string]*string{
+	err = c.patchPVC(ctx, pvc, "", map[string]*string{
 		AnnCloneVerdict:  ptrTo(rec.Verdict),
 		AnnCloneEvidence: ptrTo(mustJSON(rec)),
 	})
+	if err == nil {
+		c.noteWritten(key, rec)
+	}
+	return err
 }
 
 // reportMalformed emits one Warning per newly seen unreadable object.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -125,6 +126,12 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	}
 	pid := c.Pid("csi-clone-sidecar")
 	rss := &rssSampler{pid: pid}
+	if o.profile != "" {
+		// The heap as of the collection before each new peak: what the
+		// peak is made of (a forced collection would change the run).
+		// Quiet: the endpoint may not serve yet at the first peaks.
+		rss.onPeak = func() { _ = fetchProfile(c, filepath.Join(o.profile, "heap-peak.pb.gz"), "heap") }
+	}
 	go rss.run(ctx)
 	select {
 	case <-clock.allWritten:
@@ -162,8 +169,9 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	}
 	fmt.Printf("CPU until every verdict             %6.1f s\n", cpuAll)
 	fmt.Printf("CPU in steady state                 %6.2f s per minute (over %s)\n", (cpuSteady1-cpuSteady0)/tEnd.Sub(tSteady).Minutes(), tEnd.Sub(tSteady).Round(time.Second))
-	fmt.Printf("peak RSS                            %6.1f MiB (VmHWM %.1f MiB; RSS now %.1f MiB)\n", float64(rss.peak())/(1<<20),
-		float64(procKB(pid, "VmHWM"))/1024, float64(procKB(pid, "VmRSS"))/1024)
+	peak, peakAt := rss.peak()
+	fmt.Printf("peak RSS                            %6.1f MiB (VmHWM %.1f MiB; RSS now %.1f MiB), %.1f s after sync\n", float64(peak)/(1<<20),
+		float64(procKB(pid, "VmHWM"))/1024, float64(procKB(pid, "VmRSS"))/1024, peakAt.Sub(synced).Seconds())
 	printMetrics(c)
 	printLedger(ctx, f)
 	return printRequests(c, start, tAll, tSteady, tEnd)
@@ -190,45 +198,65 @@ func saveProfile(c *cluster.Cluster, dir, file, query string) {
 	if dir == "" {
 		return
 	}
-	resp, err := http.Get("http://" + c.SidecarMetrics + "/debug/pprof/" + query)
-	if err != nil {
-		fmt.Printf("profile %s: %v\n", file, err)
-		return
-	}
-	defer resp.Body.Close()
 	path := filepath.Join(dir, file)
-	f, err := os.Create(path)
-	if err == nil {
-		_, err = io.Copy(f, resp.Body)
-		f.Close()
-	}
-	if err != nil || resp.StatusCode != http.StatusOK {
-		fmt.Printf("profile %s: %v (HTTP %d)\n", file, err, resp.StatusCode)
+	if err := fetchProfile(c, path, query); err != nil {
+		fmt.Printf("profile %s: %v\n", file, err)
 		return
 	}
 	fmt.Printf("profile written: %s (go tool pprof -top %s)\n", path, path)
 }
 
-type rssSampler struct {
-	pid int
-	mu  sync.Mutex
-	max int64
+func fetchProfile(c *cluster.Cluster, path, query string) error {
+	resp, err := http.Get("http://" + c.SidecarMetrics + "/debug/pprof/" + query)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
 }
 
+// rssSampler keeps the sidecar's highest RSS and when it was reached.
+type rssSampler struct {
+	pid int
+	// onPeak, if set, runs when the RSS passes the last peak it ran at by
+	// peakStep.
+	onPeak func()
+	mu     sync.Mutex
+	max    int64
+	maxAt  time.Time
+}
+
+const peakStep = 4 << 20
+
 func (r *rssSampler) run(ctx context.Context) {
+	var reported int64
 	for ctx.Err() == nil {
-		kb := procKB(r.pid, "VmRSS")
+		rss := procKB(r.pid, "VmRSS") * 1024
 		r.mu.Lock()
-		r.max = max(r.max, kb*1024)
+		if rss > r.max {
+			r.max, r.maxAt = rss, time.Now()
+		}
 		r.mu.Unlock()
+		if r.onPeak != nil && rss >= reported+peakStep {
+			reported = rss
+			r.onPeak()
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-func (r *rssSampler) peak() int64 {
+func (r *rssSampler) peak() (int64, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.max
+	return r.max, r.maxAt
 }
 
 // procKB reads one "Key: N kB" line of /proc/<pid>/status.

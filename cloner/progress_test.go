@@ -1,0 +1,59 @@
+package cloner
+
+import (
+	"testing"
+	"time"
+)
+
+// TestProgressRewritesAreSpaced: a pending record that only follows the
+// clone's progress is rewritten at most once per progressRewriteAfter, and
+// the disk is re-judged when the wait ends; a new verdict, a driver error,
+// CDI's clone type or a new bad reason is written at once.
+func TestProgressRewritesAreSpaced(t *testing.T) {
+	clk := newClock(t0)
+	cfg := testConfig()
+	cfg.Now = clk.now
+	c := &Controller{cfg: cfg, rechecks: map[string]time.Time{}, progressWritten: map[string]time.Time{}}
+	const key = "tenant-a/d0"
+	written := &Record{Verdict: VerdictPending, Source: SourceNone, Message: "clone in progress (phase CloneScheduled)"}
+	if c.deferProgress(key, written, nil) {
+		t.Fatal("a disk's first record waited")
+	}
+	c.noteWritten(key, written)
+
+	moved := *written
+	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
+	clk.set(t0.Add(progressRewriteAfter - time.Second))
+	if !c.deferProgress(key, &moved, written) {
+		t.Fatal("progress within the spacing was written at once")
+	}
+	if got, want := c.rechecks[key], t0.Add(progressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
+		t.Fatalf("re-judging due at %v (controller %v), want %v", got, c.recheckAt, want)
+	}
+	for what, change := range map[string]func(r *Record){
+		"a verdict":        func(r *Record) { r.Verdict, r.Message = VerdictStuck, "stuck" },
+		"a driver error":   func(r *Record) { r.DriverError = "CreateVolume ResourceExhausted: pool full" },
+		"CDI's clone type": func(r *Record) { r.CDICloneType = cdiCloneTypeHostAssis },
+		"a fallback":       func(r *Record) { r.FallbackReason = "no volume snapshot class" },
+		"a bad reason":     func(r *Record) { r.Findings = []Finding{{Reason: "class-mismatch", Message: "m"}} },
+	} {
+		urgent := moved
+		change(&urgent)
+		if c.deferProgress(key, &urgent, written) {
+			t.Errorf("%s waited for the progress spacing", what)
+		}
+	}
+	clk.set(t0.Add(progressRewriteAfter))
+	if c.deferProgress(key, &moved, written) {
+		t.Fatal("progress still waits once the spacing has passed")
+	}
+	if c.deferProgress("tenant-a/other", &moved, written) {
+		t.Fatal("a disk this process never wrote waited")
+	}
+	decided := moved
+	decided.Verdict = VerdictCSIClone
+	c.noteWritten(key, &decided)
+	if _, kept := c.progressWritten[key]; kept {
+		t.Fatal("a decided disk is still spaced")
+	}
+}
