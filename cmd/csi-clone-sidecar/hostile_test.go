@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/csidriver"
 	"github.com/cozystack/csi-clone-sidecar/test/rawh2"
 	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
@@ -75,15 +79,20 @@ func (b *binaryUnderTest) scrape(t *testing.T) string {
 }
 
 // A client that sends one request whose :path is not UTF-8 and hangs up
-// before the answer, 50 times: the binary keeps serving, and the calls are
-// counted under method_name="unknown".
+// before the answer, 50 times, then 200 requests for made-up methods: the
+// binary keeps serving, the calls are counted under method_name="unknown",
+// and no other method_name than the CSI methods ever appears.
 func TestNonUTF8HangUpsLeaveTheBinaryServing(t *testing.T) {
 	b := startBinary(t)
-	req, err := rawh2.RequestHeaders("/csi.v1.Controller/\xff\xfeCreateVolume")
-	if err != nil {
-		t.Fatal(err)
+	paths := slices.Repeat([]string{"/csi.v1.Controller/\xff\xfeCreateVolume"}, 50)
+	for i := range 200 {
+		paths = append(paths, fmt.Sprintf("/attacker.Service/Method%d", i))
 	}
-	for range 50 {
+	for _, p := range paths {
+		req, err := rawh2.RequestHeaders(p)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := rawh2.SendAndHangUp(b.relaySock, req); err != nil {
 			t.Fatalf("relay gone: %v (stderr: %s)", err, b.stderr.String())
 		}
@@ -103,7 +112,14 @@ func TestNonUTF8HangUpsLeaveTheBinaryServing(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	for _, m := range methodLabel.FindAllStringSubmatch(b.scrape(t), -1) {
+		if !slices.Contains(sidecar.Methods(), m[1]) {
+			t.Errorf("method_name %q is not a CSI method or %q", m[1], sidecar.MethodUnknown)
+		}
+	}
 }
+
+var methodLabel = regexp.MustCompile(`method_name="([^"]*)"`)
 
 // A secret planted in every request's secrets reaches the driver, and
 // neither an observation, the log at the highest verbosity, nor a metric.

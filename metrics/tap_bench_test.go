@@ -1,4 +1,4 @@
-package sidecar_test
+package metrics_test
 
 import (
 	"bytes"
