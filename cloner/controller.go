@@ -63,10 +63,15 @@ type Controller struct {
 	// ledger is the leader's copy of the ledger; only the goroutine running
 	// passes touches it.
 	ledger *ledgerBook
+	// heldFacts and heldPrune wait for a full pass's last chunk
+	// (countPass); only the goroutine running passes touches them.
+	heldFacts []ledgerFact
+	heldPrune bool
 
 	// Incremental judging (incremental.go), under mu.
 	dirty    map[string]bool // DataVolume keys due for judging
 	fullDue  bool
+	chunk    int // disks judged per pass at most (passChunk)
 	judged   map[string]judgedDisk
 	tally    *fleetTally          // judged, summed (tally.go)
 	rechecks map[string]time.Time // per disk, see assessment.recheckAt
@@ -99,6 +104,7 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		malformed:       newMalformedTracker(),
 		emitted:         map[string]bool{},
 		dirty:           map[string]bool{},
+		chunk:           passChunk,
 		judged:          map[string]judgedDisk{},
 		tally:           newFleetTally(),
 		rechecks:        map[string]time.Time{},

@@ -230,9 +230,16 @@ func (c *Controller) markFull() {
 	nudge(c.wake)
 }
 
-// takeDue returns the DataVolume keys due for judging and forgets them: all
-// of them when a full pass is due, plus those whose recheck time has come.
-func (c *Controller) takeDue(now time.Time) (keys []string, full bool) {
+// passChunk bounds the disks one pass judges. A full pass over a 10,000-disk
+// fleet held every disk's decoded DataVolume, record and assessment at once,
+// which made the process's peak memory (README, Scale); in chunks the rest
+// stays due and the next pass follows at once.
+const passChunk = 1000
+
+// takeDue returns at most c.chunk DataVolume keys due for judging and
+// forgets them (a full pass makes every key due), whether a full pass began,
+// and whether keys are left due.
+func (c *Controller) takeDue(now time.Time) (keys []string, full, more bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, at := range c.rechecks {
@@ -243,14 +250,18 @@ func (c *Controller) takeDue(now time.Time) (keys []string, full bool) {
 	}
 	full, c.fullDue = c.fullDue, false
 	if full {
-		keys = (*c.dvInf.Load()).GetStore().ListKeys()
-	} else {
-		for k := range c.dirty {
-			keys = append(keys, k)
+		for _, k := range (*c.dvInf.Load()).GetStore().ListKeys() {
+			c.dirty[k] = true
 		}
 	}
-	c.dirty = map[string]bool{}
-	return keys, full
+	for k := range c.dirty {
+		if len(keys) == c.chunk {
+			break
+		}
+		keys = append(keys, k)
+		delete(c.dirty, k)
+	}
+	return keys, full, len(c.dirty) > 0
 }
 
 // storeInventory is the catalog and the given DataVolumes, joined through

@@ -71,3 +71,70 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 		t.Fatalf("metrics show %+v, want %d csi-clone disks", s.Disks, n)
 	}
 }
+
+// TestAFullPassGoesInChunks: a full pass judges at most a chunk of disks at
+// a time, reports the rest as due, counts the ledger once after the last
+// chunk, and ends with every disk judged, written and counted once.
+func TestAFullPassGoesInChunks(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	const n, chunk = 23, 5
+	for i := range n {
+		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	}
+	fc := newFakeCluster(t, &w)
+	ctx := t.Context()
+	c := fc.controller(t, ctx, configAt(t0.Add(time.Hour)))
+	c.chunk = chunk
+	c.markFull()
+	var passes []int64
+	for {
+		before := c.judgedCount.Load()
+		more, err := c.passDue(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		passes = append(passes, c.judgedCount.Load()-before)
+		if !more {
+			break
+		}
+		if n := ledgerWrites(fc); n > 0 {
+			t.Fatalf("%d ledger writes before the full pass's last chunk, want its facts held until then", n)
+		}
+	}
+	if ledgerWrites(fc) == 0 {
+		t.Error("the full pass's last chunk wrote no ledger")
+	}
+	var total int64
+	for _, p := range passes {
+		if p > chunk {
+			t.Errorf("a pass judged %d disks, want at most %d (passes: %v)", p, chunk, passes)
+		}
+		total += p
+	}
+	// The verdict writes come back as claim events and may make a disk due
+	// again, so a disk can be judged twice; never fewer than all once.
+	if len(passes) < (n+1+chunk-1)/chunk || total < n {
+		t.Errorf("passes judged %v, want %d disks (and the golden) in chunks of %d", passes, n, chunk)
+	}
+	for i := range n {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		}
+	}
+	if s := c.Snapshot(); len(s.Disks) != 1 || s.Disks[0].Count != n {
+		t.Errorf("metrics show %+v, want %d csi-clone disks", s.Disks, n)
+	}
+}
+
+// ledgerWrites counts the ConfigMap creates and updates the fake cluster saw.
+func ledgerWrites(fc *fakeCluster) int {
+	n := 0
+	for _, a := range fc.kube.Actions() {
+		if a.GetResource().Resource == "configmaps" && (a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "patch") {
+			n++
+		}
+	}
+	return n
+}

@@ -31,9 +31,13 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
-		if err := c.passDue(ctx); err != nil && ctx.Err() == nil {
+		more, err := c.passDue(ctx)
+		if err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Verdict pass incomplete; retrying on the next change or resync")
 			c.markFull()
+		}
+		if more && err == nil && ctx.Err() == nil {
+			continue // the rest of a full pass, at once
 		}
 		// Space passes so a burst of object changes costs one pass.
 		select {
@@ -56,20 +60,26 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 // exported so a test or a one-shot tool can drive it.
 func (c *Controller) Pass(ctx context.Context) error {
 	c.markFull()
-	return c.passDue(ctx)
+	for {
+		more, err := c.passDue(ctx)
+		if err != nil || !more {
+			return err
+		}
+	}
 }
 
-// passDue judges the disks that are due: every disk when a full pass is
-// due, else those an object change touched or whose recheck time came.
-func (c *Controller) passDue(ctx context.Context) error {
+// passDue judges a chunk of the disks that are due (every disk once a full
+// pass is due, else those an object change touched or whose recheck time
+// came) and reports whether more are due.
+func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 	if !c.started.Load() || !c.synced() {
 		// A pass over half-filled caches would judge disks without their
 		// claims and golden: never do it.
-		return errors.New("cloner: informers not synced yet")
+		return false, errors.New("cloner: informers not synced yet")
 	}
-	keys, full := c.takeDue(c.cfg.now())
+	keys, full, more := c.takeDue(c.cfg.now())
 	if !full && len(keys) == 0 && c.ledger != nil {
-		return nil
+		return more, nil
 	}
 	klog.V(4).InfoS("Verdict pass", "full", full, "disks", len(keys), "first", firstKey(keys))
 	inv := c.storeInventory(keys)
@@ -86,9 +96,7 @@ func (c *Controller) passDue(ctx context.Context) error {
 	}
 	keep(c.reportMalformed(ctx, ev.malformed))
 	keep(c.publishAll(ctx, ev.assessments, inv))
-	// Marks are pruned on full passes and after a DataVolume went away: a
-	// pass for one changed disk does not walk the whole ledger.
-	ledger, err := c.countLedger(ctx, ledgerFacts(ev, c.cfg), full || c.dataVolumesDeleted.Swap(false), c.dataVolumeLive)
+	ledger, err := c.countPass(ctx, ev, full, more)
 	keep(err)
 	snap := c.buildSnapshot(inv, ledger)
 	addPredictions(snap, pred)
@@ -103,7 +111,25 @@ func (c *Controller) passDue(ctx context.Context) error {
 	if firstErr != nil {
 		c.redo(keys, full)
 	}
-	return firstErr
+	return more, firstErr
+}
+
+// countPass brings what a pass judged to the ledger. The chunks of a full
+// pass count together after the last one: one write per ledger shard, not
+// one per chunk, which would compete with the verdict writes for the
+// client's rate limit. Marks are pruned on full passes and after a
+// DataVolume went away: a pass for one changed disk does not walk the whole
+// ledger. A nil Ledger means nothing was counted this time.
+func (c *Controller) countPass(ctx context.Context, ev *evaluation, full, more bool) (*Ledger, error) {
+	c.heldFacts = append(c.heldFacts, ledgerFacts(ev, c.cfg)...)
+	c.heldPrune = c.heldPrune || full || c.dataVolumesDeleted.Swap(false)
+	if more {
+		return nil, nil
+	}
+	// On an error the loop starts a full pass, which brings every fact again.
+	facts, prune := c.heldFacts, c.heldPrune
+	c.heldFacts, c.heldPrune = nil, false
+	return c.countLedger(ctx, facts, prune, c.dataVolumeLive)
 }
 
 func firstKey(keys []string) string {

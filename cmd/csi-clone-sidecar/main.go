@@ -82,9 +82,16 @@ func runSidecar(args []string) error {
 		return nil
 	}
 	setGCPercent()
+	softLimit, err := setMemoryLimit()
+	if err != nil {
+		return err
+	}
 	mode, err := validate(opts, cfg)
 	if err != nil {
 		return err
+	}
+	if softLimit > 0 {
+		klog.V(2).InfoS("Garbage collector keeps the process under a soft memory limit", "bytes", softLimit, "shareOfContainerLimit", softMemoryShare)
 	}
 	// The data path logs through log/slog; send it to klog with the rest.
 	slog.SetDefault(slog.New(logr.ToSlogHandler(klog.Background())))
@@ -160,15 +167,43 @@ func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
 // defaultGCPercent is the garbage collector's target when GOGC is not set.
 // Nearly all of the sidecar's heap is its long-lived informer caches, so
 // Go's default (collect when the heap has doubled) lets the process grow to
-// twice what it holds; at 50 it stays within 1.5 times, for a few more
-// collections while the caches fill and almost none after (README, Scale).
-// GOGC in the environment overrides it.
-const defaultGCPercent = 50
+// twice what it holds; at 25 it stays within 1.25 times, for more
+// collections while the caches fill and few after (README, Scale: 10,000
+// disks peak at 176 MiB instead of 205, for 17 CPU-seconds to judge them
+// instead of 14). GOGC in the environment overrides it.
+const defaultGCPercent = 25
 
 func setGCPercent() {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
 	}
+}
+
+// memoryLimitEnv carries the container's memory limit in bytes; the
+// manifests in deploy/ set it from the downward API (limits.memory).
+const memoryLimitEnv = "MEMORY_LIMIT"
+
+// softMemoryShare is the share of the container's memory limit the Go
+// runtime is asked to stay under. The relay lives in this process: a fleet
+// that outgrows the limit should make the collector work harder, not get
+// every relayed connection killed with the process. The rest of the limit is
+// for what the runtime does not count, the binary's mapped code (about
+// 30 MiB). GOMEMLIMIT in the environment overrides it.
+const softMemoryShare = 0.9
+
+// setMemoryLimit returns the soft limit it set, 0 if none.
+func setMemoryLimit() (int64, error) {
+	value, set := os.LookupEnv(memoryLimitEnv)
+	if _, own := os.LookupEnv("GOMEMLIMIT"); own || !set || value == "" {
+		return 0, nil
+	}
+	limit, err := strconv.ParseInt(value, 10, 64)
+	if err != nil || limit <= 0 {
+		return 0, fmt.Errorf("$%s=%q: want the container's memory limit in bytes, as the downward API's resourceFieldRef limits.memory gives it", memoryLimitEnv, value)
+	}
+	soft := int64(float64(limit) * softMemoryShare)
+	debug.SetMemoryLimit(soft)
+	return soft, nil
 }
 
 // The client's rate limit. csi-lib-utils' 5/10 would make a 10,000-disk

@@ -181,3 +181,25 @@ func TestUnixURLAddressesAndHealthz(t *testing.T) {
 	drv.Stop()
 	waitHealthz(t, healthz, http.StatusServiceUnavailable, "driver at "+drv.SocketPath()+" did not answer Probe since")
 }
+
+// The container's memory limit, as the downward API gives it in deploy/,
+// becomes the collector's soft limit at 90 %; GOMEMLIMIT wins over it, and a
+// value that is not a byte count is refused at start.
+func TestMemoryLimitFromTheDownwardAPI(t *testing.T) {
+	dir := t.TempDir()
+	bad := sidecarCmd("--listen-address=" + dir + "/s")
+	bad.Env = append(bad.Env, "MEMORY_LIMIT=64Mi")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "want the container's memory limit in bytes") {
+		t.Errorf("MEMORY_LIMIT=64Mi: want a refusal, got %v: %s", err, out)
+	}
+	t.Setenv("MEMORY_LIMIT", "1073741824")
+	// The line comes before the relay listens, and startBinary waits for
+	// /healthz.
+	if log := startBinary(t, "--v=2").stderr.String(); !strings.Contains(log, "soft memory limit") || !strings.Contains(log, "bytes=966367641") {
+		t.Errorf("want a soft limit of 90 %% of 1 GiB, log: %s", log)
+	}
+	t.Setenv("GOMEMLIMIT", "500MiB")
+	if log := startBinary(t, "--v=2").stderr.String(); strings.Contains(log, "soft memory limit") {
+		t.Errorf("GOMEMLIMIT set: want the runtime's own limit kept, log: %s", log)
+	}
+}

@@ -68,7 +68,7 @@ func run(o options) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("-sidecar: %w (run `make build`)", err)
 	}
-	args, err := shippedArgs()
+	args, env, err := shippedSidecar()
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func run(o options) error {
 	args = append(args, strings.Fields(o.extraArgs)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, err := cluster.New(cluster.Options{NoCDI: true, SidecarBinary: bin, SidecarArgs: args,
+	c, err := cluster.New(cluster.Options{NoCDI: true, SidecarBinary: bin, SidecarArgs: args, SidecarEnv: env,
 		Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }})
 	if c != nil {
 		defer func() {
@@ -111,5 +111,5 @@ func run(o options) error {
 	}
 	fmt.Printf("fleet: %d disks (%d bad), %d goldens, %d namespaces, built in %s\n",
 		o.disks, len(f.bad), o.goldens, o.namespaces, time.Since(t0).Round(time.Second))
-	return measure(ctx, c, f, o, args)
+	return measure(ctx, c, f, o, args, env)
 }

@@ -26,29 +26,24 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
-// shippedArgs are the sidecar's flags in deploy/generic, but the sockets and
-// the metrics endpoint, which the stack sets.
-func shippedArgs() ([]string, error) {
+// shippedSidecar is the csi-clone-sidecar container of deploy/generic: its
+// flags, but the sockets and the metrics endpoint, which the stack sets, and
+// the environment the downward API gives it from its resources.
+func shippedSidecar() (args, env []string, err error) {
 	raw, err := os.ReadFile("deploy/generic/sidecar/patch.yaml")
 	if err != nil {
-		return nil, fmt.Errorf("run from the repository's root: %w", err)
+		return nil, nil, fmt.Errorf("run from the repository's root: %w", err)
 	}
 	var d struct {
 		Spec struct {
 			Template struct {
-				Spec struct {
-					Containers []struct {
-						Name string   `json:"name"`
-						Args []string `json:"args"`
-					} `json:"containers"`
-				} `json:"spec"`
+				Spec corev1.PodSpec `json:"spec"`
 			} `json:"template"`
 		} `json:"spec"`
 	}
 	if err := yaml.Unmarshal(raw, &d); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, ctr := range d.Spec.Template.Spec.Containers {
 		if ctr.Name != "csi-clone-sidecar" {
 			continue
@@ -58,13 +53,25 @@ func shippedArgs() ([]string, error) {
 			case "--csi-address", "--listen-address", "--http-endpoint":
 				continue
 			}
-			out = append(out, strings.ReplaceAll(a, "$(POD_NAMESPACE)", cluster.NamespaceCSI))
+			args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", cluster.NamespaceCSI))
+		}
+		for _, e := range ctr.Env {
+			if f := e.ValueFrom; f != nil && f.ResourceFieldRef != nil {
+				list := ctr.Resources.Limits
+				kind, name, _ := strings.Cut(f.ResourceFieldRef.Resource, ".")
+				if kind == "requests" {
+					list = ctr.Resources.Requests
+				}
+				if q, set := list[corev1.ResourceName(name)]; set {
+					env = append(env, e.Name+"="+strconv.FormatInt(q.Value(), 10))
+				}
+			}
 		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("deploy/generic/sidecar/patch.yaml has no csi-clone-sidecar args")
+	if len(args) == 0 {
+		return nil, nil, fmt.Errorf("deploy/generic/sidecar/patch.yaml has no csi-clone-sidecar args")
 	}
-	return out, nil
+	return args, env, nil
 }
 
 // verdictClock records when each PVC first carried a verdict.
@@ -104,7 +111,7 @@ func (v *verdictClock) observe(obj any) {
 	}
 }
 
-func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args []string) error {
+func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args, env []string) error {
 	clock := &verdictClock{bad: f.bad, seen: map[string]time.Time{}, want: o.disks, allWritten: make(chan struct{})}
 	fac := informers.NewSharedInformerFactory(f.kube, 0)
 	inf := fac.Core().V1().PersistentVolumeClaims().Informer()
@@ -117,7 +124,7 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args 
 	// Start on a settled cluster: kube-controller-manager writes each new
 	// PVC's status at its own rate limit long after the fleet is created.
 	clock.waitQuiet(30*time.Second, o.timeout)
-	fmt.Printf("sidecar: %s %s\n", o.sidecar, strings.Join(args, " "))
+	fmt.Printf("sidecar: %s %s %s\n", strings.Join(env, " "), o.sidecar, strings.Join(args, " "))
 	clock.mu.Lock()
 	clock.start = time.Now()
 	clock.mu.Unlock()

@@ -73,6 +73,9 @@ type Options struct {
 	NoSidecar bool
 	// SidecarArgs are extra flags for csi-clone-sidecar.
 	SidecarArgs []string
+	// SidecarEnv is extra environment for every csi-clone-sidecar replica,
+	// e.g. what the downward API gives it in deploy/ (MEMORY_LIMIT).
+	SidecarEnv []string
 	// SidecarBinary, if set, is the csi-clone-sidecar binary to run (e.g.
 	// bin/csi-clone-sidecar as `make build` ships it) instead of a build of
 	// this checkout.

@@ -94,7 +94,7 @@ func (c *Cluster) startStandbys() error {
 		// a SIGKILL reaches the sidecar itself.
 		args := append([]string{"--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, r.Identity,
 			c.sidecarBinary(bins)}, c.sidecarArgs(r)...)
-		if _, err := c.start(r.Name, []string{"POD_NAMESPACE=" + NamespaceCSI}, "unshare", args...); err != nil {
+		if _, err := c.start(r.Name, c.sidecarEnv(), "unshare", args...); err != nil {
 			return err
 		}
 		c.onStop(func() error { return removeIfSocket(r.Socket) })

@@ -183,7 +183,7 @@ func (c *Cluster) startSidecar() error {
 	}
 	r := SidecarReplica{Name: sidecarName, Identity: host, Socket: c.SidecarSocket, Metrics: c.SidecarMetrics, ObservationsLog: c.ObservationsLog}
 	c.setReplica(0, r)
-	if _, err := c.start(sidecarName, []string{"POD_NAMESPACE=" + NamespaceCSI}, c.sidecarBinary(bins), c.sidecarArgs(r)...); err != nil {
+	if _, err := c.start(sidecarName, c.sidecarEnv(), c.sidecarBinary(bins), c.sidecarArgs(r)...); err != nil {
 		return err
 	}
 	c.onStop(func() error { return removeIfSocket(c.SidecarSocket) })
@@ -201,6 +201,11 @@ func (c *Cluster) sidecarArgs(r SidecarReplica) []string {
 	}, c.opts.SidecarArgs...)
 	// Debugging aid: extra flags for every test's sidecar, e.g. "--v=5".
 	return append(args, strings.Fields(os.Getenv("CSI_CLONE_E2E_SIDECAR_ARGS"))...)
+}
+
+// sidecarEnv is the environment of every csi-clone-sidecar replica.
+func (c *Cluster) sidecarEnv() []string {
+	return append([]string{"POD_NAMESPACE=" + NamespaceCSI}, c.opts.SidecarEnv...)
 }
 
 // sidecarBinary is the csi-clone-sidecar binary every replica runs: the

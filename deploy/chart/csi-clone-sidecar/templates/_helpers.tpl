@@ -53,6 +53,13 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
         fieldRef:
           apiVersion: v1
           fieldPath: metadata.namespace
+    # The garbage collector keeps the process under 90 % of its limit
+    # (README, Scale).
+    - name: MEMORY_LIMIT
+      valueFrom:
+        resourceFieldRef:
+          containerName: csi-clone-sidecar
+          resource: limits.memory
   ports:
     - name: clone-metrics
       containerPort: {{ $s.metricsPort }}
