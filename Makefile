@@ -69,7 +69,7 @@ SOAK_WAVE  ?= 20
 soak: tools build
 	CSI_CLONE_SOAK_DISKS=$(SOAK_DISKS) CSI_CLONE_SOAK_WAVE=$(SOAK_WAVE) $(GO) test -count=1 -timeout 3h -v -run '^TestSoak$$' ./test/e2e/
 
-## bench-e2e: the same waves of clones through the sidecar and straight to the driver, alternating: ratio of total times, clone throughput (not a test; BENCH_E2E_FLAGS=-wave=20 -rounds=3)
+## bench-e2e: the same waves of clones through the sidecar and straight to the driver, alternating: ratio of total times, clone throughput (not a test; BENCH_E2E_FLAGS="-wave=20 -rounds=4 -warmup=1")
 BENCH_E2E_FLAGS ?=
 bench-e2e: tools build
 	$(GO) build -o bin/csi-clone-bench-e2e ./test/benche2e

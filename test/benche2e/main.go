@@ -42,6 +42,7 @@ const (
 
 type options struct {
 	wave, rounds int
+	warmup       int
 	settle       time.Duration
 	timeout      time.Duration
 }
@@ -49,12 +50,13 @@ type options struct {
 func main() {
 	var o options
 	flag.IntVar(&o.wave, "wave", 20, "Worker clones per wave.")
-	flag.IntVar(&o.rounds, "rounds", 3, "Waves per mode; the modes alternate, and which goes first alternates per round.")
+	flag.IntVar(&o.rounds, "rounds", 4, "Waves per mode; the modes alternate, and which goes first alternates per round (an even number gives each mode the first slot equally often).")
+	flag.IntVar(&o.warmup, "warmup", 1, "Unmeasured waves before the first round: the stack's first clones pay one-time costs that would be charged to whichever mode went first.")
 	flag.DurationVar(&o.settle, "settle", 10*time.Second, "Pause after each switch of mode and each clean-up, before the next wave.")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "Give up on a wave after this long.")
 	flag.Parse()
-	if flag.NArg() > 0 || o.wave < 1 || o.rounds < 1 {
-		fmt.Fprintln(os.Stderr, "bench-e2e: usage: csi-clone-bench-e2e [-wave N] [-rounds N] [-settle D] [-timeout D]")
+	if flag.NArg() > 0 || o.wave < 1 || o.rounds < 1 || o.warmup < 0 {
+		fmt.Fprintln(os.Stderr, "bench-e2e: usage: csi-clone-bench-e2e [-wave N] [-rounds N] [-warmup N] [-settle D] [-timeout D]")
 		os.Exit(2)
 	}
 	if err := run(o); err != nil {
@@ -85,9 +87,16 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	mode := modeSidecar
+	for i := range o.warmup {
+		d, _, err := timeWave(ctx, c, golden, fmt.Sprintf("warmup-%d", i), o)
+		if err != nil {
+			return fmt.Errorf("warm-up wave %d: %w", i, err)
+		}
+		fmt.Printf("warm-up  %-7s  %d clones in %s (not counted)\n", mode, o.wave, d.Round(10*time.Millisecond))
+	}
 	times := map[string][]time.Duration{}
 	cpus := map[string][]cpuUse{}
-	mode := modeSidecar
 	for round := range o.rounds {
 		order := []string{modeSidecar, modeDirect}
 		if round%2 == 1 {
