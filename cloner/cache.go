@@ -17,7 +17,8 @@ import (
 // (informer transforms) to the fields the cloner reads: the verdicts, the
 // evidence, the report and the events. Kept: name, namespace, UID,
 // resourceVersion, creation and deletion time, the annotations in
-// readAnnotations (every other annotation, the labels, owner references,
+// readAnnotations, a verdict record only as its digest (recorddigest.go)
+// (every other annotation, the labels, owner references,
 // finalizers and managedFields go), and a DataVolume's status with its
 // conditions. Dropped too: the spec fields nothing here reads (a PV's node
 // affinity, volume attributes, mount options; a DataVolume's checkpoints,
@@ -169,6 +170,9 @@ func trimMeta(m *metav1.ObjectMeta) {
 		}
 		if kept.Annotations == nil {
 			kept.Annotations = make(map[string]string, 4)
+		}
+		if k == AnnCloneEvidence {
+			v = digestAnnotation(v) // see recorddigest.go
 		}
 		if len(v) <= internMax {
 			v = intern(v)

@@ -41,20 +41,28 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 	g, _ := w.golden(testSID, testVer)
 	managed := []metav1.ManagedFieldsEntry{{Manager: "cdi-controller", Operation: metav1.ManagedFieldsOperationUpdate,
 		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:cdi.kubevirt.io/storage.contentType":{}}}}`)}}}
-	rec := mustJSON(Record{Verdict: "csi-clone", SchematicID: testSID, Version: testVer, Class: testClass, Since: t0})
+	// A csi-clone record as the verdict engine writes it.
+	record := func(golden, pool, volume string) string {
+		return mustJSON(Record{Verdict: VerdictCSIClone, Source: SourceCSITap, Message: "CSI clone of volume golden-vol",
+			Golden: golden, SchematicID: testSID, Version: testVer, Pool: pool, Volume: volume, GoldenVolume: "golden-vol",
+			ContentSource: "volume:golden-vol", Class: testClass, GoldenClass: testClass, DiskBytes: 20 * gi, GoldenBytes: 6 * gi,
+			CapacityBytes: 20 * gi, CDICloneType: "csi-clone", DurationSeconds: 14.2, Since: t0,
+			Predicted: "csi-clone", PredictedReason: "storage-profile"})
+	}
 	out := make([]wireDisk, n)
 	for i := range out {
 		ns := fmt.Sprintf("tenant-%03d", i%200)
 		dv := w.worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*gi, ptrTo(testClass))
 		pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+		pv.Spec.CSI.VolumeHandle = pv.Name // as LINSTOR names its volumes
 		for k, v := range cdiClaimAnnotations(string(dv.UID)) {
 			pvc.Annotations[k] = v
 		}
-		pvc.Annotations[AnnCloneVerdict], pvc.Annotations[AnnCloneEvidence] = "csi-clone", rec
+		pvc.Annotations[AnnCloneVerdict] = VerdictCSIClone
+		pvc.Annotations[AnnCloneEvidence] = record(g.Namespace+"/"+g.Name, dv.Annotations[AnnPool], pv.Spec.CSI.VolumeHandle)
 		pvc.Labels = map[string]string{"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"}
 		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: dv.Name, UID: dv.UID}}
 		pv.Annotations["pv.kubernetes.io/provisioned-by"] = "linstor.csi.linbit.com"
-		pv.Spec.CSI.VolumeHandle = pv.Name // as LINSTOR names its volumes
 		dv.Annotations["cdi.kubevirt.io/storage.usePopulator"] = "true"
 		for _, m := range []*metav1.ObjectMeta{&dv.ObjectMeta, &pvc.ObjectMeta, &pv.ObjectMeta} {
 			m.ManagedFields = managed

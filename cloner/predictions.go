@@ -132,7 +132,7 @@ func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
 // recordedPrediction is the prediction a disk's persisted record already
 // carries: the one made first is the one checked against the verdict.
 func recordedPrediction(pvc *corev1.PersistentVolumeClaim) *predict.Prediction {
-	old, err := readRecord(pvc)
+	old, err := persistedRecord(pvc)
 	if err != nil || old == nil || old.Predicted == "" {
 		return nil
 	}

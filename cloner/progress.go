@@ -13,14 +13,14 @@ const progressRewriteAfter = 30 * time.Second
 
 // progressOnly reports whether rec, pending like old, differs from it only
 // in how far the clone has got.
-func progressOnly(rec, old *Record) bool {
+func progressOnly(rec *Record, old *recordDigest) bool {
 	if old == nil || rec.Verdict != VerdictPending || old.Verdict != VerdictPending {
 		return false
 	}
-	a, b := withoutProgress(*rec), withoutProgress(*old)
-	return a.sameAs(&b)
+	return digestRecord(rec).ProgressFree == old.ProgressFree
 }
 
+// withoutProgress is r less what only follows a clone's progress.
 func withoutProgress(r Record) Record {
 	r.Message, r.Volume, r.CapacityBytes, r.CloneClaim = "", "", 0, ""
 	return r
@@ -30,7 +30,7 @@ func withoutProgress(r Record) Record {
 // follows progress and the disk's record was written less than
 // progressRewriteAfter ago by this process. The disk is then re-judged when
 // the wait ends, so the latest progress is written if nothing else was.
-func (c *Controller) deferProgress(key string, rec, old *Record) bool {
+func (c *Controller) deferProgress(key string, rec *Record, old *recordDigest) bool {
 	if !progressOnly(rec, old) {
 		return false
 	}

@@ -24,7 +24,7 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	moved := *written
 	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
 	clk.set(t0.Add(progressRewriteAfter - time.Second))
-	if !c.deferProgress(key, &moved, written) {
+	if !c.deferProgress(key, &moved, digestRecord(written)) {
 		t.Fatal("progress within the spacing was written at once")
 	}
 	if got, want := c.rechecks[key], t0.Add(progressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
@@ -39,15 +39,15 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	} {
 		urgent := moved
 		change(&urgent)
-		if c.deferProgress(key, &urgent, written) {
+		if c.deferProgress(key, &urgent, digestRecord(written)) {
 			t.Errorf("%s waited for the progress spacing", what)
 		}
 	}
 	clk.set(t0.Add(progressRewriteAfter))
-	if c.deferProgress(key, &moved, written) {
+	if c.deferProgress(key, &moved, digestRecord(written)) {
 		t.Fatal("progress still waits once the spacing has passed")
 	}
-	if c.deferProgress("tenant-a/other", &moved, written) {
+	if c.deferProgress("tenant-a/other", &moved, digestRecord(written)) {
 		t.Fatal("a disk this process never wrote waited")
 	}
 	decided := moved

@@ -88,17 +88,6 @@ func (r *Record) messageFor(reason string) string {
 	return ""
 }
 
-// sameAs reports whether two records say the same thing; Since is ignored
-// so an unchanged verdict is never rewritten.
-func (r *Record) sameAs(o *Record) bool {
-	if o == nil {
-		return false
-	}
-	a, b := *r, *o
-	a.Since, b.Since = time.Time{}, time.Time{}
-	return fmt.Sprint(mustJSON(a)) == fmt.Sprint(mustJSON(b))
-}
-
 // assessment is one judged worker disk.
 type assessment struct {
 	disk   *WorkerDisk

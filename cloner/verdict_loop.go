@@ -224,12 +224,12 @@ func (c *Controller) recheckTimer() <-chan time.Time {
 func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) error {
 	rec := a.record
 	pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName)
-	old, err := readRecord(pvc)
+	old, err := persistedRecord(pvc)
 	if err != nil {
 		c.noteMalformed(malformedAnnotation(pvc, "PersistentVolumeClaim", err))
 		old = nil
 	}
-	if old != nil && rec.sameAs(old) {
+	if old.sameAs(rec) {
 		return nil
 	}
 	key := a.disk.Namespace + "/" + a.disk.Name
@@ -242,7 +242,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 	}
 	already := map[string]bool{}
 	if old != nil {
-		for _, r := range old.BadReasons() {
+		for _, r := range old.BadReasons {
 			already[r] = true
 		}
 	}

@@ -1,0 +1,102 @@
+package cloner
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// What the PVC cache keeps of a disk's persisted record. The record's JSON
+// (AnnCloneEvidence, 0.5-1 KB) is the largest string unique to each disk in
+// the caches, and the verdict engine reads of it only whether a new record
+// says the same, whether it differs only in progress, when its verdict was
+// first decided, the prediction first made and the bad reasons already
+// warned of. The PVC transform replaces the JSON by this digest (about 200
+// bytes); the API object keeps the whole record, for `report` and people.
+
+// digestPrefix marks a cached digest; a record's JSON cannot start with it.
+const digestPrefix = "digest:"
+
+// recordDigest is what the verdict engine reads of a persisted record.
+type recordDigest struct {
+	Verdict         string    `json:"v,omitempty"`
+	Since           time.Time `json:"s,omitzero"`
+	Predicted       string    `json:"p,omitempty"`
+	PredictedReason string    `json:"pr,omitempty"`
+	BadReasons      []string  `json:"b,omitempty"`
+	// Same hashes the record without Since (sameAs), ProgressFree without
+	// what only follows a clone's progress too (progressOnly).
+	Same         uint64 `json:"h,omitempty"`
+	ProgressFree uint64 `json:"g,omitempty"`
+	// Err is why the record could not be read; the rest is then empty.
+	Err string `json:"e,omitempty"`
+}
+
+// digestRecord digests a record.
+func digestRecord(r *Record) *recordDigest {
+	unstamped := *r
+	unstamped.Since = time.Time{}
+	return &recordDigest{Verdict: r.Verdict, Since: r.Since, Predicted: r.Predicted, PredictedReason: r.PredictedReason,
+		BadReasons: r.BadReasons(), Same: hashJSON(unstamped), ProgressFree: hashJSON(withoutProgress(unstamped))}
+}
+
+func hashJSON(v any) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(mustJSON(v)))
+	return h.Sum64()
+}
+
+// sameAs reports whether r says what the digested record says, Since
+// aside: an unchanged verdict is never rewritten.
+func (d *recordDigest) sameAs(r *Record) bool {
+	return d != nil && digestRecord(r).Same == d.Same
+}
+
+// digestAnnotation is the PVC transform's replacement for a record's JSON.
+func digestAnnotation(raw string) string {
+	if raw == "" || strings.HasPrefix(raw, digestPrefix) {
+		return raw // none (as absent), or already digested (a watch-list's items are passed twice)
+	}
+	d, err := digestJSON(raw)
+	if err != nil {
+		d = &recordDigest{Err: err.Error()}
+	}
+	return digestPrefix + mustJSON(d)
+}
+
+func digestJSON(raw string) (*recordDigest, error) {
+	var r Record
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AnnCloneEvidence, err)
+	}
+	return digestRecord(&r), nil
+}
+
+// persistedRecord reads the record persisted on a worker PVC, from the
+// cache's digest or, on an object not from the cache, its JSON. nil, nil:
+// there is none.
+func persistedRecord(pvc *corev1.PersistentVolumeClaim) (*recordDigest, error) {
+	if pvc == nil {
+		return nil, nil
+	}
+	raw := pvc.Annotations[AnnCloneEvidence]
+	cached, ok := strings.CutPrefix(raw, digestPrefix)
+	switch {
+	case raw == "":
+		return nil, nil
+	case !ok:
+		return digestJSON(raw)
+	}
+	var d recordDigest
+	if err := json.Unmarshal([]byte(cached), &d); err != nil {
+		return nil, fmt.Errorf("cached digest of annotation %s: %w", AnnCloneEvidence, err)
+	}
+	if d.Err != "" {
+		return nil, fmt.Errorf("%s", d.Err)
+	}
+	return &d, nil
+}

@@ -1,0 +1,119 @@
+package cloner
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func digestTestRecord() Record {
+	return Record{Verdict: VerdictPending, Source: SourceCSITap, Message: "clone in progress (phase CSICloneInProgress)",
+		Golden: "cozy-public/" + goldenName(testSID, testVer), SchematicID: testSID, Version: testVer, Pool: "md0",
+		Volume: "pvc-1", GoldenVolume: "pvc-g", ContentSource: "volume:pvc-g", Class: testClass, GoldenClass: testClass,
+		DiskBytes: 20 * gi, GoldenBytes: 6 * gi, CapacityBytes: 6 * gi, CloneClaim: "cozy-public/tmp-pvc-1",
+		Findings: []Finding{{Reason: "class-mismatch", Message: "m"}}, Since: t0,
+		Predicted: "csi-clone", PredictedReason: "storage-profile"}
+}
+
+func claimWithRecord(raw string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "d0",
+		Annotations: map[string]string{AnnCloneVerdict: VerdictPending, AnnCloneEvidence: raw, "other": "dropped"}}}
+}
+
+func cached(t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	out, err := cacheClaim(pvc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.(*corev1.PersistentVolumeClaim)
+}
+
+// TestCachedRecordReadsAsTheRecord: the cache keeps a digest of the
+// record, smaller than its JSON, that reads as the JSON itself would, twice
+// transformed or once.
+func TestCachedRecordReadsAsTheRecord(t *testing.T) {
+	rec := digestTestRecord()
+	raw := mustJSON(rec)
+	fromAPI, err := persistedRecord(claimWithRecord(raw))
+	if err != nil || fromAPI == nil {
+		t.Fatalf("reading the record's JSON: %v, %v", fromAPI, err)
+	}
+	pvc := cached(t, claimWithRecord(raw))
+	kept := pvc.Annotations[AnnCloneEvidence]
+	if !strings.HasPrefix(kept, digestPrefix) || len(kept) >= len(raw)/2 {
+		t.Fatalf("the cache keeps %d bytes of a %d-byte record: %q", len(kept), len(raw), kept)
+	}
+	if again := cached(t, pvc).Annotations[AnnCloneEvidence]; again != kept {
+		t.Fatalf("a second transform changed the digest: %q, then %q", kept, again)
+	}
+	fromCache, err := persistedRecord(pvc)
+	if err != nil || !reflect.DeepEqual(fromCache, fromAPI) {
+		t.Fatalf("cached digest %+v (%v), the JSON's %+v", fromCache, err, fromAPI)
+	}
+	want := recordDigest{Verdict: rec.Verdict, Since: t0, Predicted: "csi-clone", PredictedReason: "storage-profile",
+		BadReasons: []string{"class-mismatch"}, Same: fromCache.Same, ProgressFree: fromCache.ProgressFree}
+	if !reflect.DeepEqual(*fromCache, want) || fromCache.Same == 0 || fromCache.Same == fromCache.ProgressFree {
+		t.Fatalf("digest %+v, want %+v with two distinct hashes", *fromCache, want)
+	}
+}
+
+// TestDigestTellsChangesApart: any change of what a record says is seen,
+// Since is not, and a change of progress alone is told from the others.
+func TestDigestTellsChangesApart(t *testing.T) {
+	rec := digestTestRecord()
+	old, err := persistedRecord(cached(t, claimWithRecord(mustJSON(rec))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restamped := rec
+	restamped.Since = t0.Add(time.Hour)
+	if !old.sameAs(&restamped) {
+		t.Fatal("a record differing only in Since reads as changed")
+	}
+	for what, change := range map[string]func(r *Record){
+		"the message":          func(r *Record) { r.Message = "clone in progress (phase Succeeded)" },
+		"the volume":           func(r *Record) { r.Volume = "pvc-2" },
+		"the capacity":         func(r *Record) { r.CapacityBytes = 20 * gi },
+		"the claim cloned on":  func(r *Record) { r.CloneClaim = "" },
+		"the verdict":          func(r *Record) { r.Verdict = VerdictCSIClone },
+		"a finding's message":  func(r *Record) { r.Findings = []Finding{{Reason: "class-mismatch", Message: "n"}} },
+		"the driver error":     func(r *Record) { r.DriverError = "CreateVolume Internal: x" },
+		"the prediction":       func(r *Record) { r.Predicted = "host-assisted" },
+		"the fallback reason":  func(r *Record) { r.FallbackReason = "NoVolumeSnapshotClass" },
+		"the golden's volume":  func(r *Record) { r.GoldenVolume = "pvc-h" },
+		"the clone's duration": func(r *Record) { r.DurationSeconds = 3 },
+	} {
+		changed := rec
+		change(&changed)
+		if old.sameAs(&changed) {
+			t.Errorf("a change of %s reads as the same record", what)
+		}
+		progress := what == "the message" || what == "the volume" || what == "the capacity" || what == "the claim cloned on"
+		if got := progressOnly(&changed, old); got != progress {
+			t.Errorf("a change of %s: progressOnly = %v, want %v", what, got, progress)
+		}
+	}
+	var none *recordDigest
+	if none.sameAs(&rec) || progressOnly(&rec, none) {
+		t.Fatal("no persisted record reads as the same")
+	}
+}
+
+// TestMalformedRecordStaysMalformedInTheCache: an unreadable record is an
+// error read from the cache as from the API object, with the same text.
+func TestMalformedRecordStaysMalformedInTheCache(t *testing.T) {
+	_, fromAPI := persistedRecord(claimWithRecord("{not json"))
+	_, fromCache := persistedRecord(cached(t, claimWithRecord("{not json")))
+	if fromAPI == nil || fromCache == nil || fromAPI.Error() != fromCache.Error() ||
+		!strings.Contains(fromAPI.Error(), AnnCloneEvidence) {
+		t.Fatalf("errors: from the API object %v, from the cache %v", fromAPI, fromCache)
+	}
+	if d, err := persistedRecord(cached(t, claimWithRecord(""))); d != nil || err != nil {
+		t.Fatalf("an empty record read as %+v, %v", d, err)
+	}
+}
