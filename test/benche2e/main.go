@@ -97,6 +97,7 @@ func run(o options) (err error) {
 	}
 	times := map[string][]time.Duration{}
 	cpus := map[string][]cpuUse{}
+	windows := map[string][]window{}
 	for round := range o.rounds {
 		order := []string{modeSidecar, modeDirect}
 		if round%2 == 1 {
@@ -106,17 +107,19 @@ func run(o options) (err error) {
 			if err := switchMode(c, &mode, m, o.settle); err != nil {
 				return err
 			}
+			from := time.Now()
 			d, cpu, err := timeWave(ctx, c, golden, fmt.Sprintf("%s-%d", m, round), o)
 			if err != nil {
 				return fmt.Errorf("%s wave %d: %w", m, round, err)
 			}
+			windows[m] = append(windows[m], window{from: from, to: time.Now()})
 			times[m] = append(times[m], d)
 			cpus[m] = append(cpus[m], cpu)
 			fmt.Printf("round %d  %-7s  %d clones in %s  %s\n", round, m, o.wave, d.Round(10*time.Millisecond), cpu)
 		}
 	}
 	printSummary(times, cpus, o)
-	return nil
+	return printRequests(c, windows, o.wave*o.rounds)
 }
 
 // startStack brings up the stack with the sidecar in the path, shipped
