@@ -97,9 +97,7 @@ func (f *fieldFilter) header(p []byte) []byte {
 	case protowire.Fixed64Type:
 		size = 8
 	default: // groups: not followed field by field
-		f.mode, f.out = verbatim, append(f.out, f.hdr[:f.nh]...)
-		f.nh = 0
-		return p[len(p):]
+		return f.giveUp(p, had)
 	}
 	used := n + m
 	f.start(num, typ, f.hdr[:used], size)
@@ -111,11 +109,18 @@ func (f *fieldFilter) header(p []byte) []byte {
 // up on following fields when they cannot parse at all.
 func (f *fieldFilter) needMore(p []byte, had, code int) []byte {
 	if errors.Is(protowire.ParseError(code), io.ErrUnexpectedEOF) && f.nh < len(f.hdr) {
-		return p[len(p):]
+		return p[len(p):] // all of p went into hdr
 	}
+	return f.giveUp(p, had)
+}
+
+// giveUp copies the rest of the message verbatim: the header bytes held,
+// then what of p did not go into them (write appends it).
+func (f *fieldFilter) giveUp(p []byte, had int) []byte {
+	taken := f.nh - had
 	f.mode, f.out = verbatim, append(f.out, f.hdr[:f.nh]...)
 	f.nh = 0
-	return p[len(p):]
+	return p[taken:]
 }
 
 // start begins a field whose header is h and whose value has size bytes.
