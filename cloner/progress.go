@@ -13,11 +13,11 @@ const progressRewriteAfter = 30 * time.Second
 
 // progressOnly reports whether rec, pending like old, differs from it only
 // in how far the clone has got.
-func progressOnly(rec *Record, old *recordDigest) bool {
+func progressOnly(rec, old *recordDigest) bool {
 	if old == nil || rec.Verdict != VerdictPending || old.Verdict != VerdictPending {
 		return false
 	}
-	return digestRecord(rec).ProgressFree == old.ProgressFree
+	return rec.ProgressFree == old.ProgressFree
 }
 
 // withoutProgress is r less what only follows a clone's progress.
@@ -30,7 +30,7 @@ func withoutProgress(r Record) Record {
 // follows progress and the disk's record was written less than
 // progressRewriteAfter ago by this process. The disk is then re-judged when
 // the wait ends, so the latest progress is written if nothing else was.
-func (c *Controller) deferProgress(key string, rec *Record, old *recordDigest) bool {
+func (c *Controller) deferProgress(key string, rec, old *recordDigest) bool {
 	if !progressOnly(rec, old) {
 		return false
 	}

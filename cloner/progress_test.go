@@ -16,7 +16,7 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	c := &Controller{cfg: cfg, rechecks: map[string]time.Time{}, progressWritten: map[string]time.Time{}}
 	const key = "tenant-a/d0"
 	written := &Record{Verdict: VerdictPending, Source: SourceNone, Message: "clone in progress (phase CloneScheduled)"}
-	if c.deferProgress(key, written, nil) {
+	if c.deferProgress(key, digestRecord(written), nil) {
 		t.Fatal("a disk's first record waited")
 	}
 	c.noteWritten(key, written)
@@ -24,7 +24,7 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	moved := *written
 	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
 	clk.set(t0.Add(progressRewriteAfter - time.Second))
-	if !c.deferProgress(key, &moved, digestRecord(written)) {
+	if !c.deferProgress(key, digestRecord(&moved), digestRecord(written)) {
 		t.Fatal("progress within the spacing was written at once")
 	}
 	if got, want := c.rechecks[key], t0.Add(progressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
@@ -39,15 +39,15 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	} {
 		urgent := moved
 		change(&urgent)
-		if c.deferProgress(key, &urgent, digestRecord(written)) {
+		if c.deferProgress(key, digestRecord(&urgent), digestRecord(written)) {
 			t.Errorf("%s waited for the progress spacing", what)
 		}
 	}
 	clk.set(t0.Add(progressRewriteAfter))
-	if c.deferProgress(key, &moved, digestRecord(written)) {
+	if c.deferProgress(key, digestRecord(&moved), digestRecord(written)) {
 		t.Fatal("progress still waits once the spacing has passed")
 	}
-	if c.deferProgress("tenant-a/other", &moved, digestRecord(written)) {
+	if c.deferProgress("tenant-a/other", digestRecord(&moved), digestRecord(written)) {
 		t.Fatal("a disk this process never wrote waited")
 	}
 	decided := moved

@@ -50,10 +50,10 @@ func hashJSON(v any) uint64 {
 	return h.Sum64()
 }
 
-// sameAs reports whether r says what the digested record says, Since
-// aside: an unchanged verdict is never rewritten.
-func (d *recordDigest) sameAs(r *Record) bool {
-	return d != nil && digestRecord(r).Same == d.Same
+// sameAs reports whether two digested records say the same, Since aside:
+// an unchanged verdict is never rewritten.
+func (d *recordDigest) sameAs(o *recordDigest) bool {
+	return d != nil && o != nil && d.Same == o.Same
 }
 
 // digestAnnotation is the PVC transform's replacement for a record's JSON.

@@ -229,11 +229,12 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 		c.noteMalformed(malformedAnnotation(pvc, "PersistentVolumeClaim", err))
 		old = nil
 	}
-	if old.sameAs(rec) {
+	digest := digestRecord(rec)
+	if old.sameAs(digest) {
 		return nil
 	}
 	key := a.disk.Namespace + "/" + a.disk.Name
-	if c.deferProgress(key, rec, old) {
+	if c.deferProgress(key, digest, old) {
 		return nil
 	}
 	rec.Since = c.cfg.now().UTC().Truncate(time.Second)
