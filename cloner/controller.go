@@ -67,6 +67,9 @@ type Controller struct {
 	// (countPass); only the goroutine running passes touches them.
 	heldFacts []ledgerFact
 	heldPrune bool
+	// writing is a chunk's verdict writes still going while the next chunk
+	// is judged (writeBehind); only the goroutine running passes touches it.
+	writing *chunkWrites
 
 	// Incremental judging (incremental.go), under mu.
 	dirty    map[string]bool // DataVolume keys due for judging

@@ -19,6 +19,7 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 	if err := c.waitCore(ctx); err != nil {
 		return err
 	}
+	defer c.awaitWrites() // no chunk's writes outlive the term
 	select {
 	case <-ctx.Done():
 		return nil
@@ -60,6 +61,7 @@ func (c *Controller) RunVerdicts(ctx context.Context) error {
 // exported so a test or a one-shot tool can drive it.
 func (c *Controller) Pass(ctx context.Context) error {
 	c.markFull()
+	defer c.awaitWrites()
 	for {
 		more, err := c.passDue(ctx)
 		if err != nil || !more {
@@ -79,7 +81,7 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 	}
 	keys, full, more := c.takeDue(c.cfg.now())
 	if !full && len(keys) == 0 && c.ledger != nil {
-		return more, nil
+		return more, c.awaitWrites()
 	}
 	klog.V(4).InfoS("Verdict pass", "full", full, "disks", len(keys), "first", firstKey(keys))
 	inv := c.storeInventory(keys)
@@ -95,7 +97,12 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		}
 	}
 	keep(c.reportMalformed(ctx, ev.malformed))
-	keep(c.publishAll(ctx, ev.assessments, inv))
+	keep(c.awaitWrites())
+	if more {
+		c.writeBehind(ctx, keys, full, ev.assessments, inv)
+	} else {
+		keep(c.publishAll(ctx, ev.assessments, inv))
+	}
 	ledger, err := c.countPass(ctx, ev, full, more)
 	keep(err)
 	snap := c.buildSnapshot(inv, ledger)
@@ -137,6 +144,40 @@ func firstKey(keys []string) string {
 		return ""
 	}
 	return keys[0]
+}
+
+// chunkWrites is one chunk's verdict writes in flight.
+type chunkWrites struct {
+	keys []string
+	full bool
+	done chan error
+}
+
+// writeBehind writes a chunk's records while the loop judges the next
+// chunk. Judged one after the other, each chunk's judging left the client's
+// rate limit idle and every chunk's write tail waited for it: at 10,000
+// disks, the fleet's verdicts took 7-10 s longer than one pass over the
+// whole fleet (README, Scale). One chunk's writes at most are in flight, so
+// at most two chunks' assessments are held at once.
+func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *inventory) {
+	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
+	c.writing = w
+	go func() { w.done <- c.publishAll(ctx, as, inv) }()
+}
+
+// awaitWrites waits for the chunk in flight, if any; when one of its writes
+// failed its disks are due again and the error is the pass's.
+func (c *Controller) awaitWrites() error {
+	w := c.writing
+	if w == nil {
+		return nil
+	}
+	c.writing = nil
+	err := <-w.done
+	if err != nil {
+		c.redo(w.keys, w.full)
+	}
+	return err
 }
 
 // redo marks a pass's disks due again after something in it failed.

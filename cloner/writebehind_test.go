@@ -1,0 +1,141 @@
+package cloner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// chunkedFleet is n csi-cloned disks in one namespace, judged c.chunk at a
+// time.
+func chunkedFleet(t *testing.T, n, chunk int) (*fakeCluster, *Controller) {
+	t.Helper()
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	for i := range n {
+		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	}
+	fc := newFakeCluster(t, &w)
+	c := fc.controller(t, t.Context(), configAt(t0.Add(time.Hour)))
+	c.chunk = chunk
+	return fc, c
+}
+
+type passResult struct {
+	more bool
+	err  error
+}
+
+func passAsync(ctx context.Context, c *Controller) chan passResult {
+	done := make(chan passResult, 1)
+	go func() {
+		more, err := c.passDue(ctx)
+		done <- passResult{more, err}
+	}()
+	return done
+}
+
+// TestChunkWritesOverlapTheNextChunksJudging: while a chunk's verdict
+// writes are held up, its pass returns and the next chunk is judged; that
+// pass then waits for the first chunk's writes before starting its own, and
+// in the end every disk is written.
+func TestChunkWritesOverlapTheNextChunksJudging(t *testing.T) {
+	const n, chunk = 12, 5
+	fc, c := chunkedFleet(t, n, chunk)
+	release := make(chan struct{})
+	var patched atomic.Int64
+	fc.kube.PrependReactor("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		<-release
+		patched.Add(1)
+		return false, nil, nil // on to the tracker, which applies it
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	ctx := t.Context()
+	c.markFull()
+	select {
+	case r := <-passAsync(ctx, c):
+		if r.err != nil || !r.more {
+			t.Fatalf("first chunk: more %v, err %v; want more due and no error", r.more, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first chunk's pass waited for its own writes instead of leaving them in flight")
+	}
+	firstJudged := c.judgedCount.Load()
+	second := passAsync(ctx, c)
+	eventually(t, "the second chunk judged while the first chunk's writes are held", func() bool {
+		return c.judgedCount.Load() > firstJudged
+	})
+	select {
+	case r := <-second:
+		t.Fatalf("the second chunk's pass returned (%+v) before the first chunk's writes finished", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if p := patched.Load(); p != 0 {
+		t.Fatalf("%d patches went through while all were held", p)
+	}
+	close(release)
+	released = true
+	if r := <-second; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		}
+	}
+}
+
+// TestAFailedChunkWriteIsRetried: a chunk whose writes fail while the next
+// is judged makes that next pass fail and the full pass due again; the
+// retry writes every disk.
+func TestAFailedChunkWriteIsRetried(t *testing.T) {
+	const n, chunk = 12, 5
+	fc, c := chunkedFleet(t, n, chunk)
+	var failing atomic.Bool
+	failing.Store(true)
+	fc.kube.PrependReactor("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("injected: API server unavailable")
+		}
+		return false, nil, nil
+	})
+	ctx := t.Context()
+	c.markFull()
+	if more, err := c.passDue(ctx); err != nil || !more {
+		t.Fatalf("first chunk: more %v, err %v; want its writes in flight", more, err)
+	}
+	if _, err := c.passDue(ctx); err == nil {
+		t.Fatal("the pass after a chunk whose writes failed reported no error")
+	}
+	c.mu.Lock()
+	full := c.fullDue
+	c.mu.Unlock()
+	if !full {
+		t.Fatal("a full pass's failed chunk did not make the full pass due again")
+	}
+	_ = c.awaitWrites() // the second chunk's writes, failed too
+	failing.Store(false)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		}
+	}
+}
