@@ -171,9 +171,6 @@ func trimMeta(m *metav1.ObjectMeta) {
 		if kept.Annotations == nil {
 			kept.Annotations = make(map[string]string, 4)
 		}
-		if k == AnnCloneEvidence {
-			v = digestAnnotation(v) // see recorddigest.go
-		}
 		if len(v) <= internMax {
 			v = intern(v)
 			key.WriteString(k + "=" + v + "\x00")
@@ -239,16 +236,49 @@ func dataVolumeStatus(st cdiv1.DataVolumeStatus) cdiv1.DataVolumeStatus {
 	return out
 }
 
-// cacheClaim is the PVC informer's transform.
-func cacheClaim(obj any) (any, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return obj, nil
+// cacheClaim is the PVC transform without a store to reuse digests from.
+var cacheClaim = cacheClaimFrom(nil)
+
+// cacheClaimFrom is the PVC informer's transform; cached looks up the
+// claim's object already in the informer's store (nil: none). A verdict
+// record is kept as its digest (recorddigest.go). Most PVC updates leave the
+// record as it was (kube-controller-manager rewrites a claim's status after
+// each verdict patch): those reuse the cached object's digest instead of
+// decoding the record and encoding its digest again, work that falls on the
+// watch's reader and, in a burst of verdict writes, let it fall behind.
+func cacheClaimFrom(cached func(key string) (any, bool, error)) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+		if !ok {
+			return obj, nil
+		}
+		if raw := pvc.Annotations[AnnCloneEvidence]; raw != "" {
+			pvc.Annotations[AnnCloneEvidence] = digestAnnotation(raw, previousDigest(cached, pvc))
+		}
+		return trimClaim(pvc), nil
 	}
+}
+
+// previousDigest is the record digest of the cached version of pvc, if any.
+func previousDigest(cached func(key string) (any, bool, error), pvc *corev1.PersistentVolumeClaim) string {
+	if cached == nil {
+		return ""
+	}
+	obj, ok, err := cached(pvc.Namespace + "/" + pvc.Name)
+	if err != nil || !ok {
+		return ""
+	}
+	if old, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		return old.Annotations[AnnCloneEvidence]
+	}
+	return ""
+}
+
+func trimClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	trimMeta(&pvc.ObjectMeta)
 	pvc.Spec = *claimSpec(&pvc.Spec)
 	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase, Capacity: internResources(pvc.Status.Capacity)}
-	return pvc, nil
+	return pvc
 }
 
 func resources(r corev1.VolumeResourceRequirements) corev1.VolumeResourceRequirements {

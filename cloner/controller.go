@@ -149,7 +149,7 @@ func (c *Controller) Start(ctx context.Context) {
 	c.pvcInf = f.Core().V1().PersistentVolumeClaims().Informer()
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
-	must(c.pvcInf.SetTransform(cacheClaim))
+	must(c.pvcInf.SetTransform(cacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
 	must(c.pvInf.SetTransform(cacheVolumeFor(c.cfg.GoldenNamespace)))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
 	c.claimUIDs.track(c.pvcInf)

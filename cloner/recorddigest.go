@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,16 +57,25 @@ func (d *recordDigest) sameAs(o *recordDigest) bool {
 	return d != nil && o != nil && d.Same == o.Same
 }
 
-// digestAnnotation is the PVC transform's replacement for a record's JSON.
-func digestAnnotation(raw string) string {
+// digestAnnotation is the PVC transform's replacement for a record's JSON:
+// the digest prefix, the hash of the JSON it was made from, and the
+// digest's own JSON. previous is the digest cached for the claim's last
+// version: when it was made from the same JSON it is reused as it is.
+func digestAnnotation(raw, previous string) string {
 	if raw == "" || strings.HasPrefix(raw, digestPrefix) {
 		return raw // none (as absent), or already digested (a watch-list's items are passed twice)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(raw))
+	source := digestPrefix + strconv.FormatUint(h.Sum64(), 16) + ":"
+	if strings.HasPrefix(previous, source) {
+		return previous
 	}
 	d, err := digestJSON(raw)
 	if err != nil {
 		d = &recordDigest{Err: err.Error()}
 	}
-	return digestPrefix + mustJSON(d)
+	return source + mustJSON(d)
 }
 
 func digestJSON(raw string) (*recordDigest, error) {
@@ -91,6 +101,7 @@ func persistedRecord(pvc *corev1.PersistentVolumeClaim) (*recordDigest, error) {
 	case !ok:
 		return digestJSON(raw)
 	}
+	_, cached, _ = strings.Cut(cached, ":") // the source JSON's hash
 	var d recordDigest
 	if err := json.Unmarshal([]byte(cached), &d); err != nil {
 		return nil, fmt.Errorf("cached digest of annotation %s: %w", AnnCloneEvidence, err)

@@ -5,9 +5,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 func digestTestRecord() Record {
@@ -115,5 +117,53 @@ func TestMalformedRecordStaysMalformedInTheCache(t *testing.T) {
 	}
 	if d, err := persistedRecord(cached(t, claimWithRecord(""))); d != nil || err != nil {
 		t.Fatalf("an empty record read as %+v, %v", d, err)
+	}
+}
+
+// TestAnUnchangedRecordReusesTheCachedDigest: a claim update that leaves
+// the record as it was keeps the cached object's digest string itself (no
+// decode, no new string); a changed record gets a new digest, and a digest
+// cached from other JSON is never taken for the new one.
+func TestAnUnchangedRecordReusesTheCachedDigest(t *testing.T) {
+	rec := digestTestRecord()
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	transform := cacheClaimFrom(store.GetByKey)
+	cacheIt := func(raw string) string {
+		t.Helper()
+		out, err := transform(claimWithRecord(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Update(out); err != nil {
+			t.Fatal(err)
+		}
+		return out.(*corev1.PersistentVolumeClaim).Annotations[AnnCloneEvidence]
+	}
+	first := cacheIt(mustJSON(rec))
+	again := cacheIt(mustJSON(rec))
+	if unsafe.StringData(again) != unsafe.StringData(first) {
+		t.Error("an unchanged record was digested again instead of reusing the cached digest")
+	}
+	rec.Message = "clone in progress (phase Succeeded)"
+	changed := cacheIt(mustJSON(rec))
+	if changed == first {
+		t.Fatal("a changed record kept the old digest")
+	}
+	fresh, err := persistedRecord(cached(t, claimWithRecord(mustJSON(rec))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := persistedRecord(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Annotations: map[string]string{AnnCloneEvidence: changed}}})
+	if err != nil || !reflect.DeepEqual(got, fresh) {
+		t.Fatalf("the changed record's digest reads %+v (%v), want %+v", got, err, fresh)
+	}
+	// A store holding something else under the claim's key is ignored.
+	if err := store.Update(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "d0",
+		Annotations: map[string]string{AnnCloneEvidence: digestPrefix + "0:{}"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := cacheIt(mustJSON(rec)); d != changed {
+		t.Fatalf("digest %q after a foreign cached digest, want %q", d, changed)
 	}
 }
