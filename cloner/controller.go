@@ -67,9 +67,11 @@ type Controller struct {
 	// (countPass); only the goroutine running passes touches them.
 	heldFacts []ledgerFact
 	heldPrune bool
-	// writing is a chunk's verdict writes still going while the next chunk
-	// is judged (writeBehind); only the goroutine running passes touches it.
-	writing *chunkWrites
+	// writing is the chunks whose verdict writes are still going while the
+	// next chunk is judged (writeBehind); only the goroutine running passes
+	// touches it. writeSlots bounds their writes together (publishWriters).
+	writing    []*chunkWrites
+	writeSlots chan struct{}
 
 	// Incremental judging (incremental.go), under mu.
 	dirty    map[string]bool // DataVolume keys due for judging
@@ -108,6 +110,7 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		emitted:         map[string]bool{},
 		dirty:           map[string]bool{},
 		chunk:           passChunk,
+		writeSlots:      make(chan struct{}, publishWriters),
 		judged:          map[string]judgedDisk{},
 		tally:           newFleetTally(),
 		rechecks:        map[string]time.Time{},

@@ -97,11 +97,9 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		}
 	}
 	keep(c.reportMalformed(ctx, ev.malformed))
-	keep(c.awaitWrites())
-	if more {
-		c.writeBehind(ctx, keys, full, ev.assessments, inv)
-	} else {
-		keep(c.publishAll(ctx, ev.assessments, inv))
+	keep(c.writeBehind(ctx, keys, full, ev.assessments, inv))
+	if !more {
+		keep(c.awaitWrites()) // the ledger counts what was written
 	}
 	ledger, err := c.countPass(ctx, ev, full, more)
 	keep(err)
@@ -153,26 +151,40 @@ type chunkWrites struct {
 	done chan error
 }
 
-// writeBehind writes a chunk's records while the loop judges the next
-// chunk. Judged one after the other, each chunk's judging left the client's
-// rate limit idle and every chunk's write tail waited for it: at 10,000
-// disks, the fleet's verdicts took 7-10 s longer than one pass over the
-// whole fleet (README, Scale). One chunk's writes at most are in flight, so
-// at most two chunks' assessments are held at once.
-func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *inventory) {
+// writeBehind starts writing a chunk's records and returns once the chunks
+// before it are written, so the loop judges the next chunk while this one
+// is written. Judged one after the other, each chunk's judging left the
+// client's rate limit idle; and waiting for a chunk's last writes before
+// starting the next chunk's left the writers idle through every chunk's
+// tail (README, Scale). The writers of all chunks in flight share
+// publishWriters slots, and at most two chunks' assessments are held at
+// once: the one being written and the one being judged, or, while this
+// waits, the one it started and the tail of the one before.
+func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *inventory) error {
 	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
-	c.writing = w
 	go func() { w.done <- c.publishAll(ctx, as, inv) }()
+	var err error
+	for _, before := range c.writing {
+		err = errors.Join(err, c.settle(before))
+	}
+	c.writing = []*chunkWrites{w}
+	return err
 }
 
-// awaitWrites waits for the chunk in flight, if any; when one of its writes
-// failed its disks are due again and the error is the pass's.
+// awaitWrites waits for every chunk in flight; when one of their writes
+// failed, that chunk's disks are due again and the error is the pass's.
 func (c *Controller) awaitWrites() error {
-	w := c.writing
-	if w == nil {
-		return nil
+	var err error
+	for _, w := range c.writing {
+		err = errors.Join(err, c.settle(w))
 	}
 	c.writing = nil
+	return err
+}
+
+// settle waits for one chunk's writes and makes its disks due again if
+// they failed.
+func (c *Controller) settle(w *chunkWrites) error {
 	err := <-w.done
 	if err != nil {
 		c.redo(w.keys, w.full)
@@ -193,30 +205,18 @@ func (c *Controller) redo(keys []string, full bool) {
 	c.mu.Unlock()
 }
 
-// publishWriters is how many disks' records are written at once: enough to
-// reach the client's --kube-api-qps (200/s) when a busy API server takes
-// 150 ms a patch (16 writers made about 60 patches/s on this 2-core machine
-// under load); the client's rate limit, not this, bounds the load.
+// publishWriters is how many disks' records are written at once, across
+// the chunks in flight: enough to reach the client's --kube-api-qps
+// (200/s) when a busy API server takes 150 ms a patch (16 writers made
+// about 60 patches/s on this 2-core machine under load); the client's rate
+// limit, not this, bounds the load.
 const publishWriters = 32
 
 // publishAll persists the pass's records, the bad and the never written
 // first (an upgrade that changes every record must not make a bad disk wait
-// behind thousands of good ones), a few at a time.
+// behind thousands of good ones), each write holding one of the shared
+// writer slots.
 func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inventory) error {
-	type ranked struct {
-		a    assessment
-		rank int // 0 bad, 1 never written, 2 the rest
-	}
-	order := make([]ranked, len(as))
-	for i, a := range as {
-		order[i] = ranked{a: a, rank: 2}
-		if len(a.record.BadReasons()) > 0 {
-			order[i].rank = 0
-		} else if pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName); pvc == nil || pvc.Annotations[AnnCloneVerdict] == "" {
-			order[i].rank = 1
-		}
-	}
-	sort.SliceStable(order, func(i, j int) bool { return order[i].rank < order[j].rank })
 	work := make(chan assessment)
 	errs := make(chan error, publishWriters)
 	var wg sync.WaitGroup
@@ -226,15 +226,18 @@ func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inven
 			defer wg.Done()
 			var first error
 			for a := range work {
-				if err := c.publish(ctx, a, inv); err != nil && first == nil {
+				c.writeSlots <- struct{}{}
+				err := c.publish(ctx, a, inv)
+				<-c.writeSlots
+				if err != nil && first == nil {
 					first = err
 				}
 			}
 			errs <- first
 		}()
 	}
-	for _, r := range order {
-		work <- r.a
+	for _, a := range writeOrder(as, inv) {
+		work <- a
 	}
 	close(work)
 	wg.Wait()
@@ -245,6 +248,27 @@ func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inven
 		}
 	}
 	return nil
+}
+
+// writeOrder ranks a pass's assessments for writing: bad verdicts, then
+// disks whose claim has no record yet, then the rest.
+func writeOrder(as []assessment, inv *inventory) []assessment {
+	rank := make([]int, len(as))
+	order := make([]int, len(as))
+	for i, a := range as {
+		order[i], rank[i] = i, 2
+		if len(a.record.BadReasons()) > 0 {
+			rank[i] = 0
+		} else if pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName); pvc == nil || pvc.Annotations[AnnCloneVerdict] == "" {
+			rank[i] = 1
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return rank[order[i]] < rank[order[j]] })
+	out := make([]assessment, len(as))
+	for i, k := range order {
+		out[i] = as[k]
+	}
+	return out
 }
 
 // recheckTimer fires when the last pass said a verdict may change with no

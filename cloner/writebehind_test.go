@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	clienttesting "k8s.io/client-go/testing"
 )
 
@@ -44,8 +50,8 @@ func passAsync(ctx context.Context, c *Controller) chan passResult {
 
 // TestChunkWritesOverlapTheNextChunksJudging: while a chunk's verdict
 // writes are held up, its pass returns and the next chunk is judged; that
-// pass then waits for the first chunk's writes before starting its own, and
-// in the end every disk is written.
+// pass then waits for the first chunk's writes before it returns (two
+// chunks held at most), and in the end every disk is written.
 func TestChunkWritesOverlapTheNextChunksJudging(t *testing.T) {
 	const n, chunk = 12, 5
 	fc, c := chunkedFleet(t, n, chunk)
@@ -84,6 +90,95 @@ func TestChunkWritesOverlapTheNextChunksJudging(t *testing.T) {
 	}
 	if p := patched.Load(); p != 0 {
 		t.Fatalf("%d patches went through while all were held", p)
+	}
+	close(release)
+	released = true
+	if r := <-second; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		}
+	}
+}
+
+// gatedClaims holds PVC patches before they reach the fake clientset,
+// which runs its reactors one at a time and so cannot hold one write while
+// another goes through.
+type gatedClaims struct {
+	kubernetes.Interface
+	gate func(name string)
+}
+
+func (g gatedClaims) CoreV1() corev1client.CoreV1Interface {
+	return gatedCoreV1{g.Interface.CoreV1(), g.gate}
+}
+
+type gatedCoreV1 struct {
+	corev1client.CoreV1Interface
+	gate func(name string)
+}
+
+func (g gatedCoreV1) PersistentVolumeClaims(ns string) corev1client.PersistentVolumeClaimInterface {
+	return gatedPVCs{g.CoreV1Interface.PersistentVolumeClaims(ns), g.gate}
+}
+
+type gatedPVCs struct {
+	corev1client.PersistentVolumeClaimInterface
+	gate func(name string)
+}
+
+func (g gatedPVCs) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*corev1.PersistentVolumeClaim, error) {
+	g.gate(name)
+	return g.PersistentVolumeClaimInterface.Patch(ctx, name, pt, data, opts, sub...)
+}
+
+// TestTheNextChunksWritesFillTheLastChunksTail: the next chunk's writes
+// start while the last of the chunk before are still in flight, so the
+// writers do not idle through each chunk's tail; the next chunk's pass
+// still returns only once the chunk before is written.
+func TestTheNextChunksWritesFillTheLastChunksTail(t *testing.T) {
+	const n, chunk = 12, 5
+	fc, c := chunkedFleet(t, n, chunk)
+	known, release := make(chan struct{}), make(chan struct{})
+	first := map[string]bool{} // the first chunk's claims, whose patches wait
+	var passed atomic.Int64
+	c.clients.Kube = gatedClaims{fc.kube, func(name string) {
+		<-known
+		if first[name] {
+			<-release
+			return
+		}
+		passed.Add(1)
+	}}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	ctx := t.Context()
+	c.markFull()
+	if r := <-passAsync(ctx, c); r.err != nil || !r.more {
+		t.Fatalf("first chunk: more %v, err %v", r.more, r.err)
+	}
+	for _, k := range c.writing[0].keys {
+		_, name, _ := strings.Cut(k, "/") // the claim is named as its DataVolume
+		first[name] = true
+	}
+	close(known)
+	second := passAsync(ctx, c)
+	eventually(t, "the second chunk's writes done while the first chunk's are held", func() bool {
+		return passed.Load() >= chunk-1 // a chunk's keys may hold the golden
+	})
+	select {
+	case r := <-second:
+		t.Fatalf("the second chunk's pass returned (%+v) before the first chunk's writes finished", r)
+	case <-time.After(50 * time.Millisecond):
 	}
 	close(release)
 	released = true

@@ -46,7 +46,7 @@ func main() {
 	flag.StringVar(&o.sidecar, "sidecar", "bin/csi-clone-sidecar", "The csi-clone-sidecar binary (make build).")
 	flag.DurationVar(&o.steady, "steady", 2*time.Minute, "How long steady state is measured after every verdict is written.")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for the verdicts after this long.")
-	flag.StringVar(&o.profile, "profile", "", "Run the sidecar with --enable-pprof and write its heap profile after every verdict (heap.pb.gz), as of the collection before its peak RSS (heap-peak.pb.gz), and a CPU profile of the steady state (cpu.pb.gz) into this directory.")
+	flag.StringVar(&o.profile, "profile", "", "Run the sidecar with --enable-pprof and write its heap profile after every verdict (heap.pb.gz), as of the collection before its peak RSS (heap-peak.pb.gz), a CPU profile of the steady state (cpu.pb.gz) and of the start until every verdict (cpu-burst-NN.pb.gz, 20 s each) into this directory.")
 	flag.StringVar(&o.extraArgs, "sidecar-args", "", "Flags added to the shipped ones, space-separated (diagnosis, e.g. --v=4; the figures are then not the shipped defaults' own).")
 	flag.BoolVar(&o.keep, "keep", false, "Keep the state directory (logs, audit log).")
 	flag.Parse()

@@ -144,6 +144,9 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args,
 		rss.onPeak = func() { _ = fetchProfile(c, filepath.Join(o.profile, "heap-peak.pb.gz"), "heap") }
 	}
 	go rss.run(ctx)
+	if o.profile != "" {
+		go profileBurst(c, o.profile, clock.allWritten)
+	}
 	select {
 	case <-clock.allWritten:
 	case <-time.After(o.timeout):
@@ -215,6 +218,26 @@ func saveProfile(c *cluster.Cluster, dir, file, query string) {
 		return
 	}
 	fmt.Printf("profile written: %s (go tool pprof -top %s)\n", path, path)
+}
+
+// profileBurst writes the sidecar's CPU profile from the moment its pprof
+// endpoint answers (the informers' initial lists) until every verdict is
+// written (cpu-burst.pb.gz): what the time to all verdicts costs in CPU.
+// The profile is taken in 20 s parts, merged by go tool pprof when given
+// all of cpu-burst-*.pb.gz; the last part may run past the last verdict.
+func profileBurst(c *cluster.Cluster, dir string, done <-chan struct{}) {
+	for part := 0; ; part++ {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		path := filepath.Join(dir, fmt.Sprintf("cpu-burst-%02d.pb.gz", part))
+		if err := fetchProfile(c, path, "profile?seconds=20"); err != nil {
+			part-- // not serving yet
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
 
 func fetchProfile(c *cluster.Cluster, path, query string) error {
