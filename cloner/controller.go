@@ -83,6 +83,9 @@ type Controller struct {
 	// progressWritten is when each pending disk's record was last written
 	// (progress.go).
 	progressWritten map[string]time.Time
+	// echoes are the records written whose echo the claim cache has not
+	// shown yet (echo.go).
+	echoes map[string]pendingEcho
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
 	// dataVolumesDeleted: a DataVolume went away since the last prune.
@@ -115,6 +118,7 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		tally:           newFleetTally(),
 		rechecks:        map[string]time.Time{},
 		progressWritten: map[string]time.Time{},
+		echoes:          map[string]pendingEcho{},
 	}, nil
 }
 

@@ -342,6 +342,7 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 	for _, k := range keys {
 		if _, ok := c.judged[k]; !ok {
 			delete(c.progressWritten, k) // the disk is gone
+			delete(c.echoes, k)
 		}
 	}
 	c.recheckAt = time.Time{}

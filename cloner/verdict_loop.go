@@ -295,11 +295,12 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 		old = nil
 	}
 	digest := digestRecord(rec)
+	key := a.disk.Namespace + "/" + a.disk.Name
 	if old.sameAs(digest) {
+		c.echoSeen(key)
 		return nil
 	}
-	key := a.disk.Namespace + "/" + a.disk.Name
-	if c.deferProgress(key, digest, old) {
+	if c.awaitingEcho(key, pvc, digest) || c.deferProgress(key, digest, old) {
 		return nil
 	}
 	rec.Since = c.cfg.now().UTC().Truncate(time.Second)
@@ -329,6 +330,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 	})
 	if err == nil {
 		c.noteWritten(key, rec)
+		c.expectEcho(key, pvc, digest)
 	}
 	return err
 }

@@ -234,3 +234,43 @@ func TestAFailedChunkWriteIsRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce: a disk judged again while
+// the claim cache still shows it as before its record was written is not
+// written again (nor warned of again); once the cache shows the claim
+// changed, by anyone, the disk is judged against what it says.
+func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
+	fc, c := chunkedFleet(t, 1, 10)
+	var patches atomic.Int64
+	fc.kube.PrependReactor("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		patches.Add(1)
+		return false, nil, nil
+	})
+	ctx := t.Context()
+	key := "tenant-a/d00"
+	stale := c.claim(types.NamespacedName{Namespace: "tenant-a", Name: "d00"})
+	judge := func(claim *corev1.PersistentVolumeClaim) {
+		t.Helper()
+		inv := c.storeInventory([]string{key})
+		inv.claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
+		pred, _ := c.newPredictor(inv)
+		ev := evaluateWith(inv, c.cfg, c.cfg.now(), pred)
+		if len(ev.assessments) != 1 {
+			t.Fatalf("%d assessments, want 1", len(ev.assessments))
+		}
+		if err := c.publish(ctx, ev.assessments[0], inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	judge(stale)
+	judge(stale) // the echo has not reached the cache
+	if n := patches.Load(); n != 1 {
+		t.Fatalf("%d patches for one record judged twice before its echo, want 1", n)
+	}
+	moved := stale.DeepCopy() // someone else's update, our record not on it
+	moved.ResourceVersion += "1"
+	judge(moved)
+	if n := patches.Load(); n != 2 {
+		t.Fatalf("%d patches after the cache showed the claim without the record, want 2", n)
+	}
+}
