@@ -45,9 +45,13 @@ func digestRecord(r *Record) *recordDigest {
 		BadReasons: r.BadReasons(), Same: hashJSON(unstamped), ProgressFree: hashJSON(withoutProgress(unstamped))}
 }
 
+// hashJSON hashes v's JSON as it is encoded, never holding it: a record is
+// hashed twice per judgement, thousands of times a second in a full pass.
 func hashJSON(v any) uint64 {
 	h := fnv.New64a()
-	h.Write([]byte(mustJSON(v)))
+	if err := json.NewEncoder(h).Encode(v); err != nil {
+		panic(err) // our own types: cannot happen
+	}
 	return h.Sum64()
 }
 
