@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +33,20 @@ func chunkedFleet(t *testing.T, n, chunk int) (*fakeCluster, *Controller) {
 	c := fc.controller(t, t.Context(), configAt(t0.Add(time.Hour)))
 	c.chunk = chunk
 	return fc, c
+}
+
+// passAndCheckEveryDisk finishes the due passes and checks that every one
+// of the fleet's n disks carries its verdict.
+func passAndCheckEveryDisk(t *testing.T, fc *fakeCluster, c *Controller, n int) {
+	t.Helper()
+	if err := c.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		}
+	}
 }
 
 type passResult struct {
@@ -62,12 +77,8 @@ func TestChunkWritesOverlapTheNextChunksJudging(t *testing.T) {
 		patched.Add(1)
 		return false, nil, nil // on to the tracker, which applies it
 	})
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	defer releaseAll()
 	ctx := t.Context()
 	c.markFull()
 	select {
@@ -91,19 +102,11 @@ func TestChunkWritesOverlapTheNextChunksJudging(t *testing.T) {
 	if p := patched.Load(); p != 0 {
 		t.Fatalf("%d patches went through while all were held", p)
 	}
-	close(release)
-	released = true
+	releaseAll()
 	if r := <-second; r.err != nil {
 		t.Fatal(r.err)
 	}
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
-			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
-		}
-	}
+	passAndCheckEveryDisk(t, fc, c, n)
 }
 
 // gatedClaims holds PVC patches before they reach the fake clientset,
@@ -155,12 +158,8 @@ func TestTheNextChunksWritesFillTheLastChunksTail(t *testing.T) {
 		}
 		passed.Add(1)
 	}}
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	defer releaseAll()
 	ctx := t.Context()
 	c.markFull()
 	if r := <-passAsync(ctx, c); r.err != nil || !r.more {
@@ -180,19 +179,11 @@ func TestTheNextChunksWritesFillTheLastChunksTail(t *testing.T) {
 		t.Fatalf("the second chunk's pass returned (%+v) before the first chunk's writes finished", r)
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(release)
-	released = true
+	releaseAll()
 	if r := <-second; r.err != nil {
 		t.Fatal(r.err)
 	}
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
-			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
-		}
-	}
+	passAndCheckEveryDisk(t, fc, c, n)
 }
 
 // TestAFailedChunkWriteIsRetried: a chunk whose writes fail while the next
@@ -225,14 +216,7 @@ func TestAFailedChunkWriteIsRetried(t *testing.T) {
 	}
 	_ = c.awaitWrites() // the second chunk's writes, failed too
 	failing.Store(false)
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
-			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
-		}
-	}
+	passAndCheckEveryDisk(t, fc, c, n)
 }
 
 // TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce: a disk judged again while
