@@ -90,6 +90,15 @@ func enforceResourceVersion(kube *kubefake.Clientset, resource string) {
 	})
 }
 
+// react adds a reactor in front of the others. The fake's own
+// PrependReactor does not lock against the calls the running informers
+// make; its embedded lock does.
+func (fc *fakeCluster) react(verb, resource string, fn clienttesting.ReactionFunc) {
+	fc.kube.Lock()
+	defer fc.kube.Unlock()
+	fc.kube.PrependReactor(verb, resource, fn)
+}
+
 func (fc *fakeCluster) clients() Clients { return Clients{Kube: fc.kube, Dynamic: fc.dyn} }
 
 // controller starts a Controller on the cluster and waits for its caches.

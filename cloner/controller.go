@@ -67,10 +67,11 @@ type Controller struct {
 	// (countPass); only the goroutine running passes touches them.
 	heldFacts []ledgerFact
 	heldPrune bool
-	// writing is the chunks whose verdict writes are still going while the
+	// writing is the chunk whose verdict writes are still going while the
 	// next chunk is judged (writeBehind); only the goroutine running passes
-	// touches it. writeSlots bounds their writes together (publishWriters).
-	writing    []*chunkWrites
+	// touches it. writeSlots bounds the writes of every chunk in flight
+	// together (publishWriters).
+	writing    *chunkWrites
 	writeSlots chan struct{}
 
 	// Incremental judging (incremental.go), under mu.

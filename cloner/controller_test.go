@@ -236,7 +236,7 @@ func injectRacingLedgerWrite(fc *fakeCluster) *atomic.Bool {
 		}
 		return true, nil, apierrors.NewConflict(gr, obj.Name, nil)
 	}
-	fc.kube.PrependReactor("update", "configmaps", race)
-	fc.kube.PrependReactor("create", "configmaps", race)
+	fc.react("update", "configmaps", race)
+	fc.react("create", "configmaps", race)
 	return &done
 }

@@ -82,7 +82,7 @@ func threeClonedDisks() *world {
 // request does (the API server never stored it).
 func failNextWrite(fc *fakeCluster, verb string, match func(name string) bool) *atomic.Bool {
 	var done atomic.Bool
-	fc.kube.PrependReactor(verb, "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+	fc.react(verb, "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		obj := a.(interface{ GetObject() runtime.Object }).GetObject().(*corev1.ConfigMap)
 		if !match(obj.Name) || done.Swap(true) {
 			return false, nil, nil

@@ -163,28 +163,25 @@ type chunkWrites struct {
 func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *inventory) error {
 	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
 	go func() { w.done <- c.publishAll(ctx, as, inv) }()
-	var err error
-	for _, before := range c.writing {
-		err = errors.Join(err, c.settle(before))
-	}
-	c.writing = []*chunkWrites{w}
-	return err
+	before := c.writing
+	c.writing = w
+	return c.settle(before)
 }
 
-// awaitWrites waits for every chunk in flight; when one of their writes
-// failed, that chunk's disks are due again and the error is the pass's.
+// awaitWrites waits for the chunk in flight, if any; when one of its writes
+// failed, its disks are due again and the error is the pass's.
 func (c *Controller) awaitWrites() error {
-	var err error
-	for _, w := range c.writing {
-		err = errors.Join(err, c.settle(w))
-	}
+	w := c.writing
 	c.writing = nil
-	return err
+	return c.settle(w)
 }
 
-// settle waits for one chunk's writes and makes its disks due again if
-// they failed.
+// settle waits for one chunk's writes, if any, and makes its disks due
+// again if they failed.
 func (c *Controller) settle(w *chunkWrites) error {
+	if w == nil {
+		return nil
+	}
 	err := <-w.done
 	if err != nil {
 		c.redo(w.keys, w.full)

@@ -72,7 +72,7 @@ func TestChunkWritesOverlapTheNextChunksJudging(t *testing.T) {
 	fc, c := chunkedFleet(t, n, chunk)
 	release := make(chan struct{})
 	var patched atomic.Int64
-	fc.kube.PrependReactor("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+	fc.react("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
 		<-release
 		patched.Add(1)
 		return false, nil, nil // on to the tracker, which applies it
@@ -165,7 +165,7 @@ func TestTheNextChunksWritesFillTheLastChunksTail(t *testing.T) {
 	if r := <-passAsync(ctx, c); r.err != nil || !r.more {
 		t.Fatalf("first chunk: more %v, err %v", r.more, r.err)
 	}
-	for _, k := range c.writing[0].keys {
+	for _, k := range c.writing.keys {
 		_, name, _ := strings.Cut(k, "/") // the claim is named as its DataVolume
 		first[name] = true
 	}
@@ -194,7 +194,7 @@ func TestAFailedChunkWriteIsRetried(t *testing.T) {
 	fc, c := chunkedFleet(t, n, chunk)
 	var failing atomic.Bool
 	failing.Store(true)
-	fc.kube.PrependReactor("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+	fc.react("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
 		if failing.Load() {
 			return true, nil, errors.New("injected: API server unavailable")
 		}
@@ -226,7 +226,7 @@ func TestAFailedChunkWriteIsRetried(t *testing.T) {
 func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 	fc, c := chunkedFleet(t, 1, 10)
 	var patches atomic.Int64
-	fc.kube.PrependReactor("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+	fc.react("patch", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
 		patches.Add(1)
 		return false, nil, nil
 	})

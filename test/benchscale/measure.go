@@ -222,7 +222,7 @@ func saveProfile(c *cluster.Cluster, dir, file, query string) {
 
 // profileBurst writes the sidecar's CPU profile from the moment its pprof
 // endpoint answers (the informers' initial lists) until every verdict is
-// written (cpu-burst.pb.gz): what the time to all verdicts costs in CPU.
+// written (cpu-burst-NN.pb.gz): what the time to all verdicts costs in CPU.
 // The profile is taken in 20 s parts, merged by go tool pprof when given
 // all of cpu-burst-*.pb.gz; the last part may run past the last verdict.
 func profileBurst(c *cluster.Cluster, dir string, done <-chan struct{}) {
