@@ -244,10 +244,7 @@ func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Tim
 		c := tc.driverCall(id)
 		if c != nil {
 			c.onData(p, false, tc.tap.budget)
-			if end { // a reply must end with trailers; grpc-go reports this
-				c.setStatus(codes.Internal, at)
-				c.message = "server closed the stream without sending trailers"
-			}
+			c.onReplyData(p, end, at)
 		}
 		return c
 	})
@@ -261,7 +258,7 @@ func (tc *TapConn) onReset(id uint32, ec http2.ErrCode, fromClient bool, at time
 			c = tc.driverCall(id)
 		}
 		if c != nil {
-			c.onReset(ec, fromClient, at)
+			c.onReset(ec, fromClient, at, tc.tap.budget)
 			if c.awaitsRequest() {
 				tc.boundAwaiting()
 			}
@@ -288,7 +285,7 @@ func (tc *TapConn) boundAwaiting() {
 		c := tc.calls[oldest]
 		c.giveUp(UndecodedTruncated, tc.tap.budget)
 		delete(tc.calls, oldest)
-		tc.tap.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
+		tc.tap.recordFinished(c)
 		tc.tap.recorder.CallUndecoded(UndecodedTruncated)
 	}
 }
@@ -321,9 +318,11 @@ func (tc *TapConn) publish(c *call) {
 		c.free(t.budget)
 		return
 	}
-	t.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
+	t.recordFinished(c)
 	if c.code != codes.OK { // a failed call's reply carries nothing the tap reports
 		c.resp.free(t.budget, false)
+	} else if c.undecoded == "" && c.replyUndecoded != "" {
+		c.giveUp(c.replyUndecoded, t.budget)
 	}
 	if c.buffer && c.undecoded == "" {
 		c.checkMessages(t.budget)
@@ -353,4 +352,12 @@ func (c *call) checkMessages(b *budget) {
 	if !c.req.done() || (c.resp.started && !c.resp.done()) {
 		c.giveUp(UndecodedTruncated, b)
 	}
+}
+
+// recordFinished times a finished call for the Recorder, once. Its start and
+// end were read on the two relay goroutines, each before forwarding: a reply
+// cannot be read before its request was, but the clamp keeps a histogram's
+// sum from ever going down.
+func (t *Tap) recordFinished(c *call) {
+	t.recorder.CallFinished(c.method, c.code, max(c.end.Sub(c.start), 0))
 }

@@ -208,39 +208,6 @@ func TestEarlyRepliesAreBounded(t *testing.T) {
 
 const MethodProbe = "/csi.v1.Identity/Probe"
 
-// Status as grpc-go reports it to the caller.
-func TestStatusAsGRPCGoReportsIt(t *testing.T) {
-	w, u := newWire(t), newTapUnderTest()
-	w.request(1, MethodProbe, &csi.ProbeRequest{})
-	w.headers(false, 1, true, ":status", "200", "grpc-status", "bogus")
-	rst := map[uint32]http2.ErrCode{3: http2.ErrCodeCancel, 5: http2.ErrCodeFlowControl,
-		7: http2.ErrCodeEnhanceYourCalm, 9: http2.ErrCodeProtocol, 11: http2.ErrCodeRefusedStream}
-	for id := uint32(3); id <= 11; id += 2 {
-		w.request(id, MethodProbe, &csi.ProbeRequest{})
-		w.check(w.dfr.WriteRSTStream(id, rst[id]))
-	}
-	w.request(13, MethodProbe, &csi.ProbeRequest{})
-	w.headers(false, 13, true, ":status", "200") // ends without grpc-status
-	w.request(15, MethodProbe, &csi.ProbeRequest{})
-	w.request(17, MethodProbe, &csi.ProbeRequest{})
-	w.check(w.dfr.WriteGoAway(15, http2.ErrCodeNo, nil))
-	w.reply(15, &csi.ProbeResponse{}, codes.OK)
-	u.feed(w)
-	got := map[codes.Code]int{}
-	for _, o := range u.close() {
-		got[o.Code]++
-	}
-	want := map[codes.Code]int{codes.Internal: 2, codes.Canceled: 1, codes.ResourceExhausted: 2, codes.Unknown: 1, codes.OK: 1}
-	if len(got) != len(want) {
-		t.Fatalf("codes %v, want %v (REFUSED_STREAM and the stream above GOAWAY not reported)", got, want)
-	}
-	for c, n := range want {
-		if got[c] != n {
-			t.Fatalf("codes %v, want %v", got, want)
-		}
-	}
-}
-
 // A decoded method whose message cannot be decoded is counted by reason and
 // never published with empty fields; its timing is still recorded.
 func TestUndecodableCallsAreCountedNotPublished(t *testing.T) {
