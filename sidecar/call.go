@@ -143,10 +143,15 @@ func (c *call) notGRPC(h *headerBlock, at time.Time) {
 	}
 }
 
-// fail ends the call with code and message unless its status is known.
+// fail ends the call with code and message unless its status is known. A
+// message is kept to maxStatusMessageBytes (a driver may send 256 KiB of
+// it, and every call record of every connection may hold one).
 func (c *call) fail(code codes.Code, msg string, at time.Time) {
 	if !c.statusKnown {
 		c.setStatus(code, at)
+		if len(msg) > maxStatusMessageBytes {
+			msg = strings.ToValidUTF8(msg[:maxStatusMessageBytes], "")
+		}
 		c.message = msg
 	}
 }

@@ -43,6 +43,19 @@ func newFieldFilter(dec decoder, size int) *fieldFilter {
 	return &fieldFilter{keep: dec.keep, claim: dec.claim, out: getBuffer(min(size, bufferSizes[0]))}
 }
 
+// appended is f.out with p added. When it must grow, the bytes move to a
+// pooled buffer of the next size and the old one goes back wiped: it held
+// request bytes (secrets included, in verbatim mode), and a buffer of no
+// pool size would be dropped unwiped.
+func (f *fieldFilter) appended(p ...byte) []byte {
+	if len(f.out)+len(p) > cap(f.out) {
+		grown := append(getBuffer(len(f.out)+len(p)), f.out...)
+		putBuffer(f.out, true)
+		f.out = grown
+	}
+	return append(f.out, p...)
+}
+
 // write takes the next bytes of the message.
 func (f *fieldFilter) write(p []byte) {
 	for len(p) > 0 {
@@ -51,7 +64,7 @@ func (f *fieldFilter) write(p []byte) {
 			p = f.header(p)
 		case copying, inEntry:
 			k := min(f.left, len(p))
-			f.out, f.left, p = append(f.out, p[:k]...), f.left-k, p[k:]
+			f.out, f.left, p = f.appended(p[:k]...), f.left-k, p[k:]
 			if f.mode == inEntry {
 				f.decideEntry()
 			}
@@ -61,7 +74,7 @@ func (f *fieldFilter) write(p []byte) {
 			f.left, p = f.left-k, p[k:]
 			f.fieldDone()
 		case verbatim:
-			f.out, p = append(f.out, p...), nil
+			f.out, p = f.appended(p...), nil
 		}
 	}
 }
@@ -118,7 +131,7 @@ func (f *fieldFilter) needMore(p []byte, had, code int) []byte {
 // then what of p did not go into them (write appends it).
 func (f *fieldFilter) giveUp(p []byte, had int) []byte {
 	taken := f.nh - had
-	f.mode, f.out = verbatim, append(f.out, f.hdr[:f.nh]...)
+	f.mode, f.out = verbatim, f.appended(f.hdr[:f.nh]...)
 	f.nh = 0
 	return p[taken:]
 }
@@ -126,17 +139,17 @@ func (f *fieldFilter) giveUp(p []byte, had int) []byte {
 // start begins a field whose header is h and whose value has size bytes.
 func (f *fieldFilter) start(num protowire.Number, typ protowire.Type, h []byte, size uint64) {
 	if size > uint64(maxMessageBytes) {
-		f.mode, f.out = verbatim, append(f.out, h...) // cannot fit the message: let decoding say so
+		f.mode, f.out = verbatim, f.appended(h...) // cannot fit the message: let decoding say so
 		return
 	}
 	f.left = int(size)
 	switch {
 	case typ == protowire.BytesType && num == f.claim:
 		f.mode, f.entryStart, f.entryLen = inEntry, len(f.out), int(size)
-		f.out = append(f.out, h...)
+		f.out = f.appended(h...)
 		f.entryBody = len(f.out)
 	case typ == protowire.BytesType && f.keep[num]:
-		f.mode, f.out = copying, append(f.out, h...)
+		f.mode, f.out = copying, f.appended(h...)
 	default:
 		f.mode = skipping
 	}

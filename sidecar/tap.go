@@ -85,7 +85,7 @@ func (p *pending) release(b *budget) {
 // be nil). queueSize bounds the observations waiting for o.
 func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 	if queueSize <= 0 {
-		queueSize = 1024
+		queueSize = defaultQueueSize
 	}
 	if r == nil {
 		r = noRecorder{}

@@ -34,6 +34,12 @@ type TapConn struct {
 	lastOpened uint32 // the highest stream the client opened
 	goAway     uint32 // streams above this the driver will not process
 	early      int    // records opened by the driver's half
+	// lost are streams above lastOpened whose driver frames came when
+	// maxEarlyCalls records were taken: their calls cannot be followed, so
+	// their request opens none (it would wait for a status already gone).
+	// More than maxLostReplies of them gives the connection's tap up.
+	lost     map[uint32]struct{}
+	overflow atomic.Bool
 }
 
 // NewConn starts following a new relayed connection.
@@ -154,6 +160,9 @@ func (tc *TapConn) update(id uint32, apply func() *call) {
 	if c := tc.completed(id, apply); c != nil {
 		tc.publish(c)
 	}
+	if tc.overflow.Load() {
+		tc.abandon(AbandonFraming, fmt.Errorf("driver frames on more than %d streams the client had not opened", maxLostReplies))
+	}
 }
 
 func (tc *TapConn) completed(id uint32, apply func() *call) *call {
@@ -184,6 +193,11 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 	}
 	tc.lastOpened = id
 	tc.dropSkippedEarly(id)
+	if _, lost := tc.lost[id]; lost {
+		delete(tc.lost, id)
+		tc.tap.recorder.CallUndecoded(UndecodedStreams)
+		return nil
+	}
 	if c == nil {
 		if len(tc.calls) >= maxCallsPerConn {
 			tc.tap.recorder.CallUndecoded(UndecodedStreams)
@@ -201,6 +215,11 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 // dropSkippedEarly forgets early records of streams below id the client
 // never opened: stream IDs only grow, so it never will.
 func (tc *TapConn) dropSkippedEarly(id uint32) {
+	for sid := range tc.lost {
+		if sid < id {
+			delete(tc.lost, sid)
+		}
+	}
 	if tc.early == 0 {
 		return
 	}
@@ -219,14 +238,33 @@ func (tc *TapConn) driverCall(id uint32) *call {
 	if c := tc.calls[id]; c != nil {
 		return c
 	}
-	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway ||
-		tc.early >= maxEarlyCalls || len(tc.calls) >= maxCallsPerConn {
+	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway {
+		return nil
+	}
+	if tc.early >= maxEarlyCalls || len(tc.calls) >= maxCallsPerConn {
+		tc.loseEarly(id)
 		return nil
 	}
 	c := &call{early: true, buffer: tc.tap.buffers}
 	tc.calls[id] = c
 	tc.early++
 	return c
+}
+
+// loseEarly remembers a stream whose driver frame found no room for an
+// early record.
+func (tc *TapConn) loseEarly(id uint32) {
+	if _, ok := tc.lost[id]; ok {
+		return
+	}
+	if len(tc.lost) >= maxLostReplies {
+		tc.overflow.Store(true)
+		return
+	}
+	if tc.lost == nil {
+		tc.lost = map[uint32]struct{}{}
+	}
+	tc.lost[id] = struct{}{}
 }
 
 // onData applies one DATA frame.

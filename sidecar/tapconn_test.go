@@ -3,10 +3,13 @@ package sidecar
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/net/http2"
@@ -272,5 +275,87 @@ func TestObserverSelectsMethods(t *testing.T) {
 	tap.Close()
 	if len(obs.got) != 1 || obs.got[0].Method != MethodDeleteVolume || len(rec.finished) != 2 {
 		t.Fatalf("observed %+v with %d calls timed; want only the DeleteVolume, both timed", obs.got, len(rec.finished))
+	}
+}
+
+// Thousands of replies parsed before their requests on one long connection:
+// each round the driver answers 100 streams before the tap parsed their
+// requests. A round's first maxEarlyCalls are followed whole; the others
+// are counted as not followed ("streams"), never left open to be published
+// as Unavailable at close; no call outlives its stream and no budget stays
+// held.
+func TestRepliesBeforeRequestsNeverOutliveTheirStreams(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	const rounds, perRound = 40, 100
+	id := uint32(1)
+	for range rounds {
+		first := id
+		for range perRound {
+			w.reply(id, &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "v"}}, codes.OK)
+			id += 2
+		}
+		u.tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+		w.driver.Reset()
+		for s := first; s < id; s += 2 {
+			w.request(s, MethodCreateVolume, &csi.CreateVolumeRequest{Name: "n"})
+		}
+		u.feed(w)
+		if n := u.records(); n != 0 {
+			t.Fatalf("%d call records outlive their streams", n)
+		}
+	}
+	obs := u.close()
+	if left := u.tap.budget.left.Load(); left != maxBufferedBytes {
+		t.Fatalf("budget %d left of %d after every stream ended", left, maxBufferedBytes)
+	}
+	notFollowed := 0
+	for _, r := range u.rec.undecoded {
+		if r == UndecodedStreams {
+			notFollowed++
+		}
+	}
+	for _, o := range obs {
+		if o.Code != codes.OK || o.Response.VolumeID != "v" {
+			t.Fatalf("observation %+v, want every followed call whole and OK", o)
+		}
+	}
+	if len(obs) != rounds*maxEarlyCalls || notFollowed != rounds*(perRound-maxEarlyCalls) || len(u.rec.abandoned) > 0 {
+		t.Fatalf("%d observations, %d calls not followed, abandoned %v; want %d, %d, none",
+			len(obs), notFollowed, u.rec.abandoned, rounds*maxEarlyCalls, rounds*(perRound-maxEarlyCalls))
+	}
+}
+
+// A driver's grpc-message may fill a whole header block (256 KiB); a call
+// record keeps at most maxStatusMessageBytes of it, still valid UTF-8.
+func TestStatusMessagesAreBounded(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	w.request(1, MethodDeleteVolume, &csi.DeleteVolumeRequest{VolumeId: "v"})
+	w.headers(false, 1, true, ":status", "200", "content-type", "application/grpc", "grpc-status", "13",
+		"grpc-message", strings.Repeat("%C3%A9", 40000))
+	u.feed(w)
+	obs := u.close()
+	if len(obs) != 1 || len(obs[0].Message) > maxStatusMessageBytes || !utf8.ValidString(obs[0].Message) ||
+		!strings.HasPrefix(obs[0].Message, "éé") {
+		t.Fatalf("observations %+v: want one, its message cut to at most %d bytes of valid UTF-8", obs, maxStatusMessageBytes)
+	}
+}
+
+// Request bytes copied in the filter's verbatim mode (a field header it
+// cannot parse) are wiped when the message is let go, whatever size the
+// buffer grew to.
+func TestVerbatimRequestBytesAreWiped(t *testing.T) {
+	b := newBudget(maxBufferedBytes)
+	body := append([]byte{0x0f}, bytes.Repeat([]byte("s3cr3t"), 830)...) // wire type 7: copied verbatim
+	m := message{method: MethodCreateVolume}
+	if reason := m.feed(append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body))), body...), b); reason != "" {
+		t.Fatalf("feed: %s", reason)
+	}
+	kept := m.body[:cap(m.body)]
+	if !bytes.Contains(kept, []byte("s3cr3t")) {
+		t.Fatal("the verbatim copy holds no request bytes: the test shows nothing")
+	}
+	m.free(b, true)
+	if i := slices.IndexFunc(kept, func(c byte) bool { return c != 0 }); i >= 0 {
+		t.Fatalf("byte %d of the request's %d-byte buffer not wiped", i, len(kept))
 	}
 }
