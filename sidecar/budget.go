@@ -12,6 +12,10 @@ const (
 	// maxBufferedBytes bounds every buffered message of every connection
 	// together, including those waiting in the queue to be decoded.
 	maxBufferedBytes = 32 << 20
+	// maxConnBufferedBytes bounds what the messages of one connection hold
+	// of it (those waiting in the queue included), so that one connection
+	// cannot leave the others nothing: two messages of the largest size.
+	maxConnBufferedBytes = 2 * maxMessageBytes
 	// maxFrameBytes is the largest frame the tap follows. gRPC peers send
 	// 16 KiB frames; a peer sending larger ones than this is relayed
 	// untapped rather than buffered.
@@ -84,14 +88,51 @@ func newBudget(n int64) *budget {
 	return b
 }
 
-// take reserves n bytes, or reports that they are not available.
-func (b *budget) take(n int64) bool {
+// share is what one connection's messages hold of the budget.
+type share struct{ held atomic.Int64 }
+
+// take reserves n bytes for a message of the connection s, or reports
+// that they are not available: the budget is spent, or the connection
+// holds its most already.
+func (b *budget) take(s *share, n int64) bool {
+	if s.held.Add(n) > maxConnBufferedBytes {
+		s.held.Add(-n)
+		return false
+	}
 	if b.left.Add(-n) >= 0 {
 		return true
 	}
 	b.left.Add(n)
+	s.held.Add(-n)
 	return false
 }
 
-// give returns n bytes taken earlier.
-func (b *budget) give(n int64) { b.left.Add(n) }
+// give returns n bytes taken earlier for a message of s.
+func (b *budget) give(s *share, n int64) {
+	if n != 0 {
+		s.held.Add(-n)
+		b.left.Add(n)
+	}
+}
+
+// account is what one message holds of the budget, reserved as its bytes
+// arrive (a message prefix alone holds nothing), and its connection's share.
+type account struct {
+	share *share
+	held  int64
+}
+
+// grow reserves n more bytes, or reports that they are not available.
+func (a *account) grow(b *budget, n int64) bool {
+	if !b.take(a.share, n) {
+		return false
+	}
+	a.held += n
+	return true
+}
+
+// release gives back everything the message held.
+func (a *account) release(b *budget) {
+	b.give(a.share, a.held)
+	a.held = 0
+}

@@ -255,8 +255,9 @@ func decodeGRPCMessage(s string) string {
 }
 
 // message buffers the first gRPC message of one half of a call: the 5-byte
-// prefix, then exactly the body it announces (reserved from the budget in
-// one piece); later bytes of the stream are not kept.
+// prefix, then the body it announces, reserved from the budget as it
+// arrives (a prefix announcing 4 MiB holds nothing until they come); later
+// bytes of the stream are not kept.
 type message struct {
 	prefix  [5]byte
 	np      int
@@ -264,7 +265,7 @@ type message struct {
 	body    []byte
 	got     int // body bytes taken, kept or not
 	want    int
-	held    int64
+	acct    account
 	// filter, set for a request, keeps only the fields the tap decodes;
 	// body is what it kept once the message is whole.
 	filter *fieldFilter
@@ -291,7 +292,13 @@ func (m *message) feed(p []byte, b *budget) string {
 		k := min(len(p), m.want-m.got)
 		if m.filter != nil {
 			m.filter.write(p[:k])
+			if m.filter.overBudget {
+				return UndecodedBudget
+			}
 		} else {
+			if !m.room(k, b) {
+				return UndecodedBudget
+			}
 			m.body = append(m.body, p[:k]...)
 		}
 		m.got, p = m.got+k, p[k:]
@@ -313,7 +320,25 @@ func (m *message) filtered() string {
 	return ""
 }
 
-// reserve checks the prefix and takes the body's bytes from the budget.
+// room makes room in the body for k more bytes, growing it (at least
+// twice, at most to the message's size) with budget.
+func (m *message) room(k int, b *budget) bool {
+	need := len(m.body) + k
+	if need <= cap(m.body) {
+		return true
+	}
+	size := bufferSize(min(max(need, 2*cap(m.body)), m.want))
+	if !m.acct.grow(b, int64(size-cap(m.body))) {
+		return false
+	}
+	grown := append(getBuffer(size), m.body...)
+	putBuffer(m.body, true)
+	m.body = grown
+	return true
+}
+
+// reserve checks the prefix and prepares for the body; its bytes are taken
+// from the budget as they come.
 func (m *message) reserve(b *budget) string {
 	switch m.prefix[0] {
 	case 0:
@@ -326,15 +351,12 @@ func (m *message) reserve(b *budget) string {
 	if n > maxMessageBytes {
 		return UndecodedTooLarge
 	}
-	size := bufferSize(int(n))
-	if !b.take(int64(size)) {
-		return UndecodedBudget
-	}
-	m.want, m.held = int(n), int64(size)
+	m.want = int(n)
 	if dec, ok := decoders[m.method]; ok {
-		m.filter = newFieldFilter(dec, int(n))
-	} else {
-		m.body = getBuffer(int(n))
+		m.filter = newFieldFilter(dec, int(n), &m.acct, b)
+		if m.filter.overBudget {
+			return UndecodedBudget
+		}
 	}
 	return ""
 }
@@ -342,10 +364,10 @@ func (m *message) reserve(b *budget) string {
 // free returns the message's bytes to the budget and its buffer to the
 // pool; wipe clears it first (a request's secrets).
 func (m *message) free(b *budget, wipe bool) {
-	b.give(m.held)
+	m.acct.release(b)
 	putBuffer(m.body, wipe)
 	if m.filter != nil {
 		putBuffer(m.filter.out, wipe)
 	}
-	*m = message{}
+	*m = message{acct: account{share: m.acct.share}}
 }

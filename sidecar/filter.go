@@ -27,6 +27,13 @@ type fieldFilter struct {
 	// entryStart, entryBody and entryLen locate the parameters entry being
 	// read: where its field starts in out, where its bytes start, how many.
 	entryStart, entryBody, entryLen int
+
+	// size is the message's; what out holds is reserved through acct, and
+	// overBudget says the budget refused more (the message is given up).
+	size       int
+	acct       *account
+	budget     *budget
+	overBudget bool
 }
 
 type filterMode int
@@ -39,17 +46,36 @@ const (
 	verbatim
 )
 
-func newFieldFilter(dec decoder, size int) *fieldFilter {
-	return &fieldFilter{keep: dec.keep, claim: dec.claim, out: getBuffer(min(size, bufferSizes[0]))}
+// newFieldFilter filters a message of size bytes; what it keeps is reserved
+// through acct as it grows.
+func newFieldFilter(dec decoder, size int, acct *account, b *budget) *fieldFilter {
+	f := &fieldFilter{keep: dec.keep, claim: dec.claim, size: size, acct: acct, budget: b}
+	if f.acct.grow(b, int64(bufferSizes[0])) {
+		f.out = getBuffer(bufferSizes[0])
+	} else {
+		f.overBudget = true
+	}
+	return f
 }
 
 // appended is f.out with p added. When it must grow, the bytes move to a
 // pooled buffer of the next size and the old one goes back wiped: it held
 // request bytes (secrets included, in verbatim mode), and a buffer of no
 // pool size would be dropped unwiped.
+// Growth is at least twice, at most to the message's size, and reserved
+// from the budget; without it the filter keeps nothing more (overBudget).
 func (f *fieldFilter) appended(p ...byte) []byte {
-	if len(f.out)+len(p) > cap(f.out) {
-		grown := append(getBuffer(len(f.out)+len(p)), f.out...)
+	need := len(f.out) + len(p)
+	if f.overBudget {
+		return f.out
+	}
+	if need > cap(f.out) {
+		size := bufferSize(min(max(need, 2*cap(f.out)), max(f.size, need)))
+		if !f.acct.grow(f.budget, int64(size-cap(f.out))) {
+			f.overBudget = true
+			return f.out
+		}
+		grown := append(getBuffer(size), f.out...)
 		putBuffer(f.out, true)
 		f.out = grown
 	}
@@ -58,7 +84,7 @@ func (f *fieldFilter) appended(p ...byte) []byte {
 
 // write takes the next bytes of the message.
 func (f *fieldFilter) write(p []byte) {
-	for len(p) > 0 {
+	for len(p) > 0 && !f.overBudget {
 		switch f.mode {
 		case atHeader:
 			p = f.header(p)

@@ -40,6 +40,8 @@ type TapConn struct {
 	// More than maxLostReplies of them gives the connection's tap up.
 	lost     map[uint32]struct{}
 	overflow atomic.Bool
+	// share is what this connection's messages hold of the tap's budget.
+	share share
 }
 
 // NewConn starts following a new relayed connection.
@@ -203,7 +205,7 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 			tc.tap.recorder.CallUndecoded(UndecodedStreams)
 			return nil
 		}
-		c = &call{buffer: tc.tap.buffers}
+		c = tc.newCall(false)
 		tc.calls[id] = c
 	} else {
 		tc.early--
@@ -245,9 +247,16 @@ func (tc *TapConn) driverCall(id uint32) *call {
 		tc.loseEarly(id)
 		return nil
 	}
-	c := &call{early: true, buffer: tc.tap.buffers}
+	c := tc.newCall(true)
 	tc.calls[id] = c
 	tc.early++
+	return c
+}
+
+// newCall is a record whose messages hold of this connection's share.
+func (tc *TapConn) newCall(early bool) *call {
+	c := &call{early: early, buffer: tc.tap.buffers}
+	c.req.acct.share, c.resp.acct.share = &tc.share, &tc.share
 	return c
 }
 
@@ -376,7 +385,7 @@ func (tc *TapConn) publish(c *call) {
 	o := Observation{Method: c.method, Start: c.start, End: c.end, Code: c.code, Message: c.message}
 	p := pending{obs: o, decode: c.buffer}
 	if c.buffer {
-		p.req, p.held = c.req.body, c.req.held+c.resp.held
+		p.req, p.held = c.req.body, account{share: &tc.share, held: c.req.acct.held + c.resp.acct.held}
 		if c.resp.started {
 			p.resp = c.resp.body
 		}

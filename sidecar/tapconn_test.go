@@ -346,7 +346,7 @@ func TestStatusMessagesAreBounded(t *testing.T) {
 func TestVerbatimRequestBytesAreWiped(t *testing.T) {
 	b := newBudget(maxBufferedBytes)
 	body := append([]byte{0x0f}, bytes.Repeat([]byte("s3cr3t"), 830)...) // wire type 7: copied verbatim
-	m := message{method: MethodCreateVolume}
+	m := message{method: MethodCreateVolume, acct: account{share: &share{}}}
 	if reason := m.feed(append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body))), body...), b); reason != "" {
 		t.Fatalf("feed: %s", reason)
 	}
