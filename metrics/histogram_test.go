@@ -1,15 +1,14 @@
 package metrics
 
 import (
-	"bytes"
 	"encoding/binary"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
+	"github.com/cozystack/csi-clone-sidecar/test/rawh2"
 )
 
 // The standard histogram stays consistent whatever the streams do: refused
@@ -77,21 +76,16 @@ func TestOperationsHistogramCountsEachCallOnceWithItsDuration(t *testing.T) {
 	}
 }
 
-// histogramWire writes both directions of a connection with x/net.
+// histogramWire writes both directions of a connection (rawh2.Conn).
 type histogramWire struct {
+	*rawh2.Conn
 	t              *testing.T
-	cbuf, dbuf     bytes.Buffer
 	client, driver *http2.Framer
-	cenc, denc     *hpack.Encoder
-	block          bytes.Buffer
 }
 
 func newHistogramWire(t *testing.T) *histogramWire {
-	w := &histogramWire{t: t}
-	w.cbuf.WriteString(http2.ClientPreface)
-	w.client, w.driver = http2.NewFramer(&w.cbuf, nil), http2.NewFramer(&w.dbuf, nil)
-	w.cenc, w.denc = hpack.NewEncoder(&w.block), hpack.NewEncoder(&w.block)
-	return w
+	c := rawh2.NewConn()
+	return &histogramWire{Conn: c, t: t, client: c.ClientFramer, driver: c.DriverFramer}
 }
 
 func (w *histogramWire) check(err error) {
@@ -102,15 +96,7 @@ func (w *histogramWire) check(err error) {
 }
 
 func (w *histogramWire) headers(fromClient bool, id uint32, end bool, kv ...string) {
-	fr, enc := w.driver, w.denc
-	if fromClient {
-		fr, enc = w.client, w.cenc
-	}
-	w.block.Reset()
-	for i := 0; i < len(kv); i += 2 {
-		w.check(enc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]}))
-	}
-	w.check(fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: w.block.Bytes(), EndHeaders: true, EndStream: end}))
+	w.check(w.Headers(fromClient, id, end, kv...))
 }
 
 // request writes a CreateVolume request whose 100-byte message is whole
@@ -135,7 +121,7 @@ func (w *histogramWire) reply(id uint32) {
 // feed hands what both directions hold to the tap, the driver's first if
 // driverFirst, and empties them.
 func (w *histogramWire) feed(tc *sidecar.TapConn, driverFirst bool) {
-	client, driver := func() { tc.FromClient().Feed(w.cbuf.Bytes(), time.Now()) }, func() { tc.FromDriver().Feed(w.dbuf.Bytes(), time.Now()) }
+	client, driver := func() { tc.FromClient().Feed(w.Client.Bytes(), time.Now()) }, func() { tc.FromDriver().Feed(w.Driver.Bytes(), time.Now()) }
 	if driverFirst {
 		driver()
 		client()
@@ -143,6 +129,6 @@ func (w *histogramWire) feed(tc *sidecar.TapConn, driverFirst bool) {
 		client()
 		driver()
 	}
-	w.cbuf.Reset()
-	w.dbuf.Reset()
+	w.Client.Reset()
+	w.Driver.Reset()
 }

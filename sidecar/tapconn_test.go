@@ -16,6 +16,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cozystack/csi-clone-sidecar/test/rawh2"
 )
 
 // countingRecorder keeps what the tap recorded.
@@ -45,21 +47,18 @@ func (r *countingRecorder) CallUndecoded(reason string) {
 }
 
 // wire writes both sides of one HTTP/2 connection with x/net's framer and
-// HPACK encoder, as a gRPC client and server would.
+// HPACK encoder, as a gRPC client and server would (rawh2.Conn).
 type wire struct {
 	t              *testing.T
-	client, driver bytes.Buffer
+	conn           *rawh2.Conn
+	client, driver *bytes.Buffer
 	cfr, dfr       *http2.Framer
-	cenc, denc     *hpack.Encoder
-	hbuf           bytes.Buffer
+	cenc           *hpack.Encoder
 }
 
 func newWire(t *testing.T) *wire {
-	w := &wire{t: t}
-	w.client.WriteString(http2.ClientPreface)
-	w.cfr, w.dfr = http2.NewFramer(&w.client, nil), http2.NewFramer(&w.driver, nil)
-	w.cenc, w.denc = hpack.NewEncoder(&w.hbuf), hpack.NewEncoder(&w.hbuf)
-	return w
+	c := rawh2.NewConn()
+	return &wire{t: t, conn: c, client: &c.Client, driver: &c.Driver, cfr: c.ClientFramer, dfr: c.DriverFramer, cenc: c.ClientHPACK}
 }
 
 func (w *wire) check(err error) {
@@ -71,15 +70,8 @@ func (w *wire) check(err error) {
 
 // headers writes one header block on stream id from the client or driver.
 func (w *wire) headers(fromClient bool, id uint32, end bool, kv ...string) {
-	fr, enc := w.dfr, w.denc
-	if fromClient {
-		fr, enc = w.cfr, w.cenc
-	}
-	w.hbuf.Reset()
-	for i := 0; i < len(kv); i += 2 {
-		w.check(enc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]}))
-	}
-	w.check(fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: w.hbuf.Bytes(), EndHeaders: true, EndStream: end}))
+	w.t.Helper()
+	w.check(w.conn.Headers(fromClient, id, end, kv...))
 }
 
 // grpcMessage frames m as one uncompressed gRPC message.
