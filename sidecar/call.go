@@ -19,7 +19,7 @@ const (
 	UndecodedMalformed  = "malformed"  // not a valid gRPC message or protobuf
 	UndecodedTruncated  = "truncated"  // the stream ended inside a message
 	UndecodedBudget     = "budget"     // the tap's shared buffer allowance was spent
-	UndecodedStreams    = "streams"    // more calls at once on a connection than the tap follows
+	UndecodedStreams    = "streams"    // more calls at once on a connection than the tap follows, or replies ahead of their requests
 	UndecodedPanic      = "panic"      // decoding panicked
 )
 

@@ -351,3 +351,18 @@ func TestVerbatimRequestBytesAreWiped(t *testing.T) {
 		t.Fatalf("byte %d of the request's %d-byte buffer not wiped", i, len(kept))
 	}
 }
+
+// A driver speaking of more streams than a client could have opened unseen
+// (maxLostReplies beyond the early records) gives the connection's tap up
+// as "framing", holding nothing: the relay goes on.
+func TestDriverFramesOnTooManyUnopenedStreamsGiveUp(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	for id := uint32(1); id <= 2*(maxEarlyCalls+maxLostReplies)+1; id += 2 {
+		w.check(w.dfr.WriteRSTStream(id, http2.ErrCodeCancel))
+	}
+	u.tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+	if len(u.rec.abandoned) != 1 || u.rec.abandoned[0] != AbandonFraming || u.tc.calls != nil {
+		t.Fatalf("abandoned %v with calls %v, want framing once and nothing held", u.rec.abandoned, u.tc.calls)
+	}
+	u.close()
+}
