@@ -12,6 +12,10 @@ const (
 	// maxBufferedBytes bounds every buffered message of every connection
 	// together, including those waiting in the queue to be decoded.
 	maxBufferedBytes = 32 << 20
+	// maxConnBufferedBytes bounds what the messages of one connection hold
+	// of it (those waiting in the queue included), so that one connection
+	// cannot leave the others nothing: two messages of the largest size.
+	maxConnBufferedBytes = 2 * maxMessageBytes
 	// maxFrameBytes is the largest frame the tap follows. gRPC peers send
 	// 16 KiB frames; a peer sending larger ones than this is relayed
 	// untapped rather than buffered.
@@ -39,6 +43,17 @@ const (
 	// before it has parsed the client's request headers (the two directions
 	// are parsed by two goroutines, so a fast reply can overtake them).
 	maxEarlyCalls = 64
+	// maxLostReplies bounds the streams whose early driver frames found no
+	// record (tapconn.go): a relay read of 64 KiB holds at most about 7,000
+	// request HEADERS frames the driver may answer before the tap parsed
+	// them, so more means a driver speaking of streams nobody opened.
+	maxLostReplies = 8192
+	// maxStatusMessageBytes bounds the grpc-message a call record or a
+	// queued observation keeps; the rest is cut off.
+	maxStatusMessageBytes = 1024
+	// defaultQueueSize is the observations that may wait for the Observer
+	// unless configured otherwise (the sidecar's --observation-queue).
+	defaultQueueSize = 1024
 )
 
 // HeldBytesBound returns the most memory, in bytes, the relay and its tap
@@ -46,16 +61,22 @@ const (
 // per connection two relay buffers; per direction the bytes of an incomplete
 // frame or header block (at most twice their limits, as a slice grows), the
 // framer's frame buffer, an assembled header block and one HPACK table; per
-// call a small record; and every buffered message of all connections
-// together, at most maxBufferedBytes. Only messages of the methods the tap
-// decodes are buffered (never a ListVolumes reply, for instance). Against
-// well-behaved gRPC peers (16 KiB frames, 4 KiB tables) a direction holds
-// about 40 KiB, not this worst case.
+// call a small record with at most maxStatusMessageBytes of status message;
+// the numbers of the streams whose early replies found no record (at most
+// maxLostReplies); the observations queued for the Observer (the default
+// queue of defaultQueueSize, each with its message); and every buffered
+// message of all connections together, at most maxBufferedBytes. Only
+// messages of the methods the tap decodes are buffered (never a ListVolumes
+// reply, for instance). Against well-behaved gRPC peers (16 KiB frames,
+// 4 KiB tables) a direction holds about 40 KiB, not this worst case.
 func HeldBytesBound(connections, callsPerConn int) int64 {
-	const callRecordBytes = 512
+	const callRecordBytes = 512 + maxStatusMessageBytes
+	const lostStreamBytes = 16 // a map entry of a uint32
 	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxFrameBytes + maxHeaderBlockBytes + maxHeaderTableBytes)
-	perConn := 2*int64(relayBufferBytes) + 2*perDirection + int64(min(callsPerConn, maxCallsPerConn+maxEarlyCalls))*callRecordBytes
-	return int64(connections)*perConn + maxBufferedBytes
+	perConn := 2*int64(relayBufferBytes) + 2*perDirection + maxLostReplies*lostStreamBytes +
+		int64(min(callsPerConn, maxCallsPerConn+maxEarlyCalls))*callRecordBytes
+	queued := int64(defaultQueueSize) * callRecordBytes
+	return int64(connections)*perConn + queued + maxBufferedBytes
 }
 
 // budget is the shared allowance of buffered message bytes.
@@ -67,14 +88,51 @@ func newBudget(n int64) *budget {
 	return b
 }
 
-// take reserves n bytes, or reports that they are not available.
-func (b *budget) take(n int64) bool {
+// share is what one connection's messages hold of the budget.
+type share struct{ held atomic.Int64 }
+
+// take reserves n bytes for a message of the connection s, or reports
+// that they are not available: the budget is spent, or the connection
+// holds its most already.
+func (b *budget) take(s *share, n int64) bool {
+	if s.held.Add(n) > maxConnBufferedBytes {
+		s.held.Add(-n)
+		return false
+	}
 	if b.left.Add(-n) >= 0 {
 		return true
 	}
 	b.left.Add(n)
+	s.held.Add(-n)
 	return false
 }
 
-// give returns n bytes taken earlier.
-func (b *budget) give(n int64) { b.left.Add(n) }
+// give returns n bytes taken earlier for a message of s.
+func (b *budget) give(s *share, n int64) {
+	if n != 0 {
+		s.held.Add(-n)
+		b.left.Add(n)
+	}
+}
+
+// account is what one message holds of the budget, reserved as its bytes
+// arrive (a message prefix alone holds nothing), and its connection's share.
+type account struct {
+	share *share
+	held  int64
+}
+
+// grow reserves n more bytes, or reports that they are not available.
+func (a *account) grow(b *budget, n int64) bool {
+	if !b.take(a.share, n) {
+		return false
+	}
+	a.held += n
+	return true
+}
+
+// release gives back everything the message held.
+func (a *account) release(b *budget) {
+	b.give(a.share, a.held)
+	a.held = 0
+}

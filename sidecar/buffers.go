@@ -43,12 +43,12 @@ func getBuffer(n int) []byte {
 // putBuffer returns b to its pool. A request may hold secrets: wipe says to
 // clear what it held first, so they do not outlive the call in the pool.
 func putBuffer(b []byte, wipe bool) {
+	if wipe {
+		clear(b)
+	}
 	c, exact := slices.BinarySearch(bufferSizes, cap(b))
 	if !exact {
 		return
-	}
-	if wipe {
-		clear(b)
 	}
 	// A copy: taking b's own address would move the parameter to the heap,
 	// an allocation on every call, the many with nothing to return included.

@@ -3,8 +3,8 @@ package sidecar
 import (
 	"encoding/binary"
 	"fmt"
-	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -19,7 +19,7 @@ const (
 	UndecodedMalformed  = "malformed"  // not a valid gRPC message or protobuf
 	UndecodedTruncated  = "truncated"  // the stream ended inside a message
 	UndecodedBudget     = "budget"     // the tap's shared buffer allowance was spent
-	UndecodedStreams    = "streams"    // more calls at once on a connection than the tap follows
+	UndecodedStreams    = "streams"    // more calls at once on a connection than the tap follows, or replies ahead of their requests
 	UndecodedPanic      = "panic"      // decoding panicked
 )
 
@@ -43,6 +43,16 @@ type call struct {
 	code        codes.Code
 	message     string
 	undecoded   string // why the messages cannot be decoded, "" while they can
+	// replyUndecoded is why the reply cannot be decoded: the call's reason
+	// only if it succeeds.
+	replyUndecoded string
+	// What grpc-go's client keeps of the call to judge its status
+	// (grpcstatus.go): the request's grpc-timeout, whether response headers
+	// came and their grpc-encoding, and the reply's gRPC messages.
+	timeout      time.Duration
+	replyStarted bool
+	encoding     string
+	reply        replyFraming
 }
 
 // complete tells whether everything needed to publish the call is known.
@@ -64,6 +74,7 @@ func (c *call) awaitsRequest() bool {
 // takes the method's calls.
 func (c *call) open(h *headerBlock, at time.Time, b *budget, wanted func(string) bool) {
 	c.method, c.start, c.early = CanonicalMethod(h.path), at, false
+	c.timeout, _ = grpcTimeout(h.timeout)
 	c.req.method = c.method
 	c.requestDone = c.requestDone || h.endStream
 	if !decodes(c.method) || !wanted(c.method) {
@@ -72,25 +83,77 @@ func (c *call) open(h *headerBlock, at time.Time, b *budget, wanted func(string)
 	}
 }
 
-// onResponseHeaders handles both the response headers and the trailers, as
-// grpc-go reads them: the status is known when grpc-status arrives; a reply
-// that ends without one is Unknown, an unparsable one Internal.
+// onResponseHeaders handles both the response headers and the trailers as
+// grpc-go's client does (operateHeaders, http2_client.go): once the stream
+// has a status nothing changes it; a second block without END_STREAM is an
+// error; a malformed grpc-status is Unknown; a first block without a gRPC
+// content-type is judged by its :status; a "-bin" field that is not base64
+// is Internal; the status is that of the block that ends the stream.
 func (c *call) onResponseHeaders(h *headerBlock, at time.Time) {
-	if h.hasMessage {
-		c.message = decodeGRPCMessage(h.message)
+	switch {
+	case c.statusKnown:
+	case c.replyStarted && !h.endStream:
+		c.fail(codes.Internal, "a HEADERS frame cannot appear in the middle of a stream", at)
+	case h.badStatus:
+		c.fail(codes.Unknown, "malformed grpc-status", at)
+	case !c.replyStarted && !h.grpcContent:
+		c.notGRPC(h, at)
+	case h.badMetadata:
+		c.fail(codes.Internal, "malformed metadata", at)
+	case !h.endStream:
+		c.replyStarted, c.encoding = true, h.encoding
+	default:
+		c.finalStatus(h, at)
 	}
-	if !h.hasStatus && !h.endStream {
+}
+
+// finalStatus applies the block that ends the stream: its grpc-status
+// (Unknown without one) and grpc-message; an OK status also needs exactly
+// one whole reply message (csAttempt.recvMsg, stream.go).
+func (c *call) finalStatus(h *headerBlock, at time.Time) {
+	code, msg := codes.Unknown, decodeGRPCMessage(h.message)
+	if h.hasStatus {
+		code = h.status
+	}
+	if code == codes.OK {
+		code, msg = c.reply.atEnd()
+	}
+	c.fail(code, msg, at)
+}
+
+// notGRPC judges a reply whose first header block has no gRPC content-type
+// by its :status (operateHeaders' !isGRPC branch); an informational one
+// without END_STREAM is skipped. A reply that goes on gets its code now
+// (grpc-go gives the same one when the stream ends).
+func (c *call) notGRPC(h *headerBlock, at time.Time) {
+	if !h.hasHTTPStatus {
+		c.fail(codes.Internal, "malformed header: missing HTTP status", at)
 		return
 	}
-	code := codes.Unknown
-	if h.hasStatus {
-		if v, err := strconv.ParseInt(h.status, 10, 32); err == nil {
-			code = codes.Code(v)
-		} else {
-			code, c.message = codes.Internal, fmt.Sprintf("malformed grpc-status %q", h.status)
+	st, err := strconv.Atoi(h.httpStatus)
+	switch {
+	case err != nil:
+		c.fail(codes.Internal, "malformed http-status", at)
+	case st >= 100 && st < 200:
+		if h.endStream {
+			c.fail(codes.Internal, "informational header with END_STREAM", at)
 		}
+	default:
+		c.fail(httpStatusCode(st), fmt.Sprintf("unexpected HTTP status code received from server: %d", st), at)
 	}
-	c.setStatus(code, at)
+}
+
+// fail ends the call with code and message unless its status is known. A
+// message is kept to maxStatusMessageBytes (a driver may send 256 KiB of
+// it, and every call record of every connection may hold one).
+func (c *call) fail(code codes.Code, msg string, at time.Time) {
+	if !c.statusKnown {
+		c.setStatus(code, at)
+		if len(msg) > maxStatusMessageBytes {
+			msg = strings.ToValidUTF8(msg[:maxStatusMessageBytes], "")
+		}
+		c.message = msg
+	}
 }
 
 func (c *call) setStatus(code codes.Code, at time.Time) {
@@ -99,17 +162,40 @@ func (c *call) setStatus(code codes.Code, at time.Time) {
 	}
 }
 
+// onReplyData follows the reply's messages as grpc-go's client reads them,
+// and a DATA frame that ends the stream, which must end with trailers
+// (handleData, http2_client.go).
+func (c *call) onReplyData(p []byte, end bool, at time.Time) {
+	if c.statusKnown {
+		return
+	}
+	if code, msg, ok := c.reply.feed(p, c.encoding); !ok {
+		c.fail(code, msg, at)
+	}
+	if end {
+		c.fail(codes.Internal, "server closed the stream without sending trailers", at)
+	}
+}
+
 // onData buffers a message's bytes when the call's method is decoded.
 func (c *call) onData(p []byte, fromClient bool, b *budget) {
 	if !c.buffer || c.undecoded != "" {
 		return
 	}
-	m := &c.resp
 	if fromClient {
-		m = &c.req
+		if reason := c.req.feed(p, b); reason != "" {
+			c.giveUp(reason, b)
+		}
+		return
 	}
-	if reason := m.feed(p, b); reason != "" {
-		c.giveUp(reason, b)
+	if c.replyUndecoded != "" {
+		return
+	}
+	// A reply that cannot be decoded matters only if the call succeeds (a
+	// failed call's reply is never decoded): the request is still kept.
+	if reason := c.resp.feed(p, b); reason != "" {
+		c.replyUndecoded = reason
+		c.resp.free(b, false)
 	}
 }
 
@@ -124,50 +210,54 @@ func (c *call) free(b *budget) {
 	c.resp.free(b, false)
 }
 
-// rstCodes is how grpc-go reports a stream reset to its caller
-// (http2ErrConvTab in its transport); REFUSED_STREAM is absent on purpose:
-// grpc-go retries such a call transparently, so it is no driver's answer.
-var rstCodes = map[http2.ErrCode]codes.Code{
-	http2.ErrCodeCancel:             codes.Canceled,
-	http2.ErrCodeFlowControl:        codes.ResourceExhausted,
-	http2.ErrCodeEnhanceYourCalm:    codes.ResourceExhausted,
-	http2.ErrCodeInadequateSecurity: codes.PermissionDenied,
-}
-
 // onReset ends the call with the code grpc-go reports to a caller whose
-// stream was reset, unless the status had already arrived.
-func (c *call) onReset(ec http2.ErrCode, fromClient bool, at time.Time) {
+// stream was reset, unless the status had already arrived. A cancel at the
+// call's deadline is DeadlineExceeded: grpc-go's client cancels its stream
+// when the deadline fires, and reports a server's cancel after it so
+// (handleRSTStream). The driver's REFUSED_STREAM makes the call no call:
+// grpc-go retries it transparently; nothing of it is kept.
+func (c *call) onReset(ec http2.ErrCode, fromClient bool, at time.Time, b *budget) {
 	c.reset, c.clientReset = true, c.clientReset || fromClient
 	if c.statusKnown {
 		return
 	}
 	if ec == http2.ErrCodeRefusedStream && !fromClient {
-		c.refused = true
+		c.refused, c.buffer = true, false
+		c.free(b)
 		return
 	}
-	code, ok := rstCodes[ec]
-	if !ok {
-		code = codes.Internal
+	code := resetCode(ec)
+	if code == codes.Canceled && c.deadlinePassed(at) {
+		code = codes.DeadlineExceeded
 	}
-	who := "driver"
-	if fromClient {
-		who = "client"
-	}
-	c.setStatus(code, at)
-	c.message = fmt.Sprintf("stream reset by %s: %v", who, ec)
+	c.fail(code, "stream terminated by RST_STREAM with error code: "+ec.String(), at)
 }
 
-// decodeGRPCMessage undoes gRPC's percent-encoding of grpc-message.
+// decodeGRPCMessage undoes gRPC's percent-encoding of grpc-message as
+// grpc-go does (decodeGrpcMessage, http_util.go): a '%' followed by two hex
+// digits is a byte, anything else stays as it is.
 func decodeGRPCMessage(s string) string {
-	if m, err := url.PathUnescape(s); err == nil {
-		return m
+	if !strings.Contains(s, "%") {
+		return s
 	}
-	return s
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // message buffers the first gRPC message of one half of a call: the 5-byte
-// prefix, then exactly the body it announces (reserved from the budget in
-// one piece); later bytes of the stream are not kept.
+// prefix, then the body it announces, reserved from the budget as it
+// arrives (a prefix announcing 4 MiB holds nothing until they come); later
+// bytes of the stream are not kept.
 type message struct {
 	prefix  [5]byte
 	np      int
@@ -175,7 +265,7 @@ type message struct {
 	body    []byte
 	got     int // body bytes taken, kept or not
 	want    int
-	held    int64
+	acct    account
 	// filter, set for a request, keeps only the fields the tap decodes;
 	// body is what it kept once the message is whole.
 	filter *fieldFilter
@@ -202,7 +292,13 @@ func (m *message) feed(p []byte, b *budget) string {
 		k := min(len(p), m.want-m.got)
 		if m.filter != nil {
 			m.filter.write(p[:k])
+			if m.filter.overBudget {
+				return UndecodedBudget
+			}
 		} else {
+			if !m.room(k, b) {
+				return UndecodedBudget
+			}
 			m.body = append(m.body, p[:k]...)
 		}
 		m.got, p = m.got+k, p[k:]
@@ -224,7 +320,25 @@ func (m *message) filtered() string {
 	return ""
 }
 
-// reserve checks the prefix and takes the body's bytes from the budget.
+// room makes room in the body for k more bytes, growing it (at least
+// twice, at most to the message's size) with budget.
+func (m *message) room(k int, b *budget) bool {
+	need := len(m.body) + k
+	if need <= cap(m.body) {
+		return true
+	}
+	size := bufferSize(min(max(need, 2*cap(m.body)), m.want))
+	if !m.acct.grow(b, int64(size-cap(m.body))) {
+		return false
+	}
+	grown := append(getBuffer(size), m.body...)
+	putBuffer(m.body, true)
+	m.body = grown
+	return true
+}
+
+// reserve checks the prefix and prepares for the body; its bytes are taken
+// from the budget as they come.
 func (m *message) reserve(b *budget) string {
 	switch m.prefix[0] {
 	case 0:
@@ -237,15 +351,12 @@ func (m *message) reserve(b *budget) string {
 	if n > maxMessageBytes {
 		return UndecodedTooLarge
 	}
-	size := bufferSize(int(n))
-	if !b.take(int64(size)) {
-		return UndecodedBudget
-	}
-	m.want, m.held = int(n), int64(size)
+	m.want = int(n)
 	if dec, ok := decoders[m.method]; ok {
-		m.filter = newFieldFilter(dec, int(n))
-	} else {
-		m.body = getBuffer(int(n))
+		m.filter = newFieldFilter(dec, int(n), &m.acct, b)
+		if m.filter.overBudget {
+			return UndecodedBudget
+		}
 	}
 	return ""
 }
@@ -253,10 +364,10 @@ func (m *message) reserve(b *budget) string {
 // free returns the message's bytes to the budget and its buffer to the
 // pool; wipe clears it first (a request's secrets).
 func (m *message) free(b *budget, wipe bool) {
-	b.give(m.held)
+	m.acct.release(b)
 	putBuffer(m.body, wipe)
 	if m.filter != nil {
 		putBuffer(m.filter.out, wipe)
 	}
-	*m = message{}
+	*m = message{acct: account{share: m.acct.share}}
 }

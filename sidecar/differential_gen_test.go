@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -360,15 +362,16 @@ const (
 	outClientReset                        // the client resets it (mostly a cancel) before any status
 	outOpen                               // no status yet when the connection closes
 	outRefused                            // RST_STREAM(REFUSED_STREAM): grpc-go retries it on its own
+	outDeadline                           // the client's deadline passes before any status: it cancels
 	outGoaway                             // beyond the last stream of the driver's GOAWAY: the client retries it
 )
 
 var diffOutcomeNames = [...]string{"ok", "error", "bad-status", "status-then-reset", "driver-reset",
-	"client-reset", "open-at-close", "refused", "goaway"}
+	"client-reset", "open-at-close", "refused", "deadline", "goaway"}
 
 func (g diffGen) outcome() diffOutcome {
-	weights := [...]int{45, 20, 4, 5, 7, 7, 6, 3} // every outcome but outGoaway, decided per session
-	n := g.IntN(97)
+	weights := [...]int{45, 20, 4, 5, 7, 7, 6, 3, 4} // every outcome but outGoaway, decided per session
+	n := g.IntN(101)
 	for o, w := range weights {
 		if n < w {
 			return diffOutcome(o)
@@ -494,6 +497,10 @@ func (g diffGen) metadata() []hpack.HeaderField {
 		}
 		out = append(out, g.field("x-"+g.token(1+g.IntN(10)), v))
 	}
+	if g.chance(0.02) { // binary metadata must be base64, padded or not
+		v := g.pick("AAEC", "AAE", "AA==", "", g.token(1+g.IntN(8)), g.rawText(3))
+		out = append(out, g.field("x-"+g.token(1+g.IntN(5))+"-bin", v))
+	}
 	return out
 }
 
@@ -506,16 +513,18 @@ func (g diffGen) withPseudo(pseudo, regular []hpack.HeaderField) []hpack.HeaderF
 }
 
 // requestHeaders are a gRPC client's; grpc-timeout differs on every call,
-// as csi-provisioner's per-call deadlines make it.
-func (g diffGen) requestHeaders(path string, gz bool) []hpack.HeaderField {
+// as csi-provisioner's per-call deadlines make it, or is absent.
+func (g diffGen) requestHeaders(path string, gz bool, timeout string) []hpack.HeaderField {
 	pseudo := []hpack.HeaderField{g.field(":method", "POST"), g.field(":scheme", "http"), g.field(":path", path),
 		g.field(":authority", g.pick("localhost", "csi.sock"))}
 	regular := append([]hpack.HeaderField{
 		g.field("content-type", g.pick("application/grpc", "application/grpc+proto")),
 		g.field("user-agent", g.pick("grpc-go/1.85.0", "csi-provisioner/v5.3.0 grpc-go/1.72.2", g.rawText(8))),
 		g.field("te", "trailers"),
-		g.field("grpc-timeout", fmt.Sprintf("%d%c", 1+g.IntN(99999999), "HMSmun"[g.IntN(6)])),
 	}, g.metadata()...)
+	if timeout != "" {
+		regular = append(regular, g.field("grpc-timeout", timeout))
+	}
 	if gz {
 		regular = append(regular, g.field("grpc-encoding", "gzip"))
 	}
@@ -525,16 +534,47 @@ func (g diffGen) requestHeaders(path string, gz bool) []hpack.HeaderField {
 	return g.withPseudo(pseudo, regular)
 }
 
+// timeout is a grpc-timeout that no session outlives (an hour or more, in
+// every unit grpc-go writes), or none.
+func (g diffGen) timeout() string {
+	switch g.IntN(5) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("%dH", 1+g.IntN(99999999))
+	case 2:
+		return fmt.Sprintf("%dM", 60+g.IntN(99999999-60))
+	case 3:
+		return fmt.Sprintf("%dS", 3600+g.IntN(99999999-3600))
+	}
+	return fmt.Sprintf("%dm", 3600000+g.IntN(99999999-3600000))
+}
+
+// expiredTimeout is a grpc-timeout of at most a millisecond: the client's
+// deadline has passed when its cancel reaches the tap.
+func (g diffGen) expiredTimeout() string {
+	if g.chance(0.5) {
+		return fmt.Sprintf("%du", 1+g.IntN(1000))
+	}
+	return fmt.Sprintf("%dn", 1+g.IntN(1000000))
+}
+
+// responseHeaders open a reply; sometimes (wrongly) with a grpc-status,
+// which grpc-go ignores in a block that does not end the stream.
 func (g diffGen) responseHeaders(gz bool) []hpack.HeaderField {
 	regular := append([]hpack.HeaderField{g.field("content-type", "application/grpc")}, g.metadata()...)
 	if gz {
 		regular = append(regular, g.field("grpc-encoding", "gzip"))
 	}
+	if g.chance(0.03) {
+		regular = append(regular, g.field("grpc-status", strconv.Itoa(g.IntN(17))))
+	}
 	return g.withPseudo([]hpack.HeaderField{g.field(":status", "200")}, regular)
 }
 
 // trailers carry the status; a trailers-only reply is the response
-// headers and the trailers in one block.
+// headers and the trailers in one block, rarely without a gRPC
+// content-type (a proxy's or a broken driver's), then judged by :status.
 func (g diffGen) trailers(st diffStatus, only bool) []hpack.HeaderField {
 	regular := append([]hpack.HeaderField{g.field("grpc-status", st.grpcStatus)}, g.metadata()...)
 	if st.message != "" {
@@ -543,8 +583,16 @@ func (g diffGen) trailers(st diffStatus, only bool) []hpack.HeaderField {
 	if !only {
 		return g.withPseudo(nil, regular)
 	}
-	regular = append(regular, g.field("content-type", "application/grpc"))
-	return g.withPseudo([]hpack.HeaderField{g.field(":status", "200")}, regular)
+	httpStatus := "200"
+	if g.chance(0.05) {
+		httpStatus = g.pick("100", "200", "302", "400", "401", "403", "404", "429", "500", "502", "503", "504", "2x0")
+		if g.chance(0.2) {
+			return g.withPseudo(nil, regular)
+		}
+	} else {
+		regular = append(regular, g.field("content-type", g.pick("application/grpc", "application/grpc+proto", "application/grpc;x")))
+	}
+	return g.withPseudo([]hpack.HeaderField{g.field(":status", httpStatus)}, regular)
 }
 
 // diffEncodeMessage percent-encodes a status message as grpc-go sends it:
@@ -561,13 +609,12 @@ func diffEncodeMessage(s string) string {
 	return b.String()
 }
 
-// diffStatus is the status the driver sends for a call (if any) and the
-// code and message the tap must report.
+// diffStatus is the status the driver sends for a call, if any. The code
+// and message the tap must report are not derived from it here: they are
+// what grpc-go's client reports for the driver's frames (grpcoracle_test.go).
 type diffStatus struct {
 	grpcStatus string
 	message    string
-	code       codes.Code
-	anyMessage bool // the contract does not say what Message is
 }
 
 func (g diffGen) status(o diffOutcome, key string) diffStatus {
@@ -576,15 +623,13 @@ func (g diffGen) status(o diffOutcome, key string) diffStatus {
 		return diffStatus{grpcStatus: "0"}
 	case outError:
 		code := codes.Code(1 + g.IntN(16))
-		return diffStatus{grpcStatus: strconv.Itoa(int(code)), message: g.errorMessage(key), code: code}
+		return diffStatus{grpcStatus: strconv.Itoa(int(code)), message: g.errorMessage(key)}
 	case outBadStatus:
-		return diffStatus{grpcStatus: g.pick("", "abc", "1.0", "0x1", "OK"), message: g.errorMessage(key), code: codes.Internal, anyMessage: true}
+		return diffStatus{grpcStatus: g.pick("", "abc", "1.0", "0x1", "OK", "99999999999"), message: g.errorMessage(key)}
 	case outStatusThenReset:
 		return g.status([]diffOutcome{outOK, outError}[g.IntN(2)], key)
-	case outOpen:
-		return diffStatus{code: codes.Unavailable, anyMessage: true}
 	}
-	return diffStatus{anyMessage: true} // resets: the code comes with the reset
+	return diffStatus{}
 }
 
 func (g diffGen) errorMessage(key string) string {
@@ -595,25 +640,12 @@ func (g diffGen) errorMessage(key string) string {
 	return text + " " + key
 }
 
-// diffResetCode is the code of a call reset before its status, as grpc-go
-// reports a reset stream to its caller (REFUSED_STREAM never gets here).
-func diffResetCode(c http2.ErrCode) codes.Code {
-	switch c {
-	case http2.ErrCodeCancel:
-		return codes.Canceled
-	case http2.ErrCodeFlowControl, http2.ErrCodeEnhanceYourCalm:
-		return codes.ResourceExhausted
-	case http2.ErrCodeInadequateSecurity:
-		return codes.PermissionDenied
-	}
-	return codes.Internal
-}
-
-// resetCode is a defined HTTP/2 error code other than REFUSED_STREAM; a
-// client mostly cancels.
-func (g diffGen) resetCode(client bool) http2.ErrCode {
-	if client && g.chance(0.8) {
-		return http2.ErrCodeCancel
+// resetCode is an HTTP/2 error code other than REFUSED_STREAM for a
+// driver's reset: every defined one, and now and then one HTTP/2 does not
+// define.
+func (g diffGen) resetCode() http2.ErrCode {
+	if g.chance(0.1) {
+		return http2.ErrCode(uint32(http2.ErrCodeHTTP11Required) + 1 + uint32(g.IntN(1<<20)))
 	}
 	for {
 		if c := http2.ErrCode(g.IntN(int(http2.ErrCodeHTTP11Required) + 1)); c != http2.ErrCodeRefusedStream {
@@ -645,8 +677,16 @@ type diffCall struct {
 	key            string // the unique key in a decoded request, "" otherwise
 	keyField       string // the request field value carrying key
 
+	// What grpc-go's client is asked (see askGRPCGo), and what the tap
+	// must report of a successful call.
+	sentMessage   string // the driver's grpc-message, before encoding
+	action        oracleAction
+	respWant      sidecar.Response
+	spoiledReply  bool // its response cannot be decoded: only a successful call's is
+	spoiledReqest bool
+
 	want        sidecar.Observation
-	anyMessage  bool // the contract leaves Message open (resets, closes, a malformed grpc-status)
+	anyMessage  bool // the contract leaves Message open: grpc-go's message is not the driver's
 	finished    bool // reported to Recorder.CallFinished
 	undecodable bool // a decoded method whose message cannot be decoded: counted, not published
 	published   bool
@@ -657,47 +697,62 @@ type diffCall struct {
 func (g diffGen) call(id uint32, o diffOutcome) *diffCall {
 	b := g.body(o)
 	st := g.status(o, b.msgs.reqKey)
-	c := &diffCall{id: id, outcome: o, key: b.msgs.reqKey, keyField: b.msgs.reqKeyFld}
-	c.client = diffHalf{blocks: [][]hpack.HeaderField{g.requestHeaders(b.path, b.reqGzip)}, dataAfter: 1, data: b.req, endOnData: true}
+	c := &diffCall{id: id, outcome: o, key: b.msgs.reqKey, keyField: b.msgs.reqKeyFld, sentMessage: st.message}
+	timeout := g.timeout()
+	if o == outDeadline {
+		timeout = g.expiredTimeout()
+	}
+	c.client = diffHalf{blocks: [][]hpack.HeaderField{g.requestHeaders(b.path, b.reqGzip, timeout)}, dataAfter: 1, data: b.req, endOnData: true}
 	c.endAlone = g.chance(0.2)
-	g.reply(c, o, b, &st)
-	c.expect(o, b, st)
+	g.reply(c, o, b, st)
+	c.expect(o, b)
 	return c
 }
 
 // reply plans the driver's half of a call for its outcome, and the
 // client's reset or missing half-close where the outcome has one.
-func (g diffGen) reply(c *diffCall, o diffOutcome, b diffBody, st *diffStatus) {
+func (g diffGen) reply(c *diffCall, o diffOutcome, b diffBody, st diffStatus) {
 	d := &c.driver
 	switch o {
 	case outOK:
-		*d = g.okReply(b, *st)
+		*d = g.okReply(b, st)
 	case outError, outBadStatus:
-		*d = g.errorReply(*st)
+		*d = g.errorReply(st)
 	case outStatusThenReset:
-		*d = g.errorReply(*st)
-		if st.code == codes.OK {
-			*d = g.okReply(b, *st)
+		*d = g.errorReply(st)
+		if st.grpcStatus == "0" {
+			*d = g.okReply(b, st)
 		}
 		d.reset, d.code = true, http2.ErrCodeNo
 		c.client.endOnData = false
 	case outDriverReset:
 		*d = g.partialReply(b)
-		d.reset, d.code = true, g.resetCode(false)
-		st.code = diffResetCode(d.code)
-	case outClientReset:
+		d.reset, d.code = true, g.resetCode()
+	case outClientReset, outDeadline: // grpc-go's client cancels, whatever the reason
 		*d = g.partialReply(b)
-		c.client.reset, c.client.code, c.client.endOnData = true, g.resetCode(true), g.chance(0.7)
-		st.code = diffResetCode(c.client.code)
+		c.client.reset, c.client.code, c.client.endOnData = true, http2.ErrCodeCancel, g.chance(0.7)
+		c.action = oracleCancel
+		if o == outDeadline {
+			c.action = oracleDeadline
+		}
 	case outOpen:
 		*d = g.partialReply(b)
 		c.client.endOnData = g.chance(0.7)
+		c.action = oracleHangUp
 	case outRefused:
 		d.reset, d.code = true, http2.ErrCodeRefusedStream
 	}
 }
 
+// okReply is headers, the message and OK trailers; now and then without
+// the message (which grpc-go's client does not take for a success).
 func (g diffGen) okReply(b diffBody, st diffStatus) diffHalf {
+	switch {
+	case g.chance(0.03):
+		return diffHalf{blocks: [][]hpack.HeaderField{g.trailers(st, true)}, dataAfter: 1, endOnBlock: true}
+	case g.chance(0.03):
+		return diffHalf{blocks: [][]hpack.HeaderField{g.responseHeaders(b.respGzip), g.trailers(st, false)}, dataAfter: 1, endOnBlock: true}
+	}
 	return diffHalf{blocks: [][]hpack.HeaderField{g.responseHeaders(b.respGzip), g.trailers(st, false)},
 		dataAfter: 1, data: b.resp, endOnBlock: true}
 }
@@ -724,18 +779,16 @@ func (g diffGen) partialReply(b diffBody) diffHalf {
 	return h
 }
 
-// expect sets what the tap must report of the call: the contract.
-func (c *diffCall) expect(o diffOutcome, b diffBody, st diffStatus) {
+// expect sets what the tap must report of the call but its status, which
+// askGRPCGo sets: the contract.
+func (c *diffCall) expect(o diffOutcome, b diffBody) {
 	c.finished = o != outRefused && o != outGoaway
-	c.undecodable = c.finished && b.spoiled != ""
-	c.published = c.finished && !c.undecodable
-	c.want = sidecar.Observation{Method: diffCanonical(b.path), Code: st.code, Message: st.message}
-	c.anyMessage = st.anyMessage
+	c.spoiledReply = strings.HasSuffix(b.spoiled, "-response")
+	c.spoiledReqest = b.spoiled != "" && !c.spoiledReply
+	c.want = sidecar.Observation{Method: diffCanonical(b.path)}
 	if b.decoded {
 		c.want.Request = b.msgs.reqWant
-		if st.code == codes.OK {
-			c.want.Response = b.msgs.respWant
-		}
+		c.respWant = b.msgs.respWant
 	}
 	c.tags = append(c.tags, diffOutcomeNames[o])
 	switch {
@@ -751,12 +804,42 @@ func (c *diffCall) expect(o diffOutcome, b diffBody, st diffStatus) {
 	}
 	if o == outDriverReset {
 		c.tags = append(c.tags, "driver-reset-"+c.driver.code.String())
-	} else if o == outClientReset {
-		c.tags = append(c.tags, "client-reset-"+c.client.code.String())
 	}
 	if p, ok := b.msgs.req.(interface{ GetParameters() map[string]string }); ok && len(p.GetParameters()) != len(c.want.Request.Parameters) {
 		c.tags = append(c.tags, "parameters-filtered")
 	}
+}
+
+// askGRPCGo sets the code and message the tap must report of each call
+// that is one: what grpc-go's client reports for the driver's frames (and
+// its own cancel, deadline or closed connection), asked for every call of
+// the session at once. A decoded call's response is expected only when it
+// succeeded, and a spoiled one then makes it undecodable.
+func askGRPCGo(s *diffSession) error {
+	o, err := oracle()
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(s.calls))
+	var wg sync.WaitGroup
+	for i, c := range s.calls {
+		if !c.finished {
+			continue
+		}
+		wg.Go(func() {
+			code, msg, err := o.ask(c.driver, c.action)
+			errs[i] = err
+			c.want.Code, c.want.Message, c.anyMessage = code, msg, msg != c.sentMessage
+			if code == codes.OK {
+				c.want.Response = c.respWant
+			}
+			c.undecodable = c.spoiledReqest || c.spoiledReply && code == codes.OK
+			c.published = !c.undecodable
+			c.tags = append(c.tags, "grpc-go-"+code.String())
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // diffSession is one generated connection.
@@ -811,6 +894,9 @@ func generateDiffSession(seed uint64, defect diffDefect) *diffSession {
 			lo = s.calls[cut-1].id
 		}
 		s.goaway, s.lastID = true, lo+uint32(g.IntN(int(s.calls[cut].id-lo)))
+	}
+	if err := askGRPCGo(s); err != nil {
+		panic(fmt.Sprintf("asking grpc-go's client: %v", err))
 	}
 	if defect != nil {
 		defect.beforeEncoding(s)
@@ -1028,9 +1114,28 @@ func (b *diffBuilder) callLanes() []*diffLane {
 			client.ready = func() bool { return b.opened[i-1] }
 		}
 		driver := &diffLane{steps: b.halfSteps(1, c.id, &c.driver, false), ready: func() bool { return b.opened[i] }}
+		if c.client.reset {
+			b.cancelAfterReply(client, driver)
+		}
 		lanes = append(lanes, client, driver)
 	}
 	return lanes
+}
+
+// cancelAfterReply makes a client's cancel (its lane's last step) wait for
+// the driver's partial reply, on the wire and at the tap: grpc-go's client
+// (the oracle) cancels once it has read what the driver sent.
+func (b *diffBuilder) cancelAfterReply(client, driver *diffLane) {
+	opened := client.ready
+	client.ready = func() bool {
+		return (opened == nil || opened()) && (len(client.steps) > 1 || len(driver.steps) == 0)
+	}
+	last := len(client.steps) - 1
+	cancel := client.steps[last]
+	client.steps[last] = func() {
+		b.s.deps[0] = append(b.s.deps[0], diffDep{at: b.w[0].out.Len(), need: b.w[1].out.Len()})
+		cancel()
+	}
 }
 
 // halfSteps are the frames of one side of one stream, one step per frame

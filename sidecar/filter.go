@@ -27,6 +27,13 @@ type fieldFilter struct {
 	// entryStart, entryBody and entryLen locate the parameters entry being
 	// read: where its field starts in out, where its bytes start, how many.
 	entryStart, entryBody, entryLen int
+
+	// size is the message's; what out holds is reserved through acct, and
+	// overBudget says the budget refused more (the message is given up).
+	size       int
+	acct       *account
+	budget     *budget
+	overBudget bool
 }
 
 type filterMode int
@@ -39,19 +46,51 @@ const (
 	verbatim
 )
 
-func newFieldFilter(dec decoder, size int) *fieldFilter {
-	return &fieldFilter{keep: dec.keep, claim: dec.claim, out: getBuffer(min(size, bufferSizes[0]))}
+// newFieldFilter filters a message of size bytes; what it keeps is reserved
+// through acct as it grows.
+func newFieldFilter(dec decoder, size int, acct *account, b *budget) *fieldFilter {
+	f := &fieldFilter{keep: dec.keep, claim: dec.claim, size: size, acct: acct, budget: b}
+	if f.acct.grow(b, int64(bufferSizes[0])) {
+		f.out = getBuffer(bufferSizes[0])
+	} else {
+		f.overBudget = true
+	}
+	return f
+}
+
+// appended is f.out with p added. When it must grow, the bytes move to a
+// pooled buffer of the next size and the old one goes back wiped: it held
+// request bytes (secrets included, in verbatim mode), and a buffer of no
+// pool size would be dropped unwiped.
+// Growth is at least twice, at most to the message's size, and reserved
+// from the budget; without it the filter keeps nothing more (overBudget).
+func (f *fieldFilter) appended(p ...byte) []byte {
+	need := len(f.out) + len(p)
+	if f.overBudget {
+		return f.out
+	}
+	if need > cap(f.out) {
+		size := bufferSize(min(max(need, 2*cap(f.out)), max(f.size, need)))
+		if !f.acct.grow(f.budget, int64(size-cap(f.out))) {
+			f.overBudget = true
+			return f.out
+		}
+		grown := append(getBuffer(size), f.out...)
+		putBuffer(f.out, true)
+		f.out = grown
+	}
+	return append(f.out, p...)
 }
 
 // write takes the next bytes of the message.
 func (f *fieldFilter) write(p []byte) {
-	for len(p) > 0 {
+	for len(p) > 0 && !f.overBudget {
 		switch f.mode {
 		case atHeader:
 			p = f.header(p)
 		case copying, inEntry:
 			k := min(f.left, len(p))
-			f.out, f.left, p = append(f.out, p[:k]...), f.left-k, p[k:]
+			f.out, f.left, p = f.appended(p[:k]...), f.left-k, p[k:]
 			if f.mode == inEntry {
 				f.decideEntry()
 			}
@@ -61,7 +100,7 @@ func (f *fieldFilter) write(p []byte) {
 			f.left, p = f.left-k, p[k:]
 			f.fieldDone()
 		case verbatim:
-			f.out, p = append(f.out, p...), nil
+			f.out, p = f.appended(p...), nil
 		}
 	}
 }
@@ -118,7 +157,7 @@ func (f *fieldFilter) needMore(p []byte, had, code int) []byte {
 // then what of p did not go into them (write appends it).
 func (f *fieldFilter) giveUp(p []byte, had int) []byte {
 	taken := f.nh - had
-	f.mode, f.out = verbatim, append(f.out, f.hdr[:f.nh]...)
+	f.mode, f.out = verbatim, f.appended(f.hdr[:f.nh]...)
 	f.nh = 0
 	return p[taken:]
 }
@@ -126,17 +165,17 @@ func (f *fieldFilter) giveUp(p []byte, had int) []byte {
 // start begins a field whose header is h and whose value has size bytes.
 func (f *fieldFilter) start(num protowire.Number, typ protowire.Type, h []byte, size uint64) {
 	if size > uint64(maxMessageBytes) {
-		f.mode, f.out = verbatim, append(f.out, h...) // cannot fit the message: let decoding say so
+		f.mode, f.out = verbatim, f.appended(h...) // cannot fit the message: let decoding say so
 		return
 	}
 	f.left = int(size)
 	switch {
 	case typ == protowire.BytesType && num == f.claim:
 		f.mode, f.entryStart, f.entryLen = inEntry, len(f.out), int(size)
-		f.out = append(f.out, h...)
+		f.out = f.appended(h...)
 		f.entryBody = len(f.out)
 	case typ == protowire.BytesType && f.keep[num]:
-		f.mode, f.out = copying, append(f.out, h...)
+		f.mode, f.out = copying, f.appended(h...)
 	default:
 		f.mode = skipping
 	}

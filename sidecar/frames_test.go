@@ -81,7 +81,7 @@ func encodeFields(t *testing.T, kv ...string) []byte {
 // PUSH_PROMISE (never gRPC) gives the connection up as "framing".
 func TestHeaderBlocksAcrossContinuationsAndBadBlocks(t *testing.T) {
 	req := encodeFields(t, ":method", "POST", ":path", MethodCreateVolume, "content-type", "application/grpc")
-	trailers := encodeFields(t, "grpc-status", "5", "grpc-message", "no%20such%20volume")
+	trailers := encodeFields(t, ":status", "200", "content-type", "application/grpc", "grpc-status", "5", "grpc-message", "no%20such%20volume") // trailers-only
 	client := bytes.Join([][]byte{
 		[]byte(http2.ClientPreface),
 		frame(t, func(f *http2.Framer) error {

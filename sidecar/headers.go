@@ -3,30 +3,55 @@ package sidecar
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
 )
 
 // headerBlock is what the tap keeps of one decoded header block.
 type headerBlock struct {
 	streamID  uint32
 	endStream bool
-	// path is the request's :path (the gRPC method); status and message
-	// the reply's grpc-status and grpc-message, has* telling whether they
-	// were sent.
-	path, status, message string
-	hasStatus, hasMessage bool
+	// path is the request's :path (the gRPC method) and timeout its
+	// grpc-timeout; the rest is what grpc-go's client reads of a reply
+	// (operateHeaders): grpc-status (badStatus when one is not a number),
+	// grpc-message, :status, whether a gRPC content-type came, the
+	// grpc-encoding, and whether a "-bin" metadata field is not base64.
+	path, timeout              string
+	status                     codes.Code
+	hasStatus, badStatus       bool
+	message                    string
+	hasMessage                 bool
+	httpStatus                 string
+	hasHTTPStatus, grpcContent bool
+	encoding                   string
+	badMetadata                bool
 }
 
 func (h *headerBlock) keep(f hpack.HeaderField) {
 	switch f.Name {
 	case ":path":
 		h.path = f.Value
+	case "grpc-timeout":
+		h.timeout = f.Value
 	case "grpc-status":
-		h.status, h.hasStatus = f.Value, true
+		if v, err := strconv.ParseInt(f.Value, 10, 32); err == nil {
+			h.status, h.hasStatus = codes.Code(uint32(v)), true
+		} else {
+			h.badStatus = true
+		}
 	case "grpc-message":
 		h.message, h.hasMessage = f.Value, true
+	case ":status":
+		h.httpStatus, h.hasHTTPStatus = f.Value, true
+	case "content-type":
+		h.grpcContent = h.grpcContent || validGRPCContentType(f.Value)
+	case "grpc-encoding":
+		h.encoding = f.Value
+	default:
+		h.badMetadata = h.badMetadata || !validMetadata(f.Name, f.Value)
 	}
 }
 

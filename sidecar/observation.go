@@ -29,8 +29,10 @@ type Observation struct {
 	// Start is when the request headers crossed the relay, End when the final
 	// status (trailers or a stream reset) did.
 	Start, End time.Time
-	// Code and Message are the call's final grpc-status and grpc-message.
-	// A stream reset by either side is reported as codes.Canceled.
+	// Code and Message are the status a grpc-go client reports for the
+	// call (grpcstatus.go): mostly the driver's grpc-status and
+	// grpc-message; for a reset stream, a broken reply, a cancel at the
+	// deadline or a closed connection, grpc-go's own code.
 	Code    codes.Code
 	Message string
 

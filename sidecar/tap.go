@@ -68,8 +68,8 @@ type pending struct {
 	obs       Observation
 	decode    bool
 	req, resp []byte
-	held      int64
-	reqWiped  bool // the request's secrets were zeroed in place
+	held      account // both messages' budget bytes
+	reqWiped  bool    // the request's secrets were zeroed in place
 }
 
 // release returns the raw messages' buffers (the request's wiped) and
@@ -77,15 +77,15 @@ type pending struct {
 func (p *pending) release(b *budget) {
 	putBuffer(p.req, !p.reqWiped)
 	putBuffer(p.resp, false)
-	b.give(p.held)
-	p.req, p.resp, p.held = nil, nil, 0
+	p.held.release(b)
+	p.req, p.resp = nil, nil
 }
 
 // NewTap returns a tap delivering to o (may be nil) and recording to r (may
 // be nil). queueSize bounds the observations waiting for o.
 func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 	if queueSize <= 0 {
-		queueSize = 1024
+		queueSize = defaultQueueSize
 	}
 	if r == nil {
 		r = noRecorder{}

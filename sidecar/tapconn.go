@@ -34,6 +34,14 @@ type TapConn struct {
 	lastOpened uint32 // the highest stream the client opened
 	goAway     uint32 // streams above this the driver will not process
 	early      int    // records opened by the driver's half
+	// lost are streams above lastOpened whose driver frames came when
+	// maxEarlyCalls records were taken: their calls cannot be followed, so
+	// their request opens none (it would wait for a status already gone).
+	// More than maxLostReplies of them gives the connection's tap up.
+	lost     map[uint32]struct{}
+	overflow atomic.Bool
+	// share is what this connection's messages hold of the tap's budget.
+	share share
 }
 
 // NewConn starts following a new relayed connection.
@@ -154,6 +162,9 @@ func (tc *TapConn) update(id uint32, apply func() *call) {
 	if c := tc.completed(id, apply); c != nil {
 		tc.publish(c)
 	}
+	if tc.overflow.Load() {
+		tc.abandon(AbandonFraming, fmt.Errorf("driver frames on more than %d streams the client had not opened", maxLostReplies))
+	}
 }
 
 func (tc *TapConn) completed(id uint32, apply func() *call) *call {
@@ -184,12 +195,17 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 	}
 	tc.lastOpened = id
 	tc.dropSkippedEarly(id)
+	if _, lost := tc.lost[id]; lost {
+		delete(tc.lost, id)
+		tc.tap.recorder.CallUndecoded(UndecodedStreams)
+		return nil
+	}
 	if c == nil {
 		if len(tc.calls) >= maxCallsPerConn {
 			tc.tap.recorder.CallUndecoded(UndecodedStreams)
 			return nil
 		}
-		c = &call{buffer: tc.tap.buffers}
+		c = tc.newCall(false)
 		tc.calls[id] = c
 	} else {
 		tc.early--
@@ -201,6 +217,11 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 // dropSkippedEarly forgets early records of streams below id the client
 // never opened: stream IDs only grow, so it never will.
 func (tc *TapConn) dropSkippedEarly(id uint32) {
+	for sid := range tc.lost {
+		if sid < id {
+			delete(tc.lost, sid)
+		}
+	}
 	if tc.early == 0 {
 		return
 	}
@@ -219,14 +240,40 @@ func (tc *TapConn) driverCall(id uint32) *call {
 	if c := tc.calls[id]; c != nil {
 		return c
 	}
-	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway ||
-		tc.early >= maxEarlyCalls || len(tc.calls) >= maxCallsPerConn {
+	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway {
 		return nil
 	}
-	c := &call{early: true, buffer: tc.tap.buffers}
+	if tc.early >= maxEarlyCalls || len(tc.calls) >= maxCallsPerConn {
+		tc.loseEarly(id)
+		return nil
+	}
+	c := tc.newCall(true)
 	tc.calls[id] = c
 	tc.early++
 	return c
+}
+
+// newCall is a record whose messages hold of this connection's share.
+func (tc *TapConn) newCall(early bool) *call {
+	c := &call{early: early, buffer: tc.tap.buffers}
+	c.req.acct.share, c.resp.acct.share = &tc.share, &tc.share
+	return c
+}
+
+// loseEarly remembers a stream whose driver frame found no room for an
+// early record.
+func (tc *TapConn) loseEarly(id uint32) {
+	if _, ok := tc.lost[id]; ok {
+		return
+	}
+	if len(tc.lost) >= maxLostReplies {
+		tc.overflow.Store(true)
+		return
+	}
+	if tc.lost == nil {
+		tc.lost = map[uint32]struct{}{}
+	}
+	tc.lost[id] = struct{}{}
 }
 
 // onData applies one DATA frame.
@@ -244,10 +291,7 @@ func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Tim
 		c := tc.driverCall(id)
 		if c != nil {
 			c.onData(p, false, tc.tap.budget)
-			if end { // a reply must end with trailers; grpc-go reports this
-				c.setStatus(codes.Internal, at)
-				c.message = "server closed the stream without sending trailers"
-			}
+			c.onReplyData(p, end, at)
 		}
 		return c
 	})
@@ -261,7 +305,7 @@ func (tc *TapConn) onReset(id uint32, ec http2.ErrCode, fromClient bool, at time
 			c = tc.driverCall(id)
 		}
 		if c != nil {
-			c.onReset(ec, fromClient, at)
+			c.onReset(ec, fromClient, at, tc.tap.budget)
 			if c.awaitsRequest() {
 				tc.boundAwaiting()
 			}
@@ -288,7 +332,7 @@ func (tc *TapConn) boundAwaiting() {
 		c := tc.calls[oldest]
 		c.giveUp(UndecodedTruncated, tc.tap.budget)
 		delete(tc.calls, oldest)
-		tc.tap.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
+		tc.tap.recordFinished(c)
 		tc.tap.recorder.CallUndecoded(UndecodedTruncated)
 	}
 }
@@ -321,9 +365,11 @@ func (tc *TapConn) publish(c *call) {
 		c.free(t.budget)
 		return
 	}
-	t.recorder.CallFinished(c.method, c.code, c.end.Sub(c.start))
+	t.recordFinished(c)
 	if c.code != codes.OK { // a failed call's reply carries nothing the tap reports
 		c.resp.free(t.budget, false)
+	} else if c.undecoded == "" && c.replyUndecoded != "" {
+		c.giveUp(c.replyUndecoded, t.budget)
 	}
 	if c.buffer && c.undecoded == "" {
 		c.checkMessages(t.budget)
@@ -339,7 +385,7 @@ func (tc *TapConn) publish(c *call) {
 	o := Observation{Method: c.method, Start: c.start, End: c.end, Code: c.code, Message: c.message}
 	p := pending{obs: o, decode: c.buffer}
 	if c.buffer {
-		p.req, p.held = c.req.body, c.req.held+c.resp.held
+		p.req, p.held = c.req.body, account{share: &tc.share, held: c.req.acct.held + c.resp.acct.held}
 		if c.resp.started {
 			p.resp = c.resp.body
 		}
@@ -353,4 +399,12 @@ func (c *call) checkMessages(b *budget) {
 	if !c.req.done() || (c.resp.started && !c.resp.done()) {
 		c.giveUp(UndecodedTruncated, b)
 	}
+}
+
+// recordFinished times a finished call for the Recorder, once. Its start and
+// end were read on the two relay goroutines, each before forwarding: a reply
+// cannot be read before its request was, but the clamp keeps a histogram's
+// sum from ever going down.
+func (t *Tap) recordFinished(c *call) {
+	t.recorder.CallFinished(c.method, c.code, max(c.end.Sub(c.start), 0))
 }

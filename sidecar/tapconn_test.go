@@ -3,16 +3,21 @@ package sidecar
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cozystack/csi-clone-sidecar/test/rawh2"
 )
 
 // countingRecorder keeps what the tap recorded.
@@ -42,21 +47,18 @@ func (r *countingRecorder) CallUndecoded(reason string) {
 }
 
 // wire writes both sides of one HTTP/2 connection with x/net's framer and
-// HPACK encoder, as a gRPC client and server would.
+// HPACK encoder, as a gRPC client and server would (rawh2.Conn).
 type wire struct {
 	t              *testing.T
-	client, driver bytes.Buffer
+	conn           *rawh2.Conn
+	client, driver *bytes.Buffer
 	cfr, dfr       *http2.Framer
-	cenc, denc     *hpack.Encoder
-	hbuf           bytes.Buffer
+	cenc           *hpack.Encoder
 }
 
 func newWire(t *testing.T) *wire {
-	w := &wire{t: t}
-	w.client.WriteString(http2.ClientPreface)
-	w.cfr, w.dfr = http2.NewFramer(&w.client, nil), http2.NewFramer(&w.driver, nil)
-	w.cenc, w.denc = hpack.NewEncoder(&w.hbuf), hpack.NewEncoder(&w.hbuf)
-	return w
+	c := rawh2.NewConn()
+	return &wire{t: t, conn: c, client: &c.Client, driver: &c.Driver, cfr: c.ClientFramer, dfr: c.DriverFramer, cenc: c.ClientHPACK}
 }
 
 func (w *wire) check(err error) {
@@ -68,15 +70,8 @@ func (w *wire) check(err error) {
 
 // headers writes one header block on stream id from the client or driver.
 func (w *wire) headers(fromClient bool, id uint32, end bool, kv ...string) {
-	fr, enc := w.dfr, w.denc
-	if fromClient {
-		fr, enc = w.cfr, w.cenc
-	}
-	w.hbuf.Reset()
-	for i := 0; i < len(kv); i += 2 {
-		w.check(enc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]}))
-	}
-	w.check(fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: w.hbuf.Bytes(), EndHeaders: true, EndStream: end}))
+	w.t.Helper()
+	w.check(w.conn.Headers(fromClient, id, end, kv...))
 }
 
 // grpcMessage frames m as one uncompressed gRPC message.
@@ -208,39 +203,6 @@ func TestEarlyRepliesAreBounded(t *testing.T) {
 
 const MethodProbe = "/csi.v1.Identity/Probe"
 
-// Status as grpc-go reports it to the caller.
-func TestStatusAsGRPCGoReportsIt(t *testing.T) {
-	w, u := newWire(t), newTapUnderTest()
-	w.request(1, MethodProbe, &csi.ProbeRequest{})
-	w.headers(false, 1, true, ":status", "200", "grpc-status", "bogus")
-	rst := map[uint32]http2.ErrCode{3: http2.ErrCodeCancel, 5: http2.ErrCodeFlowControl,
-		7: http2.ErrCodeEnhanceYourCalm, 9: http2.ErrCodeProtocol, 11: http2.ErrCodeRefusedStream}
-	for id := uint32(3); id <= 11; id += 2 {
-		w.request(id, MethodProbe, &csi.ProbeRequest{})
-		w.check(w.dfr.WriteRSTStream(id, rst[id]))
-	}
-	w.request(13, MethodProbe, &csi.ProbeRequest{})
-	w.headers(false, 13, true, ":status", "200") // ends without grpc-status
-	w.request(15, MethodProbe, &csi.ProbeRequest{})
-	w.request(17, MethodProbe, &csi.ProbeRequest{})
-	w.check(w.dfr.WriteGoAway(15, http2.ErrCodeNo, nil))
-	w.reply(15, &csi.ProbeResponse{}, codes.OK)
-	u.feed(w)
-	got := map[codes.Code]int{}
-	for _, o := range u.close() {
-		got[o.Code]++
-	}
-	want := map[codes.Code]int{codes.Internal: 2, codes.Canceled: 1, codes.ResourceExhausted: 2, codes.Unknown: 1, codes.OK: 1}
-	if len(got) != len(want) {
-		t.Fatalf("codes %v, want %v (REFUSED_STREAM and the stream above GOAWAY not reported)", got, want)
-	}
-	for c, n := range want {
-		if got[c] != n {
-			t.Fatalf("codes %v, want %v", got, want)
-		}
-	}
-}
-
 // A decoded method whose message cannot be decoded is counted by reason and
 // never published with empty fields; its timing is still recorded.
 func TestUndecodableCallsAreCountedNotPublished(t *testing.T) {
@@ -306,4 +268,101 @@ func TestObserverSelectsMethods(t *testing.T) {
 	if len(obs.got) != 1 || obs.got[0].Method != MethodDeleteVolume || len(rec.finished) != 2 {
 		t.Fatalf("observed %+v with %d calls timed; want only the DeleteVolume, both timed", obs.got, len(rec.finished))
 	}
+}
+
+// Thousands of replies parsed before their requests on one long connection:
+// each round the driver answers 100 streams before the tap parsed their
+// requests. A round's first maxEarlyCalls are followed whole; the others
+// are counted as not followed ("streams"), never left open to be published
+// as Unavailable at close; no call outlives its stream and no budget stays
+// held.
+func TestRepliesBeforeRequestsNeverOutliveTheirStreams(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	const rounds, perRound = 40, 100
+	id := uint32(1)
+	for range rounds {
+		first := id
+		for range perRound {
+			w.reply(id, &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "v"}}, codes.OK)
+			id += 2
+		}
+		u.tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+		w.driver.Reset()
+		for s := first; s < id; s += 2 {
+			w.request(s, MethodCreateVolume, &csi.CreateVolumeRequest{Name: "n"})
+		}
+		u.feed(w)
+		if n := u.records(); n != 0 {
+			t.Fatalf("%d call records outlive their streams", n)
+		}
+	}
+	obs := u.close()
+	if left := u.tap.budget.left.Load(); left != maxBufferedBytes {
+		t.Fatalf("budget %d left of %d after every stream ended", left, maxBufferedBytes)
+	}
+	notFollowed := 0
+	for _, r := range u.rec.undecoded {
+		if r == UndecodedStreams {
+			notFollowed++
+		}
+	}
+	for _, o := range obs {
+		if o.Code != codes.OK || o.Response.VolumeID != "v" {
+			t.Fatalf("observation %+v, want every followed call whole and OK", o)
+		}
+	}
+	if len(obs) != rounds*maxEarlyCalls || notFollowed != rounds*(perRound-maxEarlyCalls) || len(u.rec.abandoned) > 0 {
+		t.Fatalf("%d observations, %d calls not followed, abandoned %v; want %d, %d, none",
+			len(obs), notFollowed, u.rec.abandoned, rounds*maxEarlyCalls, rounds*(perRound-maxEarlyCalls))
+	}
+}
+
+// A driver's grpc-message may fill a whole header block (256 KiB); a call
+// record keeps at most maxStatusMessageBytes of it, still valid UTF-8.
+func TestStatusMessagesAreBounded(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	w.request(1, MethodDeleteVolume, &csi.DeleteVolumeRequest{VolumeId: "v"})
+	w.headers(false, 1, true, ":status", "200", "content-type", "application/grpc", "grpc-status", "13",
+		"grpc-message", strings.Repeat("%C3%A9", 40000))
+	u.feed(w)
+	obs := u.close()
+	if len(obs) != 1 || len(obs[0].Message) > maxStatusMessageBytes || !utf8.ValidString(obs[0].Message) ||
+		!strings.HasPrefix(obs[0].Message, "éé") {
+		t.Fatalf("observations %+v: want one, its message cut to at most %d bytes of valid UTF-8", obs, maxStatusMessageBytes)
+	}
+}
+
+// Request bytes copied in the filter's verbatim mode (a field header it
+// cannot parse) are wiped when the message is let go, whatever size the
+// buffer grew to.
+func TestVerbatimRequestBytesAreWiped(t *testing.T) {
+	b := newBudget(maxBufferedBytes)
+	body := append([]byte{0x0f}, bytes.Repeat([]byte("s3cr3t"), 830)...) // wire type 7: copied verbatim
+	m := message{method: MethodCreateVolume, acct: account{share: &share{}}}
+	if reason := m.feed(append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body))), body...), b); reason != "" {
+		t.Fatalf("feed: %s", reason)
+	}
+	kept := m.body[:cap(m.body)]
+	if !bytes.Contains(kept, []byte("s3cr3t")) {
+		t.Fatal("the verbatim copy holds no request bytes: the test shows nothing")
+	}
+	m.free(b, true)
+	if i := slices.IndexFunc(kept, func(c byte) bool { return c != 0 }); i >= 0 {
+		t.Fatalf("byte %d of the request's %d-byte buffer not wiped", i, len(kept))
+	}
+}
+
+// A driver speaking of more streams than a client could have opened unseen
+// (maxLostReplies beyond the early records) gives the connection's tap up
+// as "framing", holding nothing: the relay goes on.
+func TestDriverFramesOnTooManyUnopenedStreamsGiveUp(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	for id := uint32(1); id <= 2*(maxEarlyCalls+maxLostReplies)+1; id += 2 {
+		w.check(w.dfr.WriteRSTStream(id, http2.ErrCodeCancel))
+	}
+	u.tc.FromDriver().Feed(w.driver.Bytes(), time.Now())
+	if len(u.rec.abandoned) != 1 || u.rec.abandoned[0] != AbandonFraming || u.tc.calls != nil {
+		t.Fatalf("abandoned %v with calls %v, want framing once and nothing held", u.rec.abandoned, u.tc.calls)
+	}
+	u.close()
 }
