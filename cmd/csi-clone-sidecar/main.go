@@ -140,7 +140,7 @@ func registerFlags(fs *flag.FlagSet) *options {
 	o := &options{}
 	fs.StringVar(&o.listenAddress, "listen-address", "", "Unix socket the CSI sidecars (provisioner, resizer, snapshotter) connect to, as /path or unix:///path; every byte is relayed to --csi-address (same forms). Required.")
 	fs.StringVar(&o.socketMode, "listen-socket-mode", "0660", "Permissions of --listen-address, in octal.")
-	fs.DurationVar(&o.healthInterval, "health-probe-interval", 10*time.Second, "How often the driver is asked for Probe (each probe may take as long); /healthz fails when it has not answered for two intervals.")
+	fs.DurationVar(&o.healthInterval, "health-probe-interval", 10*time.Second, "How often the driver is asked for Probe (each probe may take as long); /readyz fails and csi_clone_driver_ready is 0 when it has not answered ready for two intervals. /healthz (liveness) does not depend on the driver.")
 	fs.StringVar(&o.observationsLog, "observations-log", "", "Append every observed CSI call as a JSON line to this file (debugging; holds no secrets).")
 	fs.IntVar(&o.queueSize, "observation-queue", 1024, "Observations that may wait for the verdict engine before new ones are dropped (and counted).")
 	fs.BoolVar(&o.tap, "tap", true, "Decode the relayed calls. With --tap=false the relay only copies bytes.")
@@ -322,10 +322,12 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 	return relay.Serve(ctx)
 }
 
-// serveHTTP starts the metrics and /healthz endpoint, if one is set.
-// /healthz fails while the relay's Serve loop does not accept or the driver
-// has not answered Probe lately. Kubernetes is not part of it: a slow API
-// server must not get the data path restarted by a liveness probe.
+// serveHTTP starts the metrics, /healthz and /readyz endpoint, if one is
+// set. /healthz (liveness) fails only while the relay's Serve loop does not
+// accept: a restart heals that and nothing else. The driver's Probe is
+// /readyz's and csi_clone_driver_ready's business: restarting the relay
+// heals no driver and cuts every connection it carries. Kubernetes is part
+// of neither: a slow API server must not get the data path restarted.
 func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfiguration, m *metrics.Metrics, relay *sidecar.Relay) error {
 	endpoint := cfg.HttpEndpoint
 	if endpoint == "" {
@@ -335,6 +337,9 @@ func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfigu
 		return nil
 	}
 	probe := sidecar.NewDriverProbe(o.driverPath, o.healthInterval)
+	if err := m.Register(metrics.NewDriverCollector(probe.Status)); err != nil {
+		return err
+	}
 	go probe.Run(ctx)
 	listening := func() error {
 		// Well below the 5s timeout of the probes in deploy/.
@@ -342,7 +347,8 @@ func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfigu
 		defer cancel()
 		return relay.CheckListener(ctx)
 	}
-	return metrics.Serve(ctx, metrics.Endpoint{Addr: endpoint, MetricsPath: cfg.MetricsPath, Pprof: o.pprof}, m, listening, probe.Check)
+	return metrics.Serve(ctx, metrics.Endpoint{Addr: endpoint, MetricsPath: cfg.MetricsPath, Pprof: o.pprof,
+		Live: []metrics.HealthCheck{listening}, Ready: []metrics.HealthCheck{probe.Check}}, m)
 }
 
 // newVerdicts builds the cloner without touching the network yet.

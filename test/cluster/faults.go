@@ -113,3 +113,28 @@ func (c *Cluster) RestartExited() ([]string, error) {
 	}
 	return names, nil
 }
+
+// FreezeDriver stops the test CSI driver with SIGSTOP: a driver that hangs
+// (its LINSTOR controller unreachable, a stuck call) rather than one that
+// crashed. Its socket still accepts connections (the kernel completes them)
+// and every connection already open stays open, but nothing is answered
+// until ThawDriver.
+func (c *Cluster) FreezeDriver() error { return c.signalDriver(syscall.SIGSTOP, "frozen") }
+
+// ThawDriver lets a frozen driver run again (SIGCONT): it answers what
+// waited on its connections, on the same connections.
+func (c *Cluster) ThawDriver() error { return c.signalDriver(syscall.SIGCONT, "thawed") }
+
+func (c *Cluster) signalDriver(sig syscall.Signal, what string) error {
+	c.mu.Lock()
+	d := c.procs[driverName]
+	c.mu.Unlock()
+	if d == nil {
+		return errors.New("signal csi-test-driver: it was never started")
+	}
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal csi-test-driver: %w", err)
+	}
+	c.logf("cluster: csi-test-driver %s", what)
+	return nil
+}
