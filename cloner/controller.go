@@ -25,6 +25,8 @@ const (
 	minPassInterval = time.Second
 	// flushInterval bounds how long evidence waits when no PV event comes.
 	flushInterval = 2 * time.Second
+	// finishRetry is the same at shutdown, when every PV counts.
+	finishRetry = 100 * time.Millisecond
 )
 
 // Controller is the cloner: every replica feeds it observations (Observe)
@@ -53,6 +55,10 @@ type Controller struct {
 
 	wake  chan struct{} // a verdict pass is due
 	flush chan struct{} // an evidence flush is due
+	// finish carries FinishEvidence's request to the evidence loop, which
+	// sets evidenceRunning while it takes requests.
+	finish          chan finishRequest
+	evidenceRunning atomic.Bool
 
 	mu        sync.Mutex
 	snap      *Snapshot
@@ -110,6 +116,7 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
 		wake:            make(chan struct{}, 1),
 		flush:           make(chan struct{}, 1),
+		finish:          make(chan finishRequest),
 		malformed:       newMalformedTracker(),
 		emitted:         map[string]bool{},
 		dirty:           map[string]bool{},

@@ -312,14 +312,39 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 		relay.Close()
 		return err
 	}
+	// The informers and the evidence loop outlive ctx (the signal): the
+	// relay hands what its tap still had queued to the cloner while it
+	// closes, and that must reach the PVs before they stop.
+	evidenceCtx, stopEvidence := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEvidence()
 	// Only now, with the socket listening, may anything wait on the API
 	// server: the CSI sidecars give up on a socket that does not answer.
 	if ctrl != nil {
-		startVerdicts(ctx, ctrl, kube, o, cfg)
+		startVerdicts(ctx, evidenceCtx, ctrl, kube, o, cfg)
 	}
 	go learnDriverName(ctx, o.driverPath, m)
 	klog.InfoS("Relaying CSI calls", "listen", o.listenPath, "driver", o.driverPath, "tap", o.tap, "version", version)
-	return relay.Serve(ctx)
+	err = relay.Serve(ctx)
+	if ctrl != nil {
+		finishEvidence(ctrl)
+	}
+	return err
+}
+
+// evidenceShutdownTimeout bounds how long the evidence of the calls the
+// relay decoded may take to reach the PVs at shutdown, after the relay's
+// own 10 s: 20 s in all, within Kubernetes' default grace period of 30 s.
+const evidenceShutdownTimeout = 10 * time.Second
+
+// finishEvidence persists what the relay's tap delivered while it closed.
+func finishEvidence(ctrl *cloner.Controller) {
+	ctx, cancel := context.WithTimeout(context.Background(), evidenceShutdownTimeout)
+	defer cancel()
+	if err := ctrl.FinishEvidence(ctx); err != nil {
+		klog.ErrorS(err, "Shutting down with evidence not persisted; verdicts of those disks fall back to CDI's annotations")
+		return
+	}
+	klog.V(2).InfoS("Evidence of every decoded call persisted")
 }
 
 // serveHTTP starts the metrics, /healthz and /readyz endpoint, if one is
@@ -370,11 +395,12 @@ func newVerdicts(o *options, cfg standardflags.SidecarConfiguration, m *metrics.
 	return ctrl, kube, nil
 }
 
-// startVerdicts starts the cloner: evidence on every replica, verdicts on
-// the elected leader only. It returns at once.
-func startVerdicts(ctx context.Context, ctrl *cloner.Controller, kube kubernetes.Interface, o *options, cfg standardflags.SidecarConfiguration) {
-	ctrl.Start(ctx)
-	go func() { logIfFailed("evidence loop", ctrl.RunEvidence(ctx)) }()
+// startVerdicts starts the cloner: evidence on every replica for the life of
+// evidenceCtx (with the informers), verdicts on the elected leader only, for
+// the life of ctx. It returns at once.
+func startVerdicts(ctx, evidenceCtx context.Context, ctrl *cloner.Controller, kube kubernetes.Interface, o *options, cfg standardflags.SidecarConfiguration) {
+	ctrl.Start(evidenceCtx)
+	go func() { logIfFailed("evidence loop", ctrl.RunEvidence(evidenceCtx)) }()
 	lead := func(ctx context.Context) { logIfFailed("verdict loop", ctrl.RunVerdicts(ctx)) }
 	if !cfg.LeaderElection {
 		go lead(ctx)
