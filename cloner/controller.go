@@ -25,8 +25,12 @@ const (
 	minPassInterval = time.Second
 	// flushInterval bounds how long evidence waits when no PV event comes.
 	flushInterval = 2 * time.Second
-	// finishRetry is the same at shutdown, when every PV counts.
+	// finishRetry is the same at shutdown, when every PV counts;
+	// finishFresh is how recent the evidence a shutdown waits for is: a
+	// CreateVolume answered that long ago has its PV by now or will not
+	// get it from this replica's provisioner.
 	finishRetry = 100 * time.Millisecond
+	finishFresh = 30 * time.Second
 )
 
 // Controller is the cloner: every replica feeds it observations (Observe)

@@ -69,20 +69,24 @@ func (c *Controller) FinishEvidence(ctx context.Context) error {
 	return <-req.done
 }
 
-// persistRemaining applies what is queued and flushes until no volume's
-// evidence waits for its PV, retrying as PVs appear, until ctx ends.
+// persistRemaining applies what is queued and flushes until no recent
+// volume's evidence waits for its PV, retrying as PVs appear, until ctx
+// ends. Evidence older than finishFresh waits for a PV nobody is creating
+// right now: shutdown does not wait for it (another replica's tap, or CDI's
+// annotations, will do).
 func (c *Controller) persistRemaining(ctx context.Context) error {
 	t := time.NewTicker(finishRetry)
 	defer t.Stop()
 	for {
 		c.drain()
 		c.flushEvidence(ctx)
-		if len(c.obs) == 0 && len(c.book.volumes) == 0 {
+		fresh := c.book.volumesSeenSince(c.cfg.now().Add(-finishFresh))
+		if len(c.obs) == 0 && fresh == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("evidence of %d volumes not written at shutdown (no PV yet, or the API server did not take it): %w", len(c.book.volumes), ctx.Err())
+			return fmt.Errorf("evidence of %d volumes not written at shutdown (no PV yet, or the API server did not take it): %w", fresh, ctx.Err())
 		case <-c.flush:
 		case <-t.C:
 		}
@@ -240,4 +244,16 @@ func (c *Controller) snapshotSource(snapshot string) string {
 	}
 	src, _, _ := unstructured.NestedString(objs[0].(*unstructured.Unstructured).Object, "spec", "source", "volumeHandle")
 	return src
+}
+
+// volumesSeenSince counts the volumes whose evidence waits for its PV and
+// was observed at or after since.
+func (b *evidenceBook) volumesSeenSince(since time.Time) int {
+	n := 0
+	for _, p := range b.volumes {
+		if !p.seen.Before(since) {
+			n++
+		}
+	}
+	return n
 }

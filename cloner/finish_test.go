@@ -18,8 +18,9 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 	fc := newFakeCluster(t, &world{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	now := t0.Add(time.Minute)
 	cfg := testConfig()
-	cfg.Now = newClock(t0.Add(time.Minute)).now // the observations are fresh
+	cfg.Now = newClock(now).now
 	c := fc.controller(t, ctx, cfg)
 	if err := c.FinishEvidence(ctx); err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Fatalf("FinishEvidence before the loop runs = %v; want it not running", err)
@@ -28,7 +29,7 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 	go func() { loop <- c.RunEvidence(ctx) }()
 	eventually(t, "evidence loop running", c.evidenceRunning.Load)
 
-	c.Observe(createVolume("pvc-late", "ns/late", "", gi, "vol-late", t0))
+	c.Observe(createVolume("pvc-late", "ns/late", "", gi, "vol-late", now))
 	finished := make(chan error, 1)
 	go func() {
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -57,10 +58,35 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 	// deadline and says what was left.
 	go func() { loop <- c.RunEvidence(ctx) }()
 	eventually(t, "evidence loop running again", c.evidenceRunning.Load)
-	c.Observe(createVolume("pvc-never", "ns/never", "", gi, "vol-never", t0))
+	c.Observe(createVolume("pvc-never", "ns/never", "", gi, "vol-never", now.Add(-time.Second)))
 	fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer fcancel()
 	if err := c.FinishEvidence(fctx); err == nil || !strings.Contains(err.Error(), "evidence of 1 volumes not written") {
 		t.Fatalf("FinishEvidence with a PV that never comes = %v; want the volume reported", err)
+	}
+}
+
+// TestFinishEvidenceDoesNotWaitForStaleEvidence: evidence that has waited
+// for its PV longer than finishFresh will not get it from this replica's
+// provisioner now; it does not hold the shutdown up.
+func TestFinishEvidenceDoesNotWaitForStaleEvidence(t *testing.T) {
+	fc := newFakeCluster(t, &world{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := t0.Add(time.Hour)
+	cfg := testConfig()
+	cfg.Now = newClock(now).now
+	c := fc.controller(t, ctx, cfg)
+	go func() { _ = c.RunEvidence(ctx) }()
+	eventually(t, "evidence loop running", c.evidenceRunning.Load)
+	// Observed (End = at + 1s) just over finishFresh ago.
+	c.Observe(createVolume("pvc-stale", "ns/stale", "", gi, "vol-stale", now.Add(-finishFresh-2*time.Second)))
+	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer fcancel()
+	if err := c.FinishEvidence(fctx); err != nil {
+		t.Fatalf("FinishEvidence with only stale evidence waiting = %v; want nil at once", err)
+	}
+	if n := c.book.volumesSeenSince(time.Time{}); n != 1 {
+		t.Fatalf("volumes waiting for a PV after the finish: %d, want the stale one kept (1)", n)
 	}
 }
