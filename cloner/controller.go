@@ -25,6 +25,12 @@ const (
 	minPassInterval = time.Second
 	// flushInterval bounds how long evidence waits when no PV event comes.
 	flushInterval = 2 * time.Second
+	// finishRetry is the same at shutdown, when every PV counts;
+	// finishFresh is how recent the evidence a shutdown waits for is: a
+	// CreateVolume answered that long ago has its PV by now or will not
+	// get it from this replica's provisioner.
+	finishRetry = 100 * time.Millisecond
+	finishFresh = 30 * time.Second
 )
 
 // Controller is the cloner: every replica feeds it observations (Observe)
@@ -53,6 +59,10 @@ type Controller struct {
 
 	wake  chan struct{} // a verdict pass is due
 	flush chan struct{} // an evidence flush is due
+	// finish carries FinishEvidence's request to the evidence loop, which
+	// sets evidenceRunning while it takes requests.
+	finish          chan finishRequest
+	evidenceRunning atomic.Bool
 
 	mu        sync.Mutex
 	snap      *Snapshot
@@ -110,6 +120,7 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
 		wake:            make(chan struct{}, 1),
 		flush:           make(chan struct{}, 1),
+		finish:          make(chan finishRequest),
 		malformed:       newMalformedTracker(),
 		emitted:         map[string]bool{},
 		dirty:           map[string]bool{},

@@ -2,6 +2,7 @@ package cloner
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,18 +11,24 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// RunEvidence turns observations into annotations until ctx ends. Every
-// replica runs it: the CSI calls reach whichever replica's relay the active
+// RunEvidence turns observations into annotations until ctx ends or
+// FinishEvidence asks it to persist what it holds and stop. Every replica
+// runs it: the CSI calls reach whichever replica's relay the active
 // csi-provisioner uses, not necessarily the leader's.
 func (c *Controller) RunEvidence(ctx context.Context) error {
 	if err := c.waitCore(ctx); err != nil {
 		return err
 	}
+	c.evidenceRunning.Store(true)
+	defer c.evidenceRunning.Store(false)
 	t := time.NewTicker(flushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case req := <-c.finish:
+			req.done <- c.persistRemaining(req.ctx)
 			return nil
 		case o := <-c.obs:
 			c.book.apply(o)
@@ -31,6 +38,57 @@ func (c *Controller) RunEvidence(ctx context.Context) error {
 			c.flushEvidence(ctx)
 		case <-t.C:
 			c.flushEvidence(ctx)
+		}
+	}
+}
+
+// finishRequest asks the evidence loop to persist what it holds and stop;
+// ctx bounds the work, done receives how it went.
+type finishRequest struct {
+	ctx  context.Context
+	done chan error
+}
+
+// FinishEvidence is for shutdown, once nothing feeds Observe any more (the
+// relay has closed and handed over what its tap had queued): RunEvidence
+// applies every queued observation, writes the evidence onto the PVs,
+// waiting for the PVs the provisioner is still creating, and returns. It
+// waits at most until ctx ends and then says what was not written. The
+// informers must run until it returns.
+func (c *Controller) FinishEvidence(ctx context.Context) error {
+	if !c.evidenceRunning.Load() {
+		return fmt.Errorf("%d observations queued and not turned into evidence: the evidence loop is not running (caches not synced)", len(c.obs))
+	}
+	req := finishRequest{ctx: ctx, done: make(chan error, 1)}
+	select {
+	case c.finish <- req:
+	case <-ctx.Done():
+		return fmt.Errorf("evidence loop did not take the shutdown request: %w", ctx.Err())
+	}
+	// The loop is bounded by ctx itself and says what it left.
+	return <-req.done
+}
+
+// persistRemaining applies what is queued and flushes until no recent
+// volume's evidence waits for its PV, retrying as PVs appear, until ctx
+// ends. Evidence older than finishFresh waits for a PV nobody is creating
+// right now: shutdown does not wait for it (another replica's tap, or CDI's
+// annotations, will do).
+func (c *Controller) persistRemaining(ctx context.Context) error {
+	t := time.NewTicker(finishRetry)
+	defer t.Stop()
+	for {
+		c.drain()
+		c.flushEvidence(ctx)
+		fresh := c.book.volumesSeenSince(c.cfg.now().Add(-finishFresh))
+		if len(c.obs) == 0 && fresh == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("evidence of %d volumes not written at shutdown (no PV yet, or the API server did not take it): %w", fresh, ctx.Err())
+		case <-c.flush:
+		case <-t.C:
 		}
 	}
 }
@@ -186,4 +244,16 @@ func (c *Controller) snapshotSource(snapshot string) string {
 	}
 	src, _, _ := unstructured.NestedString(objs[0].(*unstructured.Unstructured).Object, "spec", "source", "volumeHandle")
 	return src
+}
+
+// volumesSeenSince counts the volumes whose evidence waits for its PV and
+// was observed at or after since.
+func (b *evidenceBook) volumesSeenSince(since time.Time) int {
+	n := 0
+	for _, p := range b.volumes {
+		if !p.seen.Before(since) {
+			n++
+		}
+	}
+	return n
 }

@@ -35,6 +35,8 @@ var knownMetrics = map[string]bool{
 	"csi_clone_class_disks":                    true,
 	"csi_clone_golden_ready_timestamp_seconds": true,
 	"csi_clone_admission_params_synced":        true,
+	// The driver's Probe (metrics/driver.go, issue 24).
+	"csi_clone_driver_ready": true,
 }
 
 // tool returns the path of a command-line tool the tests drive. Without it

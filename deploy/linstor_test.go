@@ -125,16 +125,23 @@ func TestLinstorSidecarContainerIsHardened(t *testing.T) {
 	if sc.Resources.Requests.Cpu().IsZero() || sc.Resources.Requests.Memory().IsZero() || sc.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources %v: want cpu and memory requests and a memory limit", sc.Resources)
 	}
-	// Probes on /healthz of the --http-endpoint port, by the port's name.
+	// Liveness on /healthz (the relay only: restarting it heals no driver),
+	// readiness on /readyz (the relay and the driver's Probe), both on the
+	// --http-endpoint port, by the port's name.
 	endpoint, err := linstorpod.Arg(sc, "http-endpoint")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, portStr, _ := strings.Cut(endpoint, ":")
 	port, _ := strconv.Atoi(portStr)
-	for name, p := range map[string]*corev1.Probe{"liveness": sc.LivenessProbe, "readiness": sc.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
-			t.Errorf("%s probe is not GET /healthz: %v", name, p)
+	probes := map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"liveness": {sc.LivenessProbe, "/healthz"}, "readiness": {sc.ReadinessProbe, "/readyz"}}
+	for name, want := range probes {
+		p := want.probe
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want.path {
+			t.Errorf("%s probe is not GET %s: %v", name, want.path, p)
 			continue
 		}
 		var found bool

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -16,19 +17,26 @@ import (
 // HealthCheck reports whether a part of the sidecar is healthy.
 type HealthCheck func() error
 
-// Endpoint is what the HTTP endpoint serves besides /healthz.
+// Endpoint is what the HTTP endpoint serves.
 type Endpoint struct {
 	Addr, MetricsPath string
 	// Pprof adds Go's profiles under /debug/pprof/ (--enable-pprof, as the
 	// kubernetes-csi sidecars name it); off by default, since a heap or CPU
 	// profile of the process costs the data path time.
 	Pprof bool
+	// Live are the checks of /healthz, the liveness probe's endpoint: only
+	// what a restart of the process can heal. Ready are what /readyz, the
+	// readiness probe's, checks besides them. Kubernetes' own components
+	// split /livez and /readyz the same way; /healthz keeps the name every
+	// kubernetes-csi sidecar and csi-livenessprobe use for liveness.
+	Live, Ready []HealthCheck
 }
 
-// Serve runs the HTTP endpoint until ctx is done: metrics and /healthz,
-// which fails while any check fails. Listening errors are returned at once
-// so a bad --http-endpoint fails start-up.
-func Serve(ctx context.Context, e Endpoint, m *Metrics, checks ...HealthCheck) error {
+// Serve runs the HTTP endpoint until ctx is done: metrics, /healthz (fails
+// while a Live check fails) and /readyz (fails while any check fails).
+// Listening errors are returned at once so a bad --http-endpoint fails
+// start-up.
+func Serve(ctx context.Context, e Endpoint, m *Metrics) error {
 	addr := e.Addr
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -36,15 +44,8 @@ func Serve(ctx context.Context, e Endpoint, m *Metrics, checks ...HealthCheck) e
 	}
 	mux := http.NewServeMux()
 	mux.Handle(e.MetricsPath, promhttp.HandlerFor(m.Gatherer(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		for _, check := range checks {
-			if err := check(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux.Handle("/healthz", healthHandler(e.Live))
+	mux.Handle("/readyz", healthHandler(append(slices.Clip(e.Live), e.Ready...)))
 	if e.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -65,4 +66,18 @@ func Serve(ctx context.Context, e Endpoint, m *Metrics, checks ...HealthCheck) e
 		}
 	}()
 	return nil
+}
+
+// healthHandler answers "ok" while every check passes, else 503 with the
+// first failure's reason.
+func healthHandler(checks []HealthCheck) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for _, check := range checks {
+			if err := check(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
 }

@@ -12,9 +12,28 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
+// The outcomes of one Probe of the driver: the closed set of
+// csi_clone_driver_probes_total's result label.
+const (
+	// ProbeReady: the driver answered ready (or left ready unset, which the
+	// CSI spec reads as ready).
+	ProbeReady = "ready"
+	// ProbeNotReady: the driver answered ready=false.
+	ProbeNotReady = "not_ready"
+	// ProbeFailed: no answer: nothing listening, an error, or none within
+	// the interval.
+	ProbeFailed = "failed"
+)
+
+// ProbeOutcomes lists every outcome a probe can have.
+var ProbeOutcomes = []string{ProbeReady, ProbeNotReady, ProbeFailed}
+
+var errNotReady = errors.New("driver answered Probe: not ready")
+
 // DriverProbe asks the driver's Identity service for Probe every interval,
-// straight on the driver's socket, and keeps the outcome for a health check:
-// a relay in front of a driver that does not answer is of no use to anyone.
+// straight on the driver's socket, and keeps the outcome for the readiness
+// check and the metrics. It is never part of liveness: restarting the relay
+// heals no driver and cuts every connection it carries.
 type DriverProbe struct {
 	path     string
 	interval time.Duration
@@ -23,12 +42,28 @@ type DriverProbe struct {
 	mu      sync.Mutex
 	lastOK  time.Time // when the driver last answered ready
 	lastErr error     // the latest probe's failure; nil after a success
+	counts  map[string]uint64
+}
+
+// DriverStatus is what the probe knows of the driver at one moment.
+type DriverStatus struct {
+	// Ready is whether Check passes.
+	Ready bool
+	// LastReady is when the driver last answered ready; zero if never.
+	LastReady time.Time
+	// Probes counts the finished probes by outcome (every ProbeOutcomes key
+	// is present).
+	Probes map[string]uint64
 }
 
 // NewDriverProbe returns a probe of the driver at path (a socket path, see
 // SocketPath) that Run repeats every interval.
 func NewDriverProbe(path string, interval time.Duration) *DriverProbe {
-	return &DriverProbe{path: path, interval: interval, now: time.Now}
+	counts := make(map[string]uint64, len(ProbeOutcomes))
+	for _, o := range ProbeOutcomes {
+		counts[o] = 0
+	}
+	return &DriverProbe{path: path, interval: interval, now: time.Now, counts: counts}
 }
 
 // Run probes at once and then every interval until ctx is done. Each probe
@@ -47,14 +82,23 @@ func (p *DriverProbe) Run(ctx context.Context) {
 }
 
 func (p *DriverProbe) probeOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, p.interval)
+	probeCtx, cancel := context.WithTimeout(ctx, p.interval)
 	defer cancel()
-	err := probeDriver(ctx, p.path)
+	err := probeDriver(probeCtx, p.path)
+	if ctx.Err() != nil {
+		return // shutting down: not the driver's outcome
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lastErr = err
-	if err == nil {
+	switch {
+	case err == nil:
 		p.lastOK = p.now()
+		p.counts[ProbeReady]++
+	case errors.Is(err, errNotReady):
+		p.counts[ProbeNotReady]++
+	default:
+		p.counts[ProbeFailed]++
 	}
 }
 
@@ -72,7 +116,7 @@ func probeDriver(ctx context.Context, path string) error {
 	}
 	// The spec lets a driver leave ready unset, which means ready.
 	if r := resp.GetReady(); r != nil && !r.GetValue() {
-		return errors.New("driver answered Probe: not ready")
+		return errNotReady
 	}
 	return nil
 }
@@ -84,6 +128,10 @@ func probeDriver(ctx context.Context, path string) error {
 func (p *DriverProbe) Check() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.checkLocked()
+}
+
+func (p *DriverProbe) checkLocked() error {
 	switch {
 	case p.lastOK.IsZero() && p.lastErr != nil:
 		return fmt.Errorf("driver at %s has not answered Probe yet: %w", p.path, p.lastErr)
@@ -95,4 +143,15 @@ func (p *DriverProbe) Check() error {
 		return fmt.Errorf("driver at %s did not answer Probe since %s: no answer yet", p.path, p.lastOK.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// Status returns what Check says and the probes' history, for metrics.
+func (p *DriverProbe) Status() DriverStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	counts := make(map[string]uint64, len(p.counts))
+	for o, n := range p.counts {
+		counts[o] = n
+	}
+	return DriverStatus{Ready: p.checkLocked() == nil, LastReady: p.lastOK, Probes: counts}
 }

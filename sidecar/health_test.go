@@ -61,20 +61,38 @@ func TestDriverProbe(t *testing.T) {
 
 	// No driver at all: unhealthy, saying where and why.
 	checkFailsWith(t, probe.Check, "driver at "+sock+" has not answered Probe yet", "no such file or directory")
+	if st := probe.Status(); st.Ready || !st.LastReady.IsZero() || st.Probes[sidecar.ProbeFailed] == 0 || st.Probes[sidecar.ProbeReady] != 0 {
+		t.Errorf("no driver: status %+v; want not ready, never ready, failed probes only", st)
+	}
 
 	srv := &probeServer{}
 	serveGRPC(t, sock, func(s *grpc.Server) { csi.RegisterIdentityServer(s, srv) })
 	waitFor(t, func() bool { return probe.Check() == nil })
+	up := probe.Status()
+	if !up.Ready || up.LastReady.IsZero() || up.Probes[sidecar.ProbeReady] == 0 {
+		t.Errorf("driver up: status %+v; want ready with a ready probe counted", up)
+	}
 
 	srv.notReady.Store(true)
 	checkFailsWith(t, probe.Check, "did not answer Probe since", "not ready")
+	if st := probe.Status(); st.Ready || st.Probes[sidecar.ProbeNotReady] == 0 || st.LastReady.Before(up.LastReady) {
+		t.Errorf("driver not ready: status %+v; want a not_ready probe counted and the last ready time kept", st)
+	}
 	srv.notReady.Store(false)
 	waitFor(t, func() bool { return probe.Check() == nil })
 
 	// Accepting connections but not answering: unhealthy once a probe's
 	// interval ran out.
 	srv.hang.Store(true)
+	failedBefore := probe.Status().Probes[sidecar.ProbeFailed]
 	checkFailsWith(t, probe.Check, "did not answer Probe since", "DeadlineExceeded")
+	if st := probe.Status(); st.Ready || st.Probes[sidecar.ProbeFailed] <= failedBefore {
+		t.Errorf("driver hung: status %+v; want not ready with the unanswered probe counted as failed", st)
+	}
+	// Every outcome of the closed set is counted, zero or not.
+	if st := probe.Status(); len(st.Probes) != len(sidecar.ProbeOutcomes) {
+		t.Errorf("status counts %v; want exactly the outcomes %v", st.Probes, sidecar.ProbeOutcomes)
+	}
 }
 
 // TestCheckListenerNeedsTheServeLoop: the kernel completes a connect to a

@@ -19,6 +19,11 @@ type logThrottle struct {
 	suppressed int
 }
 
+// abandonLogInterval spaces the lines about connections the tap gave up
+// on; every one of them is counted in
+// csi_clone_tap_connections_abandoned_total all the same.
+const abandonLogInterval = 10 * time.Second
+
 func newLogThrottle(interval time.Duration) *logThrottle {
 	return &logThrottle{interval: interval, now: time.Now}
 }

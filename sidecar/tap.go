@@ -60,6 +60,10 @@ type Tap struct {
 	queue   chan pending
 	done    chan struct{}
 	closeMu sync.Once
+
+	// abandonLog keeps a client that opens connection after connection
+	// the tap cannot follow from writing a log line each.
+	abandonLog *logThrottle
 }
 
 // pending is a finished call on its way to the Observer, with the raw
@@ -91,7 +95,7 @@ func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 		r = noRecorder{}
 	}
 	t := &Tap{observer: o, recorder: r, buffers: hasObserver(o), wants: observes(o), budget: newBudget(maxBufferedBytes),
-		queue: make(chan pending, queueSize), done: make(chan struct{})}
+		queue: make(chan pending, queueSize), done: make(chan struct{}), abandonLog: newLogThrottle(abandonLogInterval)}
 	go t.deliver()
 	return t
 }

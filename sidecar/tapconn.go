@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"fmt"
-	"log/slog"
 	"math"
 	"runtime/debug"
 	"sync"
@@ -124,7 +123,7 @@ func (tc *TapConn) abandon(reason string, err error) {
 	if tc.abandoned.Swap(true) {
 		return
 	}
-	slog.Info("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
+	tc.tap.abandonLog.Info("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
 	tc.tap.recorder.ConnectionAbandoned(reason)
 	tc.mu.Lock()
 	for _, c := range tc.calls {

@@ -140,7 +140,7 @@ func registerFlags(fs *flag.FlagSet) *options {
 	o := &options{}
 	fs.StringVar(&o.listenAddress, "listen-address", "", "Unix socket the CSI sidecars (provisioner, resizer, snapshotter) connect to, as /path or unix:///path; every byte is relayed to --csi-address (same forms). Required.")
 	fs.StringVar(&o.socketMode, "listen-socket-mode", "0660", "Permissions of --listen-address, in octal.")
-	fs.DurationVar(&o.healthInterval, "health-probe-interval", 10*time.Second, "How often the driver is asked for Probe (each probe may take as long); /healthz fails when it has not answered for two intervals.")
+	fs.DurationVar(&o.healthInterval, "health-probe-interval", 10*time.Second, "How often the driver is asked for Probe (each probe may take as long); /readyz fails and csi_clone_driver_ready is 0 when it has not answered ready for two intervals. /healthz (liveness) does not depend on the driver.")
 	fs.StringVar(&o.observationsLog, "observations-log", "", "Append every observed CSI call as a JSON line to this file (debugging; holds no secrets).")
 	fs.IntVar(&o.queueSize, "observation-queue", 1024, "Observations that may wait for the verdict engine before new ones are dropped (and counted).")
 	fs.BoolVar(&o.tap, "tap", true, "Decode the relayed calls. With --tap=false the relay only copies bytes.")
@@ -312,20 +312,47 @@ func serve(ctx context.Context, o *options, cfg standardflags.SidecarConfigurati
 		relay.Close()
 		return err
 	}
+	// The informers and the evidence loop outlive ctx (the signal): the
+	// relay hands what its tap still had queued to the cloner while it
+	// closes, and that must reach the PVs before they stop.
+	evidenceCtx, stopEvidence := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEvidence()
 	// Only now, with the socket listening, may anything wait on the API
 	// server: the CSI sidecars give up on a socket that does not answer.
 	if ctrl != nil {
-		startVerdicts(ctx, ctrl, kube, o, cfg)
+		startVerdicts(ctx, evidenceCtx, ctrl, kube, o, cfg)
 	}
 	go learnDriverName(ctx, o.driverPath, m)
 	klog.InfoS("Relaying CSI calls", "listen", o.listenPath, "driver", o.driverPath, "tap", o.tap, "version", version)
-	return relay.Serve(ctx)
+	err = relay.Serve(ctx)
+	if ctrl != nil {
+		finishEvidence(ctrl)
+	}
+	return err
 }
 
-// serveHTTP starts the metrics and /healthz endpoint, if one is set.
-// /healthz fails while the relay's Serve loop does not accept or the driver
-// has not answered Probe lately. Kubernetes is not part of it: a slow API
-// server must not get the data path restarted by a liveness probe.
+// evidenceShutdownTimeout bounds how long the evidence of the calls the
+// relay decoded may take to reach the PVs at shutdown, after the relay's
+// own 10 s: 20 s in all, within Kubernetes' default grace period of 30 s.
+const evidenceShutdownTimeout = 10 * time.Second
+
+// finishEvidence persists what the relay's tap delivered while it closed.
+func finishEvidence(ctrl *cloner.Controller) {
+	ctx, cancel := context.WithTimeout(context.Background(), evidenceShutdownTimeout)
+	defer cancel()
+	if err := ctrl.FinishEvidence(ctx); err != nil {
+		klog.ErrorS(err, "Shutting down with evidence not persisted; verdicts of those disks fall back to CDI's annotations")
+		return
+	}
+	klog.V(2).InfoS("Evidence of every decoded call persisted")
+}
+
+// serveHTTP starts the metrics, /healthz and /readyz endpoint, if one is
+// set. /healthz (liveness) fails only while the relay's Serve loop does not
+// accept: a restart heals that and nothing else. The driver's Probe is
+// /readyz's and csi_clone_driver_ready's business: restarting the relay
+// heals no driver and cuts every connection it carries. Kubernetes is part
+// of neither: a slow API server must not get the data path restarted.
 func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfiguration, m *metrics.Metrics, relay *sidecar.Relay) error {
 	endpoint := cfg.HttpEndpoint
 	if endpoint == "" {
@@ -335,6 +362,9 @@ func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfigu
 		return nil
 	}
 	probe := sidecar.NewDriverProbe(o.driverPath, o.healthInterval)
+	if err := m.Register(metrics.NewDriverCollector(probe.Status)); err != nil {
+		return err
+	}
 	go probe.Run(ctx)
 	listening := func() error {
 		// Well below the 5s timeout of the probes in deploy/.
@@ -342,7 +372,8 @@ func serveHTTP(ctx context.Context, o *options, cfg standardflags.SidecarConfigu
 		defer cancel()
 		return relay.CheckListener(ctx)
 	}
-	return metrics.Serve(ctx, metrics.Endpoint{Addr: endpoint, MetricsPath: cfg.MetricsPath, Pprof: o.pprof}, m, listening, probe.Check)
+	return metrics.Serve(ctx, metrics.Endpoint{Addr: endpoint, MetricsPath: cfg.MetricsPath, Pprof: o.pprof,
+		Live: []metrics.HealthCheck{listening}, Ready: []metrics.HealthCheck{probe.Check}}, m)
 }
 
 // newVerdicts builds the cloner without touching the network yet.
@@ -364,11 +395,12 @@ func newVerdicts(o *options, cfg standardflags.SidecarConfiguration, m *metrics.
 	return ctrl, kube, nil
 }
 
-// startVerdicts starts the cloner: evidence on every replica, verdicts on
-// the elected leader only. It returns at once.
-func startVerdicts(ctx context.Context, ctrl *cloner.Controller, kube kubernetes.Interface, o *options, cfg standardflags.SidecarConfiguration) {
-	ctrl.Start(ctx)
-	go func() { logIfFailed("evidence loop", ctrl.RunEvidence(ctx)) }()
+// startVerdicts starts the cloner: evidence on every replica for the life of
+// evidenceCtx (with the informers), verdicts on the elected leader only, for
+// the life of ctx. It returns at once.
+func startVerdicts(ctx, evidenceCtx context.Context, ctrl *cloner.Controller, kube kubernetes.Interface, o *options, cfg standardflags.SidecarConfiguration) {
+	ctrl.Start(evidenceCtx)
+	go func() { logIfFailed("evidence loop", ctrl.RunEvidence(evidenceCtx)) }()
 	lead := func(ctx context.Context) { logIfFailed("verdict loop", ctrl.RunVerdicts(ctx)) }
 	if !cfg.LeaderElection {
 		go lead(ctx)

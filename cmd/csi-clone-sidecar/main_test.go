@@ -142,13 +142,14 @@ func waitHealthz(t *testing.T, url string, code int, want string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("/healthz = %q; want %d with %q", last, code, want)
+	t.Fatalf("%s = %q; want %d with %q", url, last, code, want)
 }
 
 // TestUnixURLAddressesAndHealthz runs the binary with both sockets given as
-// unix:// URLs: a call goes through the relay to the driver, and /healthz
-// follows the driver: ok while it answers Probe, 503 with the reason once it
-// is gone.
+// unix:// URLs: a call goes through the relay to the driver; /readyz and
+// csi_clone_driver_ready follow the driver (ok while it answers Probe, 503
+// with the reason once it is gone) while /healthz, the liveness probe's,
+// stays ok: a restart of the relay would heal no driver.
 func TestUnixURLAddressesAndHealthz(t *testing.T) {
 	dir := t.TempDir()
 	drv, err := csidriver.Start(csidriver.Config{Endpoint: filepath.Join(dir, "driver.sock"), StateDir: filepath.Join(dir, "state")})
@@ -163,8 +164,10 @@ func TestUnixURLAddressesAndHealthz(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	healthz := "http://" + endpoint + "/healthz"
+	healthz, readyz := "http://"+endpoint+"/healthz", "http://"+endpoint+"/readyz"
+	waitHealthz(t, readyz, http.StatusOK, "ok")
 	waitHealthz(t, healthz, http.StatusOK, "ok")
+	waitHealthz(t, "http://"+endpoint+"/metrics", http.StatusOK, "\ncsi_clone_driver_ready 1\n")
 
 	conn, err := grpc.NewClient("unix://"+relaySock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -179,7 +182,10 @@ func TestUnixURLAddressesAndHealthz(t *testing.T) {
 	}
 
 	drv.Stop()
-	waitHealthz(t, healthz, http.StatusServiceUnavailable, "driver at "+drv.SocketPath()+" did not answer Probe since")
+	waitHealthz(t, readyz, http.StatusServiceUnavailable, "driver at "+drv.SocketPath()+" did not answer Probe since")
+	waitHealthz(t, "http://"+endpoint+"/metrics", http.StatusOK, "\ncsi_clone_driver_ready 0\n")
+	// The probe has seen the driver gone; liveness must not have.
+	waitHealthz(t, healthz, http.StatusOK, "ok")
 }
 
 // The container's memory limit, as the downward API gives it in deploy/,

@@ -113,3 +113,52 @@ func (c *Cluster) RestartExited() ([]string, error) {
 	}
 	return names, nil
 }
+
+// FreezeDriver stops the test CSI driver with SIGSTOP: a driver that hangs
+// (its LINSTOR controller unreachable, a stuck call) rather than one that
+// crashed. Its socket still accepts connections (the kernel completes them)
+// and every connection already open stays open, but nothing is answered
+// until ThawDriver.
+func (c *Cluster) FreezeDriver() error { return c.signalDriver(syscall.SIGSTOP, "frozen") }
+
+// ThawDriver lets a frozen driver run again (SIGCONT): it answers what
+// waited on its connections, on the same connections.
+func (c *Cluster) ThawDriver() error { return c.signalDriver(syscall.SIGCONT, "thawed") }
+
+func (c *Cluster) signalDriver(sig syscall.Signal, what string) error {
+	c.mu.Lock()
+	d := c.procs[driverName]
+	c.mu.Unlock()
+	if d == nil {
+		return errors.New("signal csi-test-driver: it was never started")
+	}
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal csi-test-driver: %w", err)
+	}
+	c.logf("cluster: csi-test-driver %s", what)
+	return nil
+}
+
+// TerminateSidecar stops csi-clone-sidecar the way the kubelet stops a
+// container: SIGTERM (then SIGCONT, in case FreezeSidecar stopped it: the
+// SIGTERM waits until then), and waits up to grace for it to exit; then,
+// as KillSidecar, for the kubernetes-csi sidecars that lose their
+// connection. Unlike a SIGKILL the sidecar shuts down in order.
+func (c *Cluster) TerminateSidecar(grace time.Duration) error {
+	c.mu.Lock()
+	sc := c.procs[sidecarName]
+	c.mu.Unlock()
+	if sc == nil || c.opts.NoSidecar {
+		return errors.New("terminate csi-clone-sidecar: none runs in this cluster")
+	}
+	clients := c.csiClients()
+	_, statErr := os.Lstat(terminationLog)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGCONT} {
+		if err := sc.cmd.Process.Signal(sig); err != nil {
+			return fmt.Errorf("terminate csi-clone-sidecar: %w", err)
+		}
+	}
+	errs := []error{waitExited(sc, grace)}
+	errs = append(errs, c.dropClients("csi-clone-sidecar terminated", clients, statErr == nil))
+	return errors.Join(errs...)
+}

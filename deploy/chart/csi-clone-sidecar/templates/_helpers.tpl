@@ -63,6 +63,9 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
   ports:
     - name: clone-metrics
       containerPort: {{ $s.metricsPort }}
+  # Liveness: only the relay (its socket accepts). The driver's Probe is
+  # readiness' business: restarting the relay heals no driver and cuts
+  # every connection it carries (docs/install.md, Health).
   livenessProbe:
     httpGet:
       path: /healthz
@@ -71,9 +74,12 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
     periodSeconds: 20
     timeoutSeconds: 5
     failureThreshold: 6
+  # Readiness: the relay and the driver's Probe. No Service sends CSI
+  # traffic here; a not-ready pod only shows it (metrics are scraped all
+  # the same) and holds a rollout back (docs/install.md, Health).
   readinessProbe:
     httpGet:
-      path: /healthz
+      path: /readyz
       port: clone-metrics
     periodSeconds: 10
     timeoutSeconds: 5
