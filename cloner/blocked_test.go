@@ -206,12 +206,15 @@ func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 			t.Fatalf("%s: %s %q (driver error %q), want pending with the error recorded", n, r.Verdict, r.Message, r.DriverError)
 		}
 	}
-	if !reasonsOf(recs["slow"])[ReasonResizeFailed] {
-		t.Fatal("a failed expansion is a finding whatever its code")
+	if got := recs["slow"].BadReasons(); len(got) != 0 {
+		t.Fatalf("an expansion the resizer retries is no finding before --stuck-after: %v", got)
 	}
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(DefaultStuckAfter))
 	if r := recs["hang"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
 		t.Fatalf("hang after --stuck-after: %s %q", r.Verdict, r.Message)
+	}
+	if r := recs["slow"]; r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonResizeFailed] {
+		t.Fatalf("slow after --stuck-after: %s %v, want stuck and resize-failed", r.Verdict, r.BadReasons())
 	}
 }
 

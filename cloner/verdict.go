@@ -341,7 +341,9 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	if msg := resizeMissing(r, f); msg != "" {
 		add(ReasonResizeMissing, msg)
 	}
-	if x := failedExpansion(f.evidenceOf()); x != nil {
+	if x := failedExpansion(f.evidenceOf()); x != nil && (definiteCode(x.Code) || r.Verdict != VerdictPending) {
+		// A code the resizer retries is a problem only once the disk is
+		// stuck or done without it.
 		add(ReasonResizeFailed, fmt.Sprintf("the driver answered ControllerExpandVolume of volume %s to %d bytes with %s",
 			r.Volume, x.RequiredBytes, expansionText(x)))
 	}
