@@ -359,3 +359,58 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 		t.Fatalf("bad disks %+v", bad)
 	}
 }
+
+// without drops the objects named ns/name (DataVolumes and claims) from the
+// world, as a deletion does.
+func (w *world) without(ns, name string) {
+	dvs := w.dvs[:0]
+	for _, dv := range w.dvs {
+		if dv.Namespace != ns || dv.Name != name {
+			dvs = append(dvs, dv)
+		}
+	}
+	w.dvs = dvs
+	pvcs := w.pvcs[:0]
+	for _, pvc := range w.pvcs {
+		if pvc.Namespace != ns || pvc.Name != name {
+			pvcs = append(pvcs, pvc)
+		}
+	}
+	w.pvcs = pvcs
+}
+
+// TestNoGoldenDataVolumeStillGetsStuck: the golden's DataVolume is deleted
+// while a clone hangs, its claim kept (CDI clones from the claim alone), or
+// deleted too once CDI's tmp-pvc was bound to a cloned volume. Nothing
+// imports any more: the disk is not "waiting for the golden's import", and
+// it is stuck after --stuck-after like any hanging clone.
+func TestNoGoldenDataVolumeStillGetsStuck(t *testing.T) {
+	cfg := testConfig()
+	for _, tc := range []struct {
+		name      string
+		keepClaim bool
+	}{{"claim kept", true}, {"claim deleted after tmp-pvc bound", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var w world
+			g, gpv := w.golden(testSID, testVer)
+			dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+			dv.Status.Phase = cdiv1.CSICloneInProgress
+			target := w.pendingTarget(dv)
+			if !tc.keepClaim {
+				w.tmpClaim(target, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
+			}
+			w.without(g.Namespace, g.Name)
+			if tc.keepClaim {
+				w.claim(g, testClass, 6*gi, 6*gi, "golden-vol-kept")
+			}
+			recs, _ := w.judgeAll(t, cfg, t0.Add(time.Minute))
+			if r := recs["d"]; r.Verdict != VerdictPending || strings.Contains(r.Message, "import") {
+				t.Fatalf("a minute in: %s %q, want pending, not waiting for an import", r.Verdict, r.Message)
+			}
+			recs, _ = w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter))
+			if r := recs["d"]; r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonStuck] {
+				t.Fatalf("after --stuck-after: %s %v %q, want stuck", r.Verdict, r.BadReasons(), r.Message)
+			}
+		})
+	}
+}

@@ -152,7 +152,9 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 		judgeMechanism(r, f, snapshotOf)
 		a.duration, a.timed = cloneDuration(r, f)
 	case judgeBlocked(r, f, &a, cfg, now):
-	case g == nil || !g.Imported():
+	case g != nil && !g.Imported():
+		// Without the golden's DataVolume nothing imports: CDI clones from
+		// its claim, or already did, and the clock below runs.
 		r.Message = "waiting for the golden's import"
 	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter:
 		// No "ago" in the message: it must not change on every pass, or the
@@ -182,9 +184,10 @@ func evidenceDue(pv *corev1.PersistentVolume, cfg Config) time.Time {
 }
 
 // cloneRequestedAt is when CDI could start the clone: the later of the
-// disk's creation and the golden's import finishing.
+// disk's creation and the golden's import finishing (the disk's creation
+// when the golden's DataVolume is gone).
 func cloneRequestedAt(d *WorkerDisk, g *Golden) time.Time {
-	if g.ReadySince.After(d.Created) {
+	if g != nil && g.ReadySince.After(d.Created) {
 		return g.ReadySince
 	}
 	return d.Created
