@@ -414,3 +414,26 @@ func TestNoGoldenDataVolumeStillGetsStuck(t *testing.T) {
 		})
 	}
 }
+
+// TestStuckMessageCarriesWhyCDIHoldsTheClone: a pod uses the golden; CDI
+// holds the clone and says so in the DataVolume's Bound condition (reason
+// Pending, the claim's latest event appended). The stuck verdict says it.
+func TestStuckMessageCarriesWhyCDIHoldsTheClone(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "held", "p", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	w.pendingTarget(dv)
+	inUse := "pod cozy-public/golden-reader using PersistentVolumeClaim " + g.Name
+	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, "Pending", "target PVC held Pending and "+inUse, t0)
+	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Populator is running", "", t0)
+	plain := w.worker("tenant-a", "plain", "p", g, 20*gi, ptrTo(testClass))
+	condition(plain, cdiv1.DataVolumeBound, corev1.ConditionFalse, "Pending", "PVC plain Pending", t0)
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if r := recs["held"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, inUse) {
+		t.Fatalf("held: %s %q, want stuck with %q", r.Verdict, r.Message, inUse)
+	}
+	if r := recs["plain"]; r.Verdict != VerdictStuck || strings.Contains(r.Message, "CDI:") {
+		t.Fatalf("plain: %s %q, want stuck without CDI's plain Pending", r.Verdict, r.Message)
+	}
+}
