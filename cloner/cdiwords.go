@@ -182,15 +182,13 @@ func lastSeen(e *corev1.Event) time.Time {
 	return e.FirstTimestamp.Time
 }
 
-// heardText is what the verdict quotes of the events, leaving out what its
-// message already says (CDI's Bound condition repeats a claim's latest
-// event).
-func heardText(events []heardEvent, message string) string {
-	var parts []string
+// heardText is what the verdict quotes of the events. A claim's latest
+// event may also be in CDI's Bound condition; the event still says which
+// reason it was.
+func heardText(events []heardEvent) string {
+	parts := make([]string, 0, len(events))
 	for _, e := range events {
-		if !strings.Contains(message, e.Message) {
-			parts = append(parts, e.Reason+": "+e.Message)
-		}
+		parts = append(parts, e.Reason+": "+e.Message)
 	}
 	return strings.Join(parts, "; ")
 }

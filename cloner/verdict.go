@@ -175,7 +175,7 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 		if why := cdiExplanation(d); why != "" {
 			r.Message += "; CDI: " + why
 		}
-		if said := heardText(f.heard.events, r.Message); said != "" {
+		if said := heardText(f.heard.events); said != "" {
 			r.Message += "; CDI's Warning events: " + said
 		}
 	default:
