@@ -7,7 +7,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
@@ -22,7 +24,7 @@ const heldStuckAfter = 20 * time.Second
 // cdi-controller holds both clones (clone/common.go IsSourceClaimReady) and
 // says why, in the DataVolume's Bound condition and a CloneSourceInUse
 // Warning on the worker's claim; after --stuck-after the verdicts quote it.
-// The second golden's DataVolume is then deleted, its claim kept (CDI
+// The second golden's DataVolume was deleted first, its claim kept (CDI
 // clones from the claim alone): its disk must be stuck all the same, not
 // "waiting for the golden's import". Once the pod goes, both clones finish.
 // The pod is only an object: CDI reads pods, it needs no kubelet.
@@ -30,6 +32,9 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 	checkNoLeaks(t)
 	c := cluster.Start(t, cluster.Options{
 		SidecarArgs: []string{"--resync-period=2s", "--stuck-after=" + heldStuckAfter.String(), "--evidence-grace=3s"},
+		// An orphaning delete of a DataVolume completes through the
+		// garbage collector, as on any cluster.
+		ExtraControllers: []string{"garbage-collector-controller"},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -40,6 +45,7 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 	waitPhase(t, ctx, c, cluster.NamespaceGolden, goldenA, cdiv1.Succeeded)
 	waitPhase(t, ctx, c, cluster.NamespaceGolden, goldenD, cdiv1.Succeeded)
 	reader := useGoldens(t, ctx, c, "golden-reader", goldenA, goldenD)
+	deleteDataVolumeKeepClaim(t, ctx, c, goldenD)
 	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +53,6 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 	orphan := workerCase{name: "held-d", pool: "kubernetes-held", flavor: flavorD, class: "replicated", size: "20Gi"}
 	createWorker(t, ctx, c, held)
 	createWorker(t, ctx, c, orphan)
-	orphanGolden := metav1.DeletePropagationOrphan
-	if err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(cluster.NamespaceGolden).Delete(ctx, goldenD,
-		metav1.DeleteOptions{PropagationPolicy: &orphanGolden}); err != nil {
-		t.Fatal(err)
-	}
 
 	inUse := func(golden string) string {
 		return "pod " + cluster.NamespaceGolden + "/" + reader + " using PersistentVolumeClaim " + golden
@@ -81,6 +82,27 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 	}
 	for _, d := range []workerCase{held, orphan} {
 		waitRecordIn(t, ctx, c, d.name, "csi-clone once the pod is gone", func(r *cloner.Record) bool { return r.Verdict == cloner.VerdictCSIClone })
+	}
+}
+
+// deleteDataVolumeKeepClaim deletes a golden DataVolume, orphaning its
+// claim, and waits until it is gone and the claim is still there.
+func deleteDataVolumeKeepClaim(t *testing.T, ctx context.Context, c *cluster.Cluster, golden string) {
+	t.Helper()
+	orphan := metav1.DeletePropagationOrphan
+	dvs := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(cluster.NamespaceGolden)
+	if err := dvs.Delete(ctx, golden, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dvs.Get(ctx, golden, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("golden DataVolume %s never went away: %v", golden, err)
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Get(ctx, golden, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the golden's claim went with its DataVolume: %v", err)
 	}
 }
 
