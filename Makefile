@@ -46,6 +46,12 @@ unit:
 	@# -timeout: deploy's image test builds the image (an arm64 compile, minutes on a cold cache) and runs it under podman
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/e2e)
 	$(GO) test -count=1 -race ./sidecar/...
+	@# The pinned tools' modules (test/tools/mod) hold tests of their own: the
+	@# kubernetes-csi sidecars' rules against the sidecar's tables, our CDI programs.
+	@for m in $$(find test/tools/mod -name '*_test.go' | cut -d/ -f4 | sort -u); do \
+		echo "cd test/tools/mod/$$m && $(GO) test -count=1 -mod=mod ./..."; \
+		(cd test/tools/mod/$$m && $(GO) test -count=1 -mod=mod ./...) || exit 1; \
+	done
 
 ## fuzz: short runs of the tap's fuzz targets: the parser, and the wire decoder against protobuf (FUZZTIME=10m for long ones)
 # -fuzzminimizetime 0: a smoke run keeps new inputs as found; minimizing one

@@ -18,6 +18,9 @@ type evaluation struct {
 	recheckAt time.Time
 	// pred is the pass's clone-path prediction (nil: not available).
 	pred *predictor
+	// hearingOf tells what was heard of a disk's Warning events; nil: no
+	// events are read (report, tests), a stuck disk is judged without them.
+	hearingOf func(*WorkerDisk) hearing
 }
 
 // evaluate judges every worker disk of the inventory.
@@ -28,7 +31,13 @@ func evaluate(inv *inventory, cfg Config, now time.Time) *evaluation {
 // evaluateWith judges every worker disk, recording each one's clone-path
 // prediction when pred is not nil.
 func evaluateWith(inv *inventory, cfg Config, now time.Time, pred *predictor) *evaluation {
-	ev := &evaluation{inv: inv, pred: pred, malformed: append([]malformedObject(nil), inv.malformed...)}
+	return evaluateHearing(inv, cfg, now, pred, nil)
+}
+
+// evaluateHearing is evaluateWith that also knows what CDI's Warning events
+// said of each disk (the controller's passes).
+func evaluateHearing(inv *inventory, cfg Config, now time.Time, pred *predictor, hearingOf func(*WorkerDisk) hearing) *evaluation {
+	ev := &evaluation{inv: inv, pred: pred, hearingOf: hearingOf, malformed: append([]malformedObject(nil), inv.malformed...)}
 	for _, d := range inv.disks {
 		if d.Kind == DiskHTTPImport {
 			ev.assessments = append(ev.assessments, judgeHTTP(d, inv.goldenForFlavor(d.Flavor)))
@@ -51,6 +60,10 @@ func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
 	f.class = inv.classes.resolveDiskClass(f.pvc, f.pv, d)
 	f.goldenClaimExists = inv.claimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
 	ev.followClonePath(&f)
+	f.heard = hearing{known: true}
+	if ev.hearingOf != nil {
+		f.heard = ev.hearingOf(d)
+	}
 	if f.predicted = recordedPrediction(f.pvc); f.predicted == nil {
 		f.predicted = ev.pred.forDisk(f)
 	}

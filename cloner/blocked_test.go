@@ -206,12 +206,15 @@ func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 			t.Fatalf("%s: %s %q (driver error %q), want pending with the error recorded", n, r.Verdict, r.Message, r.DriverError)
 		}
 	}
-	if !reasonsOf(recs["slow"])[ReasonResizeFailed] {
-		t.Fatal("a failed expansion is a finding whatever its code")
+	if got := recs["slow"].BadReasons(); len(got) != 0 {
+		t.Fatalf("an expansion the resizer retries is no finding before --stuck-after: %v", got)
 	}
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(DefaultStuckAfter))
 	if r := recs["hang"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
 		t.Fatalf("hang after --stuck-after: %s %q", r.Verdict, r.Message)
+	}
+	if r := recs["slow"]; r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonResizeFailed] {
+		t.Fatalf("slow after --stuck-after: %s %v, want stuck and resize-failed", r.Verdict, r.BadReasons())
 	}
 }
 
@@ -354,5 +357,83 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	if len(bad) != 1 || bad[0].Verdict != VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {
 		t.Fatalf("bad disks %+v", bad)
+	}
+}
+
+// without drops the objects named ns/name (DataVolumes and claims) from the
+// world, as a deletion does.
+func (w *world) without(ns, name string) {
+	dvs := w.dvs[:0]
+	for _, dv := range w.dvs {
+		if dv.Namespace != ns || dv.Name != name {
+			dvs = append(dvs, dv)
+		}
+	}
+	w.dvs = dvs
+	pvcs := w.pvcs[:0]
+	for _, pvc := range w.pvcs {
+		if pvc.Namespace != ns || pvc.Name != name {
+			pvcs = append(pvcs, pvc)
+		}
+	}
+	w.pvcs = pvcs
+}
+
+// TestNoGoldenDataVolumeStillGetsStuck: the golden's DataVolume is deleted
+// while a clone hangs, its claim kept (CDI clones from the claim alone), or
+// deleted too once CDI's tmp-pvc was bound to a cloned volume. Nothing
+// imports any more: the disk is not "waiting for the golden's import", and
+// it is stuck after --stuck-after like any hanging clone.
+func TestNoGoldenDataVolumeStillGetsStuck(t *testing.T) {
+	cfg := testConfig()
+	for _, tc := range []struct {
+		name      string
+		keepClaim bool
+	}{{"claim kept", true}, {"claim deleted after tmp-pvc bound", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var w world
+			g, gpv := w.golden(testSID, testVer)
+			dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+			dv.Status.Phase = cdiv1.CSICloneInProgress
+			target := w.pendingTarget(dv)
+			if !tc.keepClaim {
+				w.tmpClaim(target, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
+			}
+			w.without(g.Namespace, g.Name)
+			if tc.keepClaim {
+				w.claim(g, testClass, 6*gi, 6*gi, "golden-vol-kept")
+			}
+			recs, _ := w.judgeAll(t, cfg, t0.Add(time.Minute))
+			if r := recs["d"]; r.Verdict != VerdictPending || strings.Contains(r.Message, "import") {
+				t.Fatalf("a minute in: %s %q, want pending, not waiting for an import", r.Verdict, r.Message)
+			}
+			recs, _ = w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter))
+			if r := recs["d"]; r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonStuck] {
+				t.Fatalf("after --stuck-after: %s %v %q, want stuck", r.Verdict, r.BadReasons(), r.Message)
+			}
+		})
+	}
+}
+
+// TestStuckMessageCarriesWhyCDIHoldsTheClone: a pod uses the golden; CDI
+// holds the clone and says so in the DataVolume's Bound condition (reason
+// Pending, the claim's latest event appended). The stuck verdict says it.
+func TestStuckMessageCarriesWhyCDIHoldsTheClone(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "held", "p", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	w.pendingTarget(dv)
+	inUse := "pod cozy-public/golden-reader using PersistentVolumeClaim " + g.Name
+	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, "Pending", "target PVC held Pending and "+inUse, t0)
+	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Populator is running", "", t0)
+	plain := w.worker("tenant-a", "plain", "p", g, 20*gi, ptrTo(testClass))
+	condition(plain, cdiv1.DataVolumeBound, corev1.ConditionFalse, "Pending", "PVC plain Pending", t0)
+	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
+	if r := recs["held"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, inUse) {
+		t.Fatalf("held: %s %q, want stuck with %q", r.Verdict, r.Message, inUse)
+	}
+	if r := recs["plain"]; r.Verdict != VerdictStuck || strings.Contains(r.Message, "CDI:") {
+		t.Fatalf("plain: %s %q, want stuck without CDI's plain Pending", r.Verdict, r.Message)
 	}
 }

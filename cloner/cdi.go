@@ -130,10 +130,17 @@ func cdiExplanation(d *WorkerDisk) string {
 	return ""
 }
 
-// boring: conditions every clone passes through on its way.
+// boring: conditions every clone passes through on its way. A Pending
+// Bound condition is CDI's plain "PVC <name> Pending" unless CDI added why:
+// "target PVC <name> Pending and <the claim's latest event>", e.g. "pod
+// <ns>/<name> using PersistentVolumeClaim <golden>" while a pod holds the
+// golden (datavolume/conditions.go updateBoundCondition, from
+// common/util.go UpdatePVCBoundContionFromEvents).
 func boring(c CDICondition) bool {
 	switch c.Reason {
-	case "Pending", "Bound", "Completed", "TransferRunning", "NotFound", "Populator is running":
+	case "Pending":
+		return !strings.Contains(c.Message, " Pending and ")
+	case "Bound", "Completed", "TransferRunning", "NotFound", "Populator is running":
 		return true
 	}
 	return c.Message == "Clone Pending"

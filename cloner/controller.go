@@ -97,6 +97,9 @@ type Controller struct {
 	// echoes are the records written whose echo the claim cache has not
 	// shown yet (echo.go).
 	echoes map[string]pendingEcho
+	// heard holds CDI's Warning events on each disk stuck by age
+	// (cdiwords.go).
+	heard map[string]heardWords
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
 	// dataVolumesDeleted: a DataVolume went away since the last prune.
@@ -131,6 +134,7 @@ func New(cfg Config, clients Clients) (*Controller, error) {
 		rechecks:        map[string]time.Time{},
 		progressWritten: map[string]time.Time{},
 		echoes:          map[string]pendingEcho{},
+		heard:           map[string]heardWords{},
 	}, nil
 }
 

@@ -42,15 +42,19 @@ func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
 	if n := countReason(evs, "orphan", "UnknownGolden"); n != 1 {
 		t.Fatalf("%d UnknownGolden events, want 1", n)
 	}
-	if len(evs) != 2 {
-		t.Fatalf("%d events, want 2: %+v", len(evs), evs)
+	// Its golden never existed and nothing imports: an hour on, it is stuck.
+	if n := countReason(evs, "orphan", "CloneStuck"); n != 1 {
+		t.Fatalf("%d CloneStuck events, want 1", n)
+	}
+	if len(evs) != 3 {
+		t.Fatalf("%d events, want 3: %+v", len(evs), evs)
 	}
 	for _, e := range evs {
 		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "DataVolume" || !strings.Contains(e.Message, "Fix: ") {
 			t.Fatalf("event %+v", e)
 		}
 	}
-	if !strings.Contains(evs[0].Message+evs[1].Message, "different volume modes") {
+	if !strings.Contains(evs[0].Message+evs[1].Message+evs[2].Message, "different volume modes") {
 		t.Fatal("the host-assisted warning must carry CDI's fallback reason")
 	}
 }

@@ -343,6 +343,7 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 		if _, ok := c.judged[k]; !ok {
 			delete(c.progressWritten, k) // the disk is gone
 			delete(c.echoes, k)
+			delete(c.heard, k)
 		}
 	}
 	c.recheckAt = time.Time{}

@@ -70,14 +70,26 @@ func staleDriverError(de *DriverError, tap *VolumeEvidence) bool {
 	return de != nil && tap != nil && de.Method == methodCreateVolume && !tap.Created.Before(de.Last)
 }
 
-// definiteCode: a gRPC code with which the driver refuses a request as it
-// is. The others (Canceled, Unknown, DeadlineExceeded, Aborted, Unavailable)
-// say the call did not finish or may pass when retried, and a clone that
-// only sees those is judged stuck after --stuck-after.
+// definiteCode: a gRPC code after which the kubernetes-csi sidecars know the
+// driver's operation is over, not still running: external-resizer v2.3.0
+// pkg/util/util.go IsFinalError, and the same switch in external-snapshotter
+// v8.7.0 pkg/sidecar-controller/snapshot_controller.go isCSIFinalError.
+// Canceled, DeadlineExceeded, Unavailable, ResourceExhausted and Aborted are
+// not final: the call may still be in progress or pass when retried, and a
+// clone that only sees those is judged stuck after --stuck-after, never at
+// once. external-provisioner v6.4.0 (pkg/controller/controller.go
+// checkError) also calls ResourceExhausted "finished" (out of space, nothing
+// in progress), but it retries every CreateVolume error for ever
+// (cmd/csi-provisioner sets FailedProvisionThreshold(0)): a pool that gets
+// room again makes the clone, so ResourceExhausted waits here too. OK and an
+// empty code are no error. cloner/testdata/kubernetes-csi-final-codes.txt
+// holds IsFinalError's answer for every code, checked against the real
+// function by test/tools/mod/resizer/finalcodes.
 func definiteCode(code string) bool {
 	switch code {
-	case codes.OK.String(), codes.Canceled.String(), codes.Unknown.String(), codes.DeadlineExceeded.String(),
-		codes.Aborted.String(), codes.Unavailable.String(), "":
+	case codes.OK.String(), "",
+		codes.Canceled.String(), codes.DeadlineExceeded.String(), codes.Unavailable.String(),
+		codes.ResourceExhausted.String(), codes.Aborted.String():
 		return false
 	}
 	return true

@@ -156,11 +156,12 @@ func pathOfVerdict(verdict string) (string, bool) {
 }
 
 // checkPrediction compares a disk's verdict with the path predicted for it:
-// checked once the verdict shows a path. A stuck or failed disk confirms a
-// blocked prediction but contradicts no other one: a slow clone may still
-// finish (CSICloneStuck speaks for it meanwhile), and what fails a clone
-// (a quota, a bad token, a deleted golden: CDI's errors) is not a path the
-// planner chose (CSICloneFailed speaks for it).
+// checked once the verdict shows a path. A failed disk shows "blocked": CDI
+// refused it, its populator errs, or the DataVolume failed, so a disk
+// predicted to clone that fails is a wrong prediction, whatever made it
+// fail. A stuck disk confirms a blocked prediction but contradicts no other
+// one: a slow clone may still finish (CSICloneStuck speaks for it
+// meanwhile).
 func checkPrediction(r *Record) (checked, right bool) {
 	got, decided := pathOfVerdict(r.Verdict)
 	switch {
@@ -168,7 +169,7 @@ func checkPrediction(r *Record) (checked, right bool) {
 		return false, false
 	case got == r.Predicted:
 		return true, true
-	case r.Verdict == VerdictStuck || r.Verdict == VerdictFailed:
+	case r.Verdict == VerdictStuck:
 		return false, false
 	}
 	return true, false

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -76,6 +77,32 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("pair %s: %s, want %s", k, got[k], v)
 		}
+	}
+}
+
+// TestFailedDiskPredictedCSICloneIsPredictionWrong: CDI's populator fails
+// a disk the prediction said it would CSI-clone (its claim exists, with the
+// disk's class, size and volume mode); the failed verdict contradicts the
+// prediction, and the self-check counts it wrong.
+func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "refused", "p", g, 20*gi, ptrTo(testClass))
+	pvc := w.pendingTarget(dv)
+	pvc.Annotations[AnnCDIClonePhase], pvc.Annotations[AnnCDICloneError] = "Error", "invalid token"
+	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiReasonError, "invalid token", t0)
+	cfg := testConfig()
+	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	ev := evaluateWith(inv, cfg, t0.Add(time.Minute), buildPredictor(csiCloneForced(), inv))
+	r := ev.assessments[0].record
+	if r.Verdict != VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
+		t.Fatalf("verdict %s, predicted %s (%s), reasons %v; want failed, csi-clone, prediction-wrong", r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons())
+	}
+	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
+	c.remember(nil, ev)
+	if s := c.buildSnapshot(inv, nil); s.PredictionChecks != (PredictionCheck{Wrong: 1}) {
+		t.Errorf("checks %+v, want one wrong", s.PredictionChecks)
 	}
 }
 
@@ -221,25 +248,33 @@ func TestReportClonePaths(t *testing.T) {
 	}
 }
 
-// TestStuckConfirmsBlockedButContradictsNothingElse: a slow clone is stuck
-// for a while, a clone CDI refuses (quota, token) is failed; only a blocked
-// prediction is settled by either.
-func TestStuckConfirmsBlockedButContradictsNothingElse(t *testing.T) {
-	for _, tc := range []struct {
-		verdict, predicted string
-		checked, right     bool
-	}{
-		{VerdictStuck, predict.PathBlocked, true, true},
-		{VerdictStuck, predict.PathCSIClone, false, false},
-		{VerdictFailed, predict.PathCSIClone, false, false},
-		{VerdictFailed, predict.PathBlocked, true, true},
-		{VerdictHostAssisted, predict.PathCSIClone, true, false},
-		{VerdictPending, predict.PathBlocked, false, false},
-		{VerdictCSIClone, "", false, false},
-	} {
-		checked, right := checkPrediction(&Record{Verdict: tc.verdict, Predicted: tc.predicted})
-		if checked != tc.checked || right != tc.right {
-			t.Errorf("verdict %s, predicted %q: checked %v right %v, want %v %v", tc.verdict, tc.predicted, checked, right, tc.checked, tc.right)
+// TestFailedCountsAgainstItsPredictionStuckOnlyConfirmsBlocked: every
+// verdict against every prediction. A path verdict is right when it is the
+// path predicted; a failed disk (CDI refused it, its populator errs, the
+// DataVolume failed) shows "blocked" and is counted either way: a disk
+// predicted csi-clone that CDI refused is a wrong prediction. A stuck disk
+// confirms blocked but contradicts nothing else (a slow clone may still
+// finish); pending, unknown and HTTP imports say nothing about the path.
+func TestFailedCountsAgainstItsPredictionStuckOnlyConfirmsBlocked(t *testing.T) {
+	paths := []string{"", predict.PathCSIClone, predict.PathSnapshotClone, predict.PathHostAssisted, predict.PathBlocked}
+	// One letter per prediction above: - unchecked, R right, W wrong.
+	want := map[string]string{
+		VerdictPending:       "-----",
+		VerdictUnknown:       "-----",
+		VerdictHTTPImport:    "-----",
+		VerdictCSIClone:      "-RWWW",
+		VerdictSnapshotClone: "-WRWW",
+		VerdictHostAssisted:  "-WWRW",
+		VerdictStuck:         "----R",
+		VerdictFailed:        "-WWWR",
+	}
+	for verdict, row := range want {
+		for i, predicted := range paths {
+			checked, right := checkPrediction(&Record{Verdict: verdict, Predicted: predicted})
+			got := map[[2]bool]byte{{false, false}: '-', {true, true}: 'R', {true, false}: 'W'}[[2]bool{checked, right}]
+			if got != row[i] {
+				t.Errorf("verdict %s, predicted %q: %c, want %c", verdict, predicted, got, row[i])
+			}
 		}
 	}
 }

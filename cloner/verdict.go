@@ -100,6 +100,9 @@ type assessment struct {
 	// recheckAt, when set, is when the verdict may change with no object
 	// changing (the evidence grace ends).
 	recheckAt time.Time
+	// hear: the disk is stuck by age, and CDI's Warning events on it are to
+	// be read (cdiwords.go).
+	hear bool
 }
 
 // diskFacts is everything one verdict is decided from.
@@ -120,6 +123,8 @@ type diskFacts struct {
 	goldenClaimExists bool
 	// predicted is the disk's clone-path prediction (nil: none available).
 	predicted *predict.Prediction
+	// heard is what CDI said in Warning events on the disk's objects.
+	heard hearing
 }
 
 // judge decides the verdict and findings of one worker disk. The rules, in
@@ -152,16 +157,26 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 		judgeMechanism(r, f, snapshotOf)
 		a.duration, a.timed = cloneDuration(r, f)
 	case judgeBlocked(r, f, &a, cfg, now):
-	case g == nil || !g.Imported():
+	case g != nil && !g.Imported():
+		// Without the golden's DataVolume nothing imports: CDI clones from
+		// its claim, or already did, and the clock below runs.
 		r.Message = "waiting for the golden's import"
+	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter && !f.heard.known:
+		// The controller reads CDI's Warning events first (cdiwords.go).
+		a.hear = true
+		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
 	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter:
 		// No "ago" in the message: it must not change on every pass, or the
 		// record would be rewritten on every resync.
+		a.hear = f.heard.stale
 		r.Verdict = VerdictStuck
 		r.Message = fmt.Sprintf("clone requested at %s and not finished after %s (phase %s); last driver error: %s",
 			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, orNone(d.Phase), orNone(r.DriverError))
 		if why := cdiExplanation(d); why != "" {
 			r.Message += "; CDI: " + why
+		}
+		if said := heardText(f.heard.events); said != "" {
+			r.Message += "; CDI's Warning events: " + said
 		}
 	default:
 		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
@@ -182,9 +197,10 @@ func evidenceDue(pv *corev1.PersistentVolume, cfg Config) time.Time {
 }
 
 // cloneRequestedAt is when CDI could start the clone: the later of the
-// disk's creation and the golden's import finishing.
+// disk's creation and the golden's import finishing (the disk's creation
+// when the golden's DataVolume is gone).
 func cloneRequestedAt(d *WorkerDisk, g *Golden) time.Time {
-	if g.ReadySince.After(d.Created) {
+	if g != nil && g.ReadySince.After(d.Created) {
 		return g.ReadySince
 	}
 	return d.Created
@@ -341,7 +357,9 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	if msg := resizeMissing(r, f); msg != "" {
 		add(ReasonResizeMissing, msg)
 	}
-	if x := failedExpansion(f.evidenceOf()); x != nil {
+	if x := failedExpansion(f.evidenceOf()); x != nil && (definiteCode(x.Code) || r.Verdict != VerdictPending) {
+		// A code the resizer retries is a problem only once the disk is
+		// stuck or done without it.
 		add(ReasonResizeFailed, fmt.Sprintf("the driver answered ControllerExpandVolume of volume %s to %d bytes with %s",
 			r.Volume, x.RequiredBytes, expansionText(x)))
 	}

@@ -107,6 +107,8 @@ type faultInjector struct {
 	mu      sync.Mutex
 	calls   int
 	exiting bool
+	// clonesFailed counts the clones answered with FailClones.Code.
+	clonesFailed int
 }
 
 func newFaultInjector(f Faults, onLimit func(int)) *faultInjector {
@@ -128,7 +130,25 @@ func (f *faultInjector) intercept(ctx context.Context, req any, info *grpc.Unary
 	if code, ok := f.faults.Fail[method]; ok {
 		return nil, status.Errorf(code, "injected fault: --fail=%s=%s", method, code)
 	}
+	if f.failClone(req) {
+		return nil, status.Errorf(f.faults.FailClones.Code, "injected fault: --fail-clones=%s", f.faults.FailClones.String())
+	}
 	return handler(ctx, req)
+}
+
+// failClone reports whether req is a clone that --fail-clones still fails.
+func (f *faultInjector) failClone(req any) bool {
+	cv, ok := req.(*csi.CreateVolumeRequest)
+	if !ok || cv.GetVolumeContentSource() == nil || f.faults.FailClones.Times == 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.clonesFailed == f.faults.FailClones.Times {
+		return false
+	}
+	f.clonesFailed++
+	return true
 }
 
 // count runs when a call has been answered. Reaching the limit stops the

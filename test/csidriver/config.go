@@ -22,6 +22,39 @@ type Faults struct {
 	Fail map[string]codes.Code
 	// ExitAfter stops the driver once this many calls have finished; 0 never.
 	ExitAfter int
+	// FailClones answers the first FailClones.Times CreateVolume calls that
+	// copy a volume or a snapshot with FailClones.Code, then runs them: a
+	// driver short of room for a while, as the provisioner retries.
+	FailClones FailFirst
+}
+
+// FailFirst fails the first Times calls with Code.
+type FailFirst struct {
+	Code  codes.Code
+	Times int
+}
+
+// String is the flag's form, CODE:N.
+func (f *FailFirst) String() string {
+	if f == nil || f.Times == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d", f.Code, f.Times)
+}
+
+// Set parses --fail-clones CODE:N.
+func (f *FailFirst) Set(v string) error {
+	c, n, ok := strings.Cut(v, ":")
+	times, err := strconv.Atoi(n)
+	if !ok || err != nil || times <= 0 {
+		return fmt.Errorf("fail-clones %q: want CODE:N with N > 0", v)
+	}
+	code, err := ParseCode(c)
+	if err != nil {
+		return fmt.Errorf("fail-clones %q: %v", v, err)
+	}
+	f.Code, f.Times = code, times
+	return nil
 }
 
 var poolNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -80,6 +113,9 @@ func (f Faults) validate() error {
 		if c == codes.OK || c > codes.Unauthenticated {
 			return fmt.Errorf("fail for %s: code %v is not an error code", m, c)
 		}
+	}
+	if f.FailClones.Times < 0 || (f.FailClones.Times > 0 && (f.FailClones.Code == codes.OK || f.FailClones.Code > codes.Unauthenticated)) {
+		return fmt.Errorf("fail-clones %s: want an error code and a positive count", f.FailClones.String())
 	}
 	if f.ExitAfter < 0 {
 		return fmt.Errorf("exit-after %d is negative", f.ExitAfter)

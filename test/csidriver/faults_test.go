@@ -3,6 +3,7 @@ package csidriver_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -66,6 +67,26 @@ func TestInjectedFaults(t *testing.T) {
 	wantCode(t, err, codes.DeadlineExceeded, "delayed call past its deadline")
 	if _, err := h.ctl.ListSnapshots(ctx(t), &csi.ListSnapshotsRequest{}); err != nil {
 		t.Errorf("a method without faults failed: %v", err)
+	}
+}
+
+// TestFailClones: --fail-clones=ResourceExhausted:3 answers the first three
+// CreateVolume calls that clone a volume with the code, then clones; a
+// blank CreateVolume is never failed.
+func TestFailClones(t *testing.T) {
+	h := newHarness(t, csidriver.Config{Faults: csidriver.Faults{
+		FailClones: csidriver.FailFirst{Code: codes.ResourceExhausted, Times: 3}}})
+	h.mustCreate(createReq("golden", "", mib))
+	clone := createReq("clone", "", mib)
+	clone.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "golden"}}}
+	for i := range 3 {
+		_, err := h.ctl.CreateVolume(ctx(t), clone)
+		wantCode(t, err, codes.ResourceExhausted, fmt.Sprintf("clone attempt %d of 3", i+1))
+		h.mustCreate(createReq(fmt.Sprintf("blank-%d", i), "", mib))
+	}
+	if v := h.mustCreate(clone); v.GetContentSource().GetVolume().GetVolumeId() != "golden" {
+		t.Fatalf("fourth attempt: %v, want the clone of golden", v)
 	}
 }
 

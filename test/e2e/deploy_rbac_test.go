@@ -37,6 +37,7 @@ var (
 	rbacFlavor         = strings.Repeat("9e", 32)
 	volumeSnapshotGVR  = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
 	rbacOutcomeTimeout = 2 * time.Minute
+	rbacStuckAfter     = 10 * time.Second
 )
 
 // rbacRule is one rule of the shipped ClusterRole or Role.
@@ -129,7 +130,9 @@ func without(r rbacRule) cluster.RBACEdit {
 func TestShippedRBACIsExactlyWhatTheSidecarNeeds(t *testing.T) {
 	rules := shippedRules(t)
 	checkNoLeaks(t)
-	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s", "--leader-election=true", "--admission-params=true"}})
+	// --stuck-after short: the hung disk's events are listed (setUpRBACScenario).
+	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s", "--leader-election=true", "--admission-params=true",
+		"--stuck-after=" + rbacStuckAfter.String()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	s := setUpRBACScenario(t, ctx, c)
@@ -228,7 +231,37 @@ func setUpRBACScenario(t *testing.T, ctx context.Context, c *cluster.Cluster) *r
 		t.Fatal(err)
 	}
 	waitLedger(t, ctx, c, "forgets deleted "+w.Name, func(counted map[string]json.RawMessage) bool { return counted[string(dv.UID)] == nil })
+	s.hangDisk(t, ctx)
 	return s
+}
+
+// hangDisk creates a disk cloned from a claim that never binds, and waits
+// until the sidecar, judging it stuck, lists CDI's Warning events on it (the
+// one use of `list events`).
+func (s *rbacScenario) hangDisk(t *testing.T, ctx context.Context) {
+	t.Helper()
+	nowhere := "rbac-nowhere" // no such StorageClass: the claim stays Pending
+	src := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NamespaceGolden, Name: "rbac-unbound"},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &nowhere, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("6Gi")}}},
+	}
+	if _, err := s.c.Client.CoreV1().PersistentVolumeClaims(src.Namespace).Create(ctx, src, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := cluster.Worker{Namespace: rbacTenant, Name: "hung", Golden: src.Name, Pool: rbacPool, StorageClass: "replicated", Size: "20Gi"}
+	if _, err := s.c.CreateWorkerDisk(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		reqs, err := s.c.SidecarRequests()
+		return err == nil && slices.ContainsFunc(reqs, func(q cluster.Request) bool {
+			return q.Verb == "list" && q.Resource == "events" && q.Code != 403
+		}), s.c.Failed()
+	})
+	if err != nil {
+		t.Fatalf("the sidecar never listed the events of the hung disk %s: %v", w.Name, err)
+	}
 }
 
 // snapshotGolden creates a VolumeSnapshotClass of the driver and a ready

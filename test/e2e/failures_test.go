@@ -63,7 +63,7 @@ var (
 		words: "ControllerExpandVolume OutOfRange: pool tight has"}
 	// A well-signed token for another disk: CDI's populator refuses it.
 	tokenCase = failureCase{name: "token-a", pool: "kubernetes-token", flavor: flavorA, class: "replicated", size: "20Gi",
-		tokenTarget: "someone-else", verdict: cloner.VerdictFailed, reasons: []string{cloner.ReasonFailed},
+		tokenTarget: "someone-else", verdict: cloner.VerdictFailed, reasons: []string{cloner.ReasonFailed, cloner.ReasonPredictionWrong},
 		words: "(clonePhase Error): invalid token"}
 	// diskSize below the golden's 6Gi: CDI's validation refuses the clone.
 	smallCase = failureCase{name: "small-a", pool: "kubernetes-small", flavor: flavorA, class: "replicated", size: "4Gi",
@@ -74,8 +74,9 @@ var (
 		verdict: cloner.VerdictStuck, reasons: []string{cloner.ReasonStuck, cloner.ReasonUnknownGolden},
 		words: cluster.GoldenName(flavorG, talosVersion) + " does not exist and no volume was cloned from it yet"}
 	// A ResourceQuota in the golden's namespace stops CDI's tmp-pvc there.
+	// Both were predicted csi-clone: a failed disk counts against that.
 	quotaCase = failureCase{name: "quota-a", pool: "kubernetes-quota", flavor: flavorA, class: "replicated", size: "20Gi",
-		verdict: cloner.VerdictFailed, reasons: []string{cloner.ReasonFailed},
+		verdict: cloner.VerdictFailed, reasons: []string{cloner.ReasonFailed, cloner.ReasonPredictionWrong},
 		words: "is forbidden: exceeded quota: " + goldenQuota}
 )
 

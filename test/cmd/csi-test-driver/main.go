@@ -71,6 +71,7 @@ func parseFlags(args []string, out io.Writer) (csidriver.Config, error) {
 		"clone into a node-local pool from another pool: hang (until the caller's deadline, like LINSTOR) or fail")
 	fs.Var(delays, "delay", "METHOD=DURATION, delay every call of a CSI method (e.g. CreateVolume=2s); repeatable")
 	fs.Var(fails, "fail", "METHOD=CODE, answer every call of a CSI method with a gRPC code (e.g. ControllerExpandVolume=Unavailable); repeatable")
+	fs.Var(&cfg.Faults.FailClones, "fail-clones", "CODE:N, answer the first N CreateVolume calls that copy a volume or snapshot with a gRPC code (e.g. ResourceExhausted:3), then run them")
 	fs.IntVar(&cfg.Faults.ExitAfter, "exit-after", 0, fmt.Sprintf("exit with status %d once N calls have been answered (0: never)", csidriver.ExitAfterStatus))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -1,0 +1,59 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+)
+
+// TestRetriedCreateVolumeErrorsAreNotStuck: the driver answers a clone's
+// first three CreateVolume calls with ResourceExhausted, a code the
+// kubernetes-csi sidecars retry (external-resizer's IsFinalError), then
+// clones. The real csi-provisioner retries, CDI finishes, and the disk ends
+// csi-clone without ever having been stuck: the tap saw the four attempts,
+// and the DataVolume carries no Warning at all (a stuck verdict's
+// CloneStuck would have been raised before the csi-clone record was
+// written).
+func TestRetriedCreateVolumeErrorsAreNotStuck(t *testing.T) {
+	checkNoLeaks(t)
+	c := cluster.Start(t, cluster.Options{
+		DriverArgs:  []string{"--fail-clones=ResourceExhausted:3"},
+		SidecarArgs: []string{"--resync-period=2s", "--stuck-after=" + failStuckAfter.String(), "--evidence-grace=3s"},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
+	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
+		t.Fatal(err)
+	}
+	name := "retried-a"
+	createWorker(t, ctx, c, workerCase{name: name, pool: "kubernetes-retried", flavor: flavorA, class: "replicated", size: "20Gi"})
+	rec := waitRecordIn(t, ctx, c, name, "csi-clone", func(r *cloner.Record) bool { return r.Verdict == cloner.VerdictCSIClone })
+	if len(rec.BadReasons()) != 0 {
+		t.Errorf("csi-clone with bad reasons %v: %q", rec.BadReasons(), rec.Message)
+	}
+	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(verdictTenant).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev cloner.VolumeEvidence
+	if err := json.Unmarshal([]byte(pv.Annotations[cloner.AnnCSIEvidence]), &ev); err != nil {
+		t.Fatalf("evidence on %s: %v", pv.Name, err)
+	}
+	if ev.Attempts != 4 {
+		t.Errorf("the tap saw %d CreateVolume attempts, want 4 (three ResourceExhausted, then the clone)", ev.Attempts)
+	}
+	assertWarnings(t, ctx, c, name, nil)
+}
