@@ -37,15 +37,7 @@ func TestMigrateBetweenLinstorPatchAndChart(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{ControlPlaneOnly: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cache := t.TempDir()
-	kc := func(args ...string) string {
-		t.Helper()
-		out, err := kubectl(t, c, cache, args...)
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	kc := mustKubectl(t, c, t.TempDir())
 	for _, crd := range append(deployCRDs(t), filepath.Join("testdata", "victoriametrics-standin-crds.yaml")) {
 		kc("apply", "--server-side", "-f", crd)
 	}
