@@ -11,8 +11,12 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-ARG TARGETOS=linux
-ARG TARGETARCH=amd64
+# Declared without a default: buildx (and buildah/podman) set them from
+# --platform, and a default here would override what they pass, shipping
+# the build machine's binary under every platform. Unset (a builder without
+# platforms), GOOS and GOARCH are empty and Go builds for the build machine.
+ARG TARGETOS
+ARG TARGETARCH
 RUN GOOS=${TARGETOS} GOARCH=${TARGETARCH} make sidecar VERSION=${VERSION}
 
 FROM scratch

@@ -43,8 +43,8 @@ test: tools unit fuzz diff e2e
 ## unit: unit tests, csi-sanity against the test driver directly and through the relay
 unit:
 	$(GO) vet ./...
-	@# -timeout: deploy's image test builds the image (an arm64 compile, minutes on a cold cache) and runs it under podman
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/e2e)
+	@# -timeout: deploy's image tests build the image (an arm64 compile, minutes on a cold cache), run it under podman, and build the Dockerfile for two platforms with buildah
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/e2e)
 	$(GO) test -count=1 -race ./sidecar/...
 	@# The pinned tools' modules (test/tools/mod) hold tests of their own: the
 	@# kubernetes-csi sidecars' rules against the sidecar's tables, our CDI programs.

@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -8,8 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
 
+	"github.com/cozystack/csi-clone-sidecar/test/cozychart"
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
@@ -41,10 +45,18 @@ func helm(t *testing.T) string {
 	return path
 }
 
-// helmTemplate renders a chart into namespace with --set values.
+// helmTemplate renders a chart into namespace with --set values, as for a
+// cluster that serves every operator kind the chart can render.
 func helmTemplate(t *testing.T, chart, namespace string, set ...string) (string, error) {
 	t.Helper()
-	args := []string{"template", "csi-clone-sidecar", chart, "--namespace", namespace}
+	return helmTemplateWith(t, chart, namespace, cozychart.APIVersionFlags(), set...)
+}
+
+// helmTemplateWith renders a chart into namespace with more helm flags and
+// --set values.
+func helmTemplateWith(t *testing.T, chart, namespace string, flags []string, set ...string) (string, error) {
+	t.Helper()
+	args := append([]string{"template", "csi-clone-sidecar", chart, "--namespace", namespace}, flags...)
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -66,13 +78,21 @@ func render(t *testing.T, namespace string, set ...string) []map[string]any {
 // one, as Cozystack's linstor chart does (docs/cozystack.md).
 func renderPodTemplate(t *testing.T, set ...string) string {
 	t.Helper()
+	return renderFromWrapper(t, "spec:\n  containers:\n    {{- include \"csi-clone-sidecar.podTemplateContainers\" .Subcharts.csiCloneSidecar | nindent 4 }}\n", nil, set...)
+}
+
+// renderFromWrapper renders template, the one template of a wrapper chart
+// that vendors this one as csiCloneSidecar, with more helm flags and --set
+// values, and returns what it rendered.
+func renderFromWrapper(t *testing.T, template string, flags []string, set ...string) string {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.CopyFS(filepath.Join(dir, "charts", "csi-clone-sidecar"), os.DirFS(chartDir)); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"Chart.yaml":                 "apiVersion: v2\nname: wrapper\nversion: 0.0.0\ndependencies:\n  - name: csi-clone-sidecar\n    version: 0.1.0\n    alias: csiCloneSidecar\n",
-		"templates/podtemplate.yaml": "spec:\n  containers:\n    {{- include \"csi-clone-sidecar.podTemplateContainers\" .Subcharts.csiCloneSidecar | nindent 4 }}\n",
+		"Chart.yaml":             "apiVersion: v2\nname: wrapper\nversion: 0.0.0\ndependencies:\n  - name: csi-clone-sidecar\n    version: 0.1.0\n    alias: csiCloneSidecar\n",
+		"templates/wrapper.yaml": template,
 	}
 	for name, content := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
@@ -82,7 +102,7 @@ func renderPodTemplate(t *testing.T, set ...string) string {
 			t.Fatal(err)
 		}
 	}
-	args := []string{"template", "csi-clone-sidecar", dir, "--namespace", "cozy-linstor", "--show-only", "templates/podtemplate.yaml"}
+	args := append([]string{"template", "csi-clone-sidecar", dir, "--namespace", "cozy-linstor", "--show-only", "templates/wrapper.yaml"}, flags...)
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -90,7 +110,7 @@ func renderPodTemplate(t *testing.T, set ...string) string {
 	if err != nil {
 		t.Fatalf("helm template of the wrapper: %v\n%s", err, out)
 	}
-	_, body, _ := strings.Cut(out, "# Source: wrapper/templates/podtemplate.yaml\n")
+	_, body, _ := strings.Cut(out, "# Source: wrapper/templates/wrapper.yaml\n")
 	return body
 }
 
@@ -294,32 +314,198 @@ func TestChartMatchesKustomize(t *testing.T) {
 	}
 }
 
-// The dashboard goes to the platform's Grafana only. On Cozystack every
-// tenant's monitoring release creates a Grafana labelled dashboards: grafana;
-// Flux labels each with its HelmRelease ("monitoring") and namespace. The
-// default selector must match tenant-root's and no other tenant's.
-func TestDashboardTargetsThePlatformGrafanaOnly(t *testing.T) {
-	grafana := func(ns string) labels.Set {
-		return labels.Set{"dashboards": "grafana", "helm.toolkit.fluxcd.io/name": "monitoring", "helm.toolkit.fluxcd.io/namespace": ns}
+// preV1Selector is the value docs/cozystack.md gives for Cozystack before
+// v1.0.0-beta.3, whose platform Grafana belongs to the HelmRelease
+// "monitoring".
+const preV1Selector = `dashboard.grafanaOperator.instanceSelector.matchLabels.helm\.toolkit\.fluxcd\.io/name=monitoring`
+
+// grafanaStandIn is one Grafana object of deploy/testdata/cozystack-grafanas.yaml.
+type grafanaStandIn struct {
+	line, namespace string
+	labels          labels.Set
+}
+
+func grafanaStandIns(t *testing.T) []grafanaStandIn {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/cozystack-grafanas.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for name, objs := range map[string][]map[string]any{"chart": render(t, "cozy-linstor"), "kustomize": kustomize(t, "monitoring")} {
-		gd := object(t, objs, "GrafanaDashboard", "csi-clone-sidecar")
+	var out []grafanaStandIn
+	for _, o := range splitDocs(t, string(raw)) {
+		g := grafanaStandIn{line: get(o, "metadata", "annotations", "cozystack-line").(string), namespace: get(o, "metadata", "namespace").(string), labels: labels.Set{}}
+		for k, v := range get(o, "metadata", "labels").(map[string]any) {
+			g.labels[k] = v.(string)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// importedBy returns the namespaces of the Grafana objects a GrafanaDashboard
+// reaches, as grafana-operator v5 chooses them (controllers/controller_shared.go,
+// GetScopedMatchingInstances): spec.instanceSelector as a label selector over
+// Grafana objects, in every namespace with allowCrossNamespaceImport, else in
+// the dashboard's own.
+func importedBy(t *testing.T, gd map[string]any, grafanas []grafanaStandIn) []string {
+	t.Helper()
+	var ls metav1.LabelSelector
+	if err := json.Unmarshal([]byte(canonical(t, get(gd, "spec", "instanceSelector"))), &ls); err != nil {
+		t.Fatal(err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cross, _ := get(gd, "spec", "allowCrossNamespaceImport").(bool)
+	var got []string
+	for _, g := range grafanas {
+		if (cross || g.namespace == get(gd, "metadata", "namespace")) && sel.Matches(g.labels) {
+			got = append(got, g.line+"/"+g.namespace)
+		}
+	}
+	return got
+}
+
+// The dashboard goes to the platform's Grafana only: against stand-ins of
+// the Grafana objects of Cozystack v1's tenants (labels as the monitoring
+// package and Flux set them), the default selector of the chart, of
+// kustomize and of the chart vendored into the linstor package reaches
+// tenant-root's v1 Grafana and nothing else; the documented pre-v1 value
+// reaches tenant-root's pre-v1 Grafana and nothing else.
+func TestDashboardTargetsThePlatformGrafanaOnly(t *testing.T) {
+	grafanas := grafanaStandIns(t)
+	cozy := cozystackLinstor(t)
+	_, vendored := renderLinstor(t, cozy, "csiCloneSidecar.enabled=true")
+	_, vendoredPreV1 := renderLinstor(t, cozy, "csiCloneSidecar.enabled=true", "csiCloneSidecar."+preV1Selector)
+	for _, tc := range []struct {
+		name string
+		objs []map[string]any
+		want string
+	}{
+		{"chart", render(t, "cozy-linstor"), "v1/tenant-root"},
+		{"kustomize", kustomize(t, "monitoring"), "v1/tenant-root"},
+		{"chart in Cozystack's linstor package", vendored, "v1/tenant-root"},
+		{"chart, pre-v1 value", render(t, "cozy-linstor", preV1Selector), "pre-v1/tenant-root"},
+		{"chart in Cozystack's linstor package, pre-v1 value", vendoredPreV1, "pre-v1/tenant-root"},
+	} {
+		gd := object(t, tc.objs, "GrafanaDashboard", "")
 		if get(gd, "spec", "folder") != "storage" {
-			t.Errorf("%s: folder %v, want storage", name, get(gd, "spec", "folder"))
+			t.Errorf("%s: folder %v, want storage", tc.name, get(gd, "spec", "folder"))
 		}
-		ml, _ := get(gd, "spec", "instanceSelector", "matchLabels").(map[string]any)
-		set := labels.Set{}
-		for k, v := range ml {
-			set[k] = v.(string)
+		if got := importedBy(t, gd, grafanas); !slices.Equal(got, []string{tc.want}) {
+			t.Errorf("%s: the GrafanaDashboard reaches the Grafana of %v, want only %s", tc.name, got, tc.want)
 		}
-		sel := labels.SelectorFromSet(set)
-		if !sel.Matches(grafana("tenant-root")) {
-			t.Errorf("%s: selector %v misses the platform's Grafana", name, sel)
+	}
+}
+
+// grafana-operator refuses any change of a GrafanaDashboard's
+// instanceSelector (the CRD's x-kubernetes-validations: self == oldSelf), so
+// the chart names the object after its selector: another selector is another
+// object, which helm upgrade creates while it deletes the old one; the same
+// selector keeps the name across upgrades.
+func TestDashboardNameFollowsItsSelector(t *testing.T) {
+	name := func(set ...string) string {
+		return get(object(t, render(t, "cozy-linstor", set...), "GrafanaDashboard", ""), "metadata", "name").(string)
+	}
+	v1, again, preV1 := name(), name("sidecar.logLevel=4"), name(preV1Selector)
+	if v1 != again {
+		t.Errorf("the same selector gives names %s and %s", v1, again)
+	}
+	if v1 == preV1 {
+		t.Errorf("the v1 and pre-v1 selectors give the same name %s: helm upgrade would patch an immutable field", v1)
+	}
+	for _, n := range []string{v1, preV1} {
+		if !strings.HasPrefix(n, "csi-clone-sidecar-") {
+			t.Errorf("name %s: want csi-clone-sidecar-<digest>", n)
 		}
-		for _, tenant := range []string{"tenant-foo", "tenant-root-child"} {
-			if sel.Matches(grafana(tenant)) {
-				t.Errorf("%s: selector %v also picks %s's Grafana", name, sel, tenant)
+	}
+}
+
+// Without the operators' APIs (a cold cluster, or one without
+// grafana-operator) the chart still renders, leaving out exactly the objects
+// of the kinds the cluster does not serve; NOTES.txt names each one left out
+// and none that was rendered.
+func TestChartWithoutOperatorAPIs(t *testing.T) {
+	crdKinds := map[string]string{}
+	for _, v := range cozychart.APIVersions {
+		crdKinds[filepath.Base(v)] = v
+	}
+	for _, tc := range []struct {
+		name   string
+		served []string
+		set    []string
+	}{
+		{"prometheus-operator, nothing served", nil, nil},
+		{"victoria-metrics, nothing served", nil, []string{"monitoring.kind=victoria-metrics"}},
+		{"victoria-metrics, no grafana-operator", cozychart.APIVersions[:2], []string{"monitoring.kind=victoria-metrics"}},
+		{"prometheus-operator, VictoriaMetrics kinds only", cozychart.APIVersions[:2], nil},
+		{"everything served", cozychart.APIVersions, nil},
+	} {
+		var flags []string
+		for _, v := range tc.served {
+			flags = append(flags, "--api-versions", v)
+		}
+		out, err := helmTemplateWith(t, chartDir, "cozy-linstor", flags, tc.set...)
+		if err != nil {
+			t.Errorf("%s: helm template: %v\n%s", tc.name, err, out)
+			continue
+		}
+		rendered := map[string]bool{}
+		for _, o := range splitDocs(t, out) {
+			kind := o["kind"].(string)
+			if v, ok := crdKinds[kind]; ok && !slices.Contains(tc.served, v) {
+				t.Errorf("%s: renders a %s, whose kind the cluster does not serve", tc.name, kind)
+			}
+			rendered[kind] = true
+		}
+		wanted := wantedCRDKinds(tc.set)
+		notes := renderNotes(t, flags, prefixed("csiCloneSidecar.", tc.set)...)
+		for _, kind := range wanted {
+			served := slices.Contains(tc.served, crdKinds[kind])
+			if served != rendered[kind] {
+				t.Errorf("%s: %s served %v, rendered %v", tc.name, kind, served, rendered[kind])
+			}
+			if named := strings.Contains(notes, "  - "+kind+" ("); named == served {
+				t.Errorf("%s: NOTES name %s as left out: %v, want %v\n%s", tc.name, kind, named, !served, notes)
 			}
 		}
 	}
+	// Cozystack's linstor package with the sidecar on, on a cluster without
+	// any operator: the release renders, with the LinstorCluster.
+	_, objs := renderLinstorWith(t, cozystackLinstor(t), nil, "csiCloneSidecar.enabled=true")
+	for _, o := range objs {
+		if _, ok := crdKinds[o["kind"].(string)]; ok {
+			t.Errorf("linstor package without operators: renders a %s", o["kind"])
+		}
+	}
+}
+
+// renderNotes is the chart's NOTES.txt (the named template it includes,
+// helm template prints no notes) for a cluster serving what flags say.
+func renderNotes(t *testing.T, flags []string, set ...string) string {
+	t.Helper()
+	out := renderFromWrapper(t, `notes: {{ include "csi-clone-sidecar.notes" .Subcharts.csiCloneSidecar | toJson }}`, flags, set...)
+	var v struct{ Notes string }
+	if err := yaml.Unmarshal([]byte(out), &v); err != nil || v.Notes == "" {
+		t.Fatalf("the wrapper's notes: %v\n%s", err, out)
+	}
+	return v.Notes
+}
+
+// wantedCRDKinds are the CRD-backed kinds the chart asks for with the
+// defaults plus set.
+func wantedCRDKinds(set []string) []string {
+	if slices.Contains(set, "monitoring.kind=victoria-metrics") {
+		return []string{"VMServiceScrape", "VMRule", "GrafanaDashboard"}
+	}
+	return []string{"ServiceMonitor", "PrometheusRule", "GrafanaDashboard"}
+}
+
+func prefixed(prefix string, set []string) []string {
+	var out []string
+	for _, s := range set {
+		out = append(out, prefix+s)
+	}
+	return out
 }

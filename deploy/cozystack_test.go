@@ -23,7 +23,14 @@ func cozystackLinstor(t *testing.T) string {
 // every object it renders.
 func renderLinstor(t *testing.T, chart string, set ...string) (map[string]any, []map[string]any) {
 	t.Helper()
-	out, err := helmTemplate(t, chart, "cozy-linstor", set...)
+	return renderLinstorWith(t, chart, cozychart.APIVersionFlags(), set...)
+}
+
+// renderLinstorWith is renderLinstor with other helm flags than those of a
+// cluster serving every operator kind.
+func renderLinstorWith(t *testing.T, chart string, flags []string, set ...string) (map[string]any, []map[string]any) {
+	t.Helper()
+	out, err := helmTemplateWith(t, chart, "cozy-linstor", flags, set...)
 	if err != nil {
 		t.Fatalf("helm template %s %v: %v\n%s", chart, set, err, out)
 	}

@@ -36,3 +36,44 @@ func TestDocsReferToExistingFiles(t *testing.T) {
 		}
 	}
 }
+
+// diaryWords are how a lab notebook names who ran what: figures belong to a
+// date and a commit, the history to git.
+var diaryWords = regexp.MustCompile(`(?i)\bsessions? \d|\bsession-\d|\bwe ran\b|\bI ran\b|\bwe measured\b`)
+
+// The README is for users: the two set-up commands first, at most about 250
+// lines, every docs/ page it links exists, and neither it nor docs/ keeps a
+// diary.
+func TestReadmeIsForUsers(t *testing.T) {
+	raw, err := os.ReadFile(repoFile("README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	lines := strings.Split(strings.TrimRight(readme, "\n"), "\n")
+	if len(lines) > 250 {
+		t.Errorf("README.md has %d lines, want at most 250 (method and history go to docs/performance.md)", len(lines))
+	}
+	firstBlock := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(readme)
+	if firstBlock == nil || !strings.HasPrefix(firstBlock[1], "make demo ") || !strings.Contains(firstBlock[1], "\nmake test ") ||
+		strings.Index(readme, firstBlock[0]) > strings.Index(readme, "\n## ") {
+		t.Errorf("README.md must open with the block of `make demo` and `make test`, before any section")
+	}
+	for _, m := range regexp.MustCompile(`\]\((docs/[^)#]+)`).FindAllStringSubmatch(readme, -1) {
+		if _, err := os.Stat(repoFile(m[1])); err != nil {
+			t.Errorf("README.md links %s, which does not exist", m[1])
+		}
+	}
+	docs, _ := filepath.Glob(repoFile("docs", "*.md"))
+	for _, f := range append(docs, repoFile("README.md")) {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			if w := diaryWords.FindString(line); w != "" {
+				t.Errorf("%s:%d says %q: name the date and commit instead", filepath.Base(f), i+1, w)
+			}
+		}
+	}
+}

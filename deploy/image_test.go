@@ -464,3 +464,113 @@ func assertNoLoader(t *testing.T, path string, f *elf.File) {
 		t.Errorf("%s needs shared libraries %v; the image has none", path, libs)
 	}
 }
+
+// automaticPlatformArgs are the build arguments BuildKit (docker buildx) sets
+// from --platform in the global scope. A stage sees one only through an ARG
+// that names it, and an ARG with a default there keeps the default, whatever
+// the platform: the arm64 image would ship the default's binary.
+var automaticPlatformArgs = []string{"TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT"}
+
+// Every automatic platform argument the Dockerfile's stages declare is
+// declared without a default, so that buildx's value reaches the build.
+func TestDockerfileTakesThePlatformFromTheBuilder(t *testing.T) {
+	for i, s := range readDockerfile(t) {
+		for _, in := range s.instructions {
+			name, value, hasDefault := strings.Cut(strings.TrimPrefix(in, "ARG "), "=")
+			if strings.HasPrefix(in, "ARG ") && slices.Contains(automaticPlatformArgs, name) && hasDefault {
+				t.Errorf("stage %d declares %s with the default %q: it would override the builder's --platform", i, name, value)
+			}
+		}
+	}
+}
+
+// The Dockerfile built for each platform by a real builder (Debian's
+// buildah, with --platform as buildx takes it): the binary in each image is
+// an ELF for that platform's machine (amd64: x86-64, arm64: aarch64),
+// static, alone in the image. The golang base is a stand-in (no registry
+// is reachable here): an empty image with this machine's /usr (Go
+// toolchain, make, shell) and module and build caches mounted in, so the
+// build stage runs the Dockerfile's own commands natively.
+func TestDockerfileBuildsEachPlatform(t *testing.T) {
+	buildah := tool(t, "buildah", "Debian: apt-get install -y buildah (make tools installs it)")
+	goenv := func(name string) string {
+		out, err := exec.Command("go", "env", name).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	// The stand-in's toolchain builds offline: every module, fetched here.
+	if out, err := run("..", "go", "mod", "download"); err != nil {
+		t.Fatalf("go mod download: %v\n%s", err, out)
+	}
+	modCache, buildCache := goenv("GOMODCACHE"), goenv("GOCACHE")
+	store, err := os.MkdirTemp("", "buildah-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(store) })
+	bh := func(args ...string) string {
+		t.Helper()
+		global := []string{"--root", filepath.Join(store, "root"), "--runroot", filepath.Join(store, "run"), "--storage-driver", "vfs"}
+		out, err := run("..", buildah, append(global, args...)...)
+		if err != nil {
+			t.Fatalf("buildah %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	for arch, machine := range imagePlatforms {
+		t.Run(arch, func(t *testing.T) {
+			// buildah 1.28 resolves the build stage's base for the target
+			// platform; the stand-in says so and runs natively anyway.
+			golangStandIn(t, bh, arch)
+			tag := "example.test/dockerfile:" + arch
+			bh("build", "--pull=never", "--isolation", "chroot", "--platform", "linux/"+arch,
+				"--build-arg", "VERSION="+imageVersion,
+				"--volume", "/usr:/usr:ro", "--volume", modCache+":/go/pkg/mod", "--volume", buildCache+":/root/.cache/go-build",
+				"-t", tag, ".")
+			dir := t.TempDir()
+			bh("push", "-q", tag, "oci:"+filepath.Join(dir, "oci")+":"+arch)
+			index, err := layout.ImageIndexFromPath(filepath.Join(dir, "oci"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, err := index.IndexManifest()
+			if err != nil || len(im.Manifests) != 1 {
+				t.Fatalf("the pushed layout: %v, %d manifests", err, len(im.Manifests))
+			}
+			img, err := index.Image(im.Manifests[0].Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cf, err := img.ConfigFile(); err != nil || cf.Architecture != arch {
+				t.Fatalf("image config: %v, architecture %q, want %s", err, cf.Architecture, arch)
+			}
+			checkELF(t, onlyFile(t, img, "csi-clone-sidecar", filepath.Join(dir, "bin")), machine)
+		})
+	}
+}
+
+// golangStandIn commits, as golang:1.26 for arch, an empty image whose
+// /bin, /lib and /lib64 point into /usr (Debian's merged /usr, mounted from
+// this machine at build time) with the golang image's environment, offline.
+func golangStandIn(t *testing.T, bh func(...string) string, arch string) {
+	t.Helper()
+	ctr := bh("from", "scratch")
+	root := bh("mount", ctr)
+	for link, target := range map[string]string{"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"usr", "tmp", "go", "etc", "root"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bh("umount", ctr)
+	bh("config", "--arch", arch, "--os", "linux", "--workingdir", "/go",
+		"--env", "PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"--env", "GOPATH=/go", "--env", "GOTOOLCHAIN=local", "--env", "GOPROXY=off", ctr)
+	bh("commit", "-q", "--rm", ctr, "localhost/golang:1.26")
+}

@@ -142,7 +142,7 @@ func TestMonitoringWiring(t *testing.T) {
 	}
 	// The dashboard ships from dashboard.json, unchanged.
 	cm := object(t, objs, "ConfigMap", "")
-	gd := object(t, objs, "GrafanaDashboard", "csi-clone-sidecar")
+	gd := object(t, objs, "GrafanaDashboard", "")
 	key, _ := get(gd, "spec", "configMapRef", "key").(string)
 	if get(gd, "spec", "configMapRef", "name") != get(cm, "metadata", "name") {
 		t.Errorf("GrafanaDashboard refers to ConfigMap %v, the build has %v", get(gd, "spec", "configMapRef", "name"), get(cm, "metadata", "name"))

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/cozystack/csi-clone-sidecar/test/cozychart"
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
@@ -26,12 +27,15 @@ func RenderChart(namespace string, args ...string) ([]*unstructured.Unstructured
 	return RenderChartAt(ChartDir(), namespace, args...)
 }
 
-// RenderChartAt is RenderChart for the chart in directory chart.
+// RenderChartAt is RenderChart for the chart in directory chart, as for a
+// cluster that serves every operator kind the chart can render
+// (cozychart.APIVersions).
 func RenderChartAt(chart, namespace string, args ...string) ([]*unstructured.Unstructured, error) {
 	helm, err := tools.Bin("helm")
 	if err != nil {
 		return nil, err
 	}
+	args = append(cozychart.APIVersionFlags(), args...)
 	cmd := exec.Command(helm, append([]string{"template", "csi-clone-sidecar", chart, "--namespace", namespace}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -18,6 +18,28 @@ import (
 // Package is where Cozystack keeps the linstor chart in its repository.
 const Package = "packages/system/linstor"
 
+// APIVersions are the CRD-backed kinds the chart renders, as
+// "group/version/Kind": a Cozystack cluster serves all of them
+// (VictoriaMetrics operator, prometheus-operator's CRDs, grafana-operator
+// v5). The chart renders each object only where its kind is served, so a
+// `helm template` that stands for such a cluster passes them.
+var APIVersions = []string{
+	"operator.victoriametrics.com/v1beta1/VMServiceScrape",
+	"operator.victoriametrics.com/v1beta1/VMRule",
+	"monitoring.coreos.com/v1/ServiceMonitor",
+	"monitoring.coreos.com/v1/PrometheusRule",
+	"grafana.integreatly.org/v1beta1/GrafanaDashboard",
+}
+
+// APIVersionFlags are APIVersions as helm template's --api-versions flags.
+func APIVersionFlags() []string {
+	var args []string
+	for _, v := range APIVersions {
+		args = append(args, "--api-versions", v)
+	}
+	return args
+}
+
 var fenced = regexp.MustCompile("(?s)```(yaml|diff)\n(.*?)```")
 
 // Build lays the changed stand-in out under dir and returns the chart's

@@ -60,6 +60,19 @@ func kubectl(t *testing.T, c *cluster.Cluster, cache string, args ...string) (st
 	return out.String(), err
 }
 
+// mustKubectl returns kubectl against the cluster that fails the test on a
+// non-zero exit and otherwise returns the output.
+func mustKubectl(t *testing.T, c *cluster.Cluster, cache string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, err := kubectl(t, c, cache, args...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+}
+
 // TestDeployManifestsServerSideDryRun applies every manifest of deploy/ with
 // a server-side dry run and strict field validation, the way docs/install.md
 // applies them, against a real kube-apiserver with the operators' CRDs
@@ -70,14 +83,7 @@ func TestDeployManifestsServerSideDryRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cache := t.TempDir()
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := kubectl(t, c, cache, args...)
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	run := mustKubectl(t, c, cache)
 
 	for _, crd := range deployCRDs(t) {
 		run("apply", "--server-side", "-f", crd)

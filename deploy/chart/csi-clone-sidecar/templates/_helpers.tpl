@@ -54,7 +54,7 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
           apiVersion: v1
           fieldPath: metadata.namespace
     # The garbage collector keeps the process under 90 % of its limit
-    # (README, Scale).
+    # (docs/performance.md, Sizing).
     - name: MEMORY_LIMIT
       valueFrom:
         resourceFieldRef:
