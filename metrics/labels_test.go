@@ -1,12 +1,14 @@
 package metrics
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 
@@ -150,5 +152,65 @@ func TestSetDriverNameFollowsCSIsPluginNameRule(t *testing.T) {
 		if got := operationLabels(t, m)["driver_name"]; got != want {
 			t.Errorf("SetDriverName(%q): driver_name %q, want %q", tc.name, got, want)
 		}
+	}
+}
+
+// seriesValues gathers one metric of a collector: its value by label set.
+func seriesValues(t *testing.T, c prometheus.Collector, name string) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, lp.GetName()+"="+lp.GetValue())
+			}
+			out[strings.Join(labels, ",")] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// Goldens of one flavor (a golden per namespace, or a re-import beside the
+// old one) add their consumers up in one series.
+func TestGoldenConsumersSumOverAFlavorsGoldens(t *testing.T) {
+	s := leaderSnapshot()
+	second := s.Goldens[0]
+	second.Namespace, second.Consumers = "cozy-other", 3
+	s.Goldens = append(s.Goldens, second)
+	got := seriesValues(t, NewCloneCollector(snapshotSource{s}), "csi_clone_golden_consumers")
+	if want := map[string]float64{"schematic_id=" + sid + ",version=v1.13.2": 7}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("golden_consumers %v, want %v", got, want)
+	}
+}
+
+// The ready time of a flavor is the first trusted golden's that finished
+// importing; an untrusted or importing golden gives none.
+func TestGoldenReadyIsTheFirstTrustedImportedGoldens(t *testing.T) {
+	f := cloner.Flavor{SchematicID: sid, Version: "v1.13.2"}
+	other := cloner.Flavor{SchematicID: sid, Version: "v1.14.0"}
+	t1, t2 := time.Unix(1_700_000_000, 0), time.Unix(1_800_000_000, 0)
+	s := leaderSnapshot()
+	s.Goldens = []cloner.GoldenStatus{
+		{Name: "untrusted", Flavor: f, ReadySince: t2},
+		{Name: "importing", Flavor: f, Trusted: true},
+		{Name: "first", Flavor: f, Trusted: true, ReadySince: t1},
+		{Name: "second", Flavor: f, Trusted: true, ReadySince: t2},
+		{Name: "other-importing", Flavor: other, Trusted: true},
+	}
+	got := seriesValues(t, NewPredictionCollector(snapshotSource{s}), "csi_clone_golden_ready_timestamp_seconds")
+	if want := map[string]float64{"schematic_id=" + sid + ",version=v1.13.2": float64(t1.Unix())}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("golden_ready_timestamp_seconds %v, want %v", got, want)
 	}
 }
