@@ -65,3 +65,21 @@ func TestStuckMessageKeepsItsOwnTextBeforeCDIs(t *testing.T) {
 		t.Fatalf("got %s %q", r.Verdict, r.Message)
 	}
 }
+
+// A clone in progress asks to be judged again when --stuck-after runs out,
+// with no object changing.
+func TestCloneInProgressIsRecheckedWhenItWouldTurnStuck(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	w.claim(dv, testClass, 20*gi, 0, "")
+	cfg := testConfig()
+	recs, ev := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter/2))
+	if r := recs["d"]; r.Verdict != VerdictPending {
+		t.Fatalf("half way to --stuck-after: %s", r.Verdict)
+	}
+	if want := t0.Add(cfg.StuckAfter); !ev.recheckAt.Equal(want) {
+		t.Fatalf("recheck at %s, want %s (when it would turn stuck)", ev.recheckAt, want)
+	}
+}
