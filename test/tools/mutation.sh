@@ -29,8 +29,8 @@ TAP_TESTS='^(TestStatusAsGRPCGoReportsIt|TestOnlyRequestHeadersOpenCalls|TestEar
 [ -x "$gremlins" ] || { echo "mutation: $gremlins missing: run make tools (or test/tools/build.sh gremlins)" >&2; exit 1; }
 
 # The cloner's suite runs informers over a fake API for most of its time;
-# the verdict rules are judged by the tests of verdict_test.go, blocked_test.go
-# and reasons_table_test.go, which evaluate worlds directly.
+# the verdict rules are judged by the tests of verdict_test.go, blocked_test.go,
+# reasons_table_test.go and cdi_rules_test.go, which evaluate worlds directly.
 VERDICT_TESTS="^($(cd "$root/cloner" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go reasons_table_test.go cdi_rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
 
 # name     package dir     tests (-run)  files mutated (the package's others are excluded)
