@@ -1,9 +1,7 @@
 package cloner
 
 import (
-	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,20 +47,6 @@ func TestCDIExplanationPicksTheTellingCondition(t *testing.T) {
 		if got := cdiExplanation(&WorkerDisk{Conditions: tc.conds}); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
-	}
-}
-
-// A stuck clone's message is the sidecar's own, with CDI's word appended.
-func TestStuckMessageKeepsItsOwnTextBeforeCDIs(t *testing.T) {
-	var w world
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
-	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, "ErrExceededQuota", "exceeded quota: tenant-quota", t0)
-	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	r := recs["d"]
-	if r.Verdict != VerdictStuck || !strings.HasPrefix(r.Message, "clone requested at ") ||
-		!strings.HasSuffix(r.Message, "; CDI: ErrExceededQuota: exceeded quota: tenant-quota") {
-		t.Fatalf("got %s %q", r.Verdict, r.Message)
 	}
 }
 
