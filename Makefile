@@ -20,7 +20,7 @@ BIN         ?= bin
 # build.sh builds into it and the tests (test/tools.Bin) look there.
 export TOOLS_CACHE
 
-.PHONY: all build sidecar tools test unit fuzz diff e2e soak bench bench-e2e bench-scale demo lint image docker-image chart clean
+.PHONY: all build sidecar tools test unit fuzz diff e2e mutation soak bench bench-e2e bench-scale demo lint image docker-image chart clean
 
 all: build
 
@@ -40,17 +40,22 @@ tools:
 ## test: everything CI runs
 test: tools unit fuzz diff e2e
 
-## unit: unit tests, csi-sanity against the test driver directly and through the relay
+## unit: unit tests (every package that runs goroutines under the race detector), csi-sanity against the test driver directly and through the relay, and the tests of our programs in the CDI tools module
+# Not raced: deploy (renders and lints manifests, builds and runs the image)
+# and test/memory (measures a child's RSS); neither runs goroutines of its own.
+NORACE_PKGS := ./deploy/... ./test/memory
 unit:
 	$(GO) vet ./...
+	$(GO) test -count=1 -race -timeout 30m $$($(GO) list ./... | grep -Ev '/test/e2e|/deploy(/|$$)|/test/memory$$')
 	@# -timeout: deploy's image tests build the image (an arm64 compile, minutes on a cold cache), run it under podman, and build the Dockerfile for two platforms with buildah
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/e2e)
-	$(GO) test -count=1 -race ./sidecar/...
+	$(GO) test -count=1 -timeout 30m $(NORACE_PKGS)
 	@# The pinned tools' modules (test/tools/mod) hold tests of their own: the
-	@# kubernetes-csi sidecars' rules against the sidecar's tables, our CDI programs.
+	@# kubernetes-csi sidecars' rules against the sidecar's tables, our CDI
+	@# programs. Built as build.sh builds them, so the packages compiled for
+	@# the tools are reused.
 	@for m in $$(find test/tools/mod -name '*_test.go' | cut -d/ -f4 | sort -u); do \
-		echo "cd test/tools/mod/$$m && $(GO) test -count=1 -mod=mod ./..."; \
-		(cd test/tools/mod/$$m && $(GO) test -count=1 -mod=mod ./...) || exit 1; \
+		echo "cd test/tools/mod/$$m && CGO_ENABLED=0 $(GO) test -mod=mod -trimpath -count=1 ./..."; \
+		(cd test/tools/mod/$$m && CGO_ENABLED=0 $(GO) test -mod=mod -trimpath -count=1 ./...) || exit 1; \
 	done
 
 ## fuzz: short runs of the tap's fuzz targets: the parser, and the wire decoder against protobuf (FUZZTIME=10m for long ones)
@@ -68,6 +73,11 @@ diff:
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 e2e: build
 	$(GO) test -count=1 -timeout 40m -run '$(E2E_RUN)' ./test/e2e/...
+
+## mutation: mutation testing (gremlins, from the tools cache) of the pure rules, one package at a time: predictions, metric labels, the tap's status and method mapping, the verdict rules (not part of make test; MUTATION_TIMEOUT=40m per target; report in docs/testing.md)
+mutation:
+	test/tools/build.sh gremlins
+	test/tools/mutation.sh $(MUTATION_TARGETS)
 
 ## soak: worker clones in waves while the sidecar is SIGKILLed, the API server stopped, the driver and the verdict leader killed (200 disks; `make test` runs it with 40)
 SOAK_DISKS ?= 200

@@ -246,7 +246,9 @@ func TestStuckMessageCarriesCDIsExplanation(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, "ErrExceededQuota", "exceeded quota: tenant-quota", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["d"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, "CDI: ErrExceededQuota: exceeded quota: tenant-quota") {
+	// The sidecar's own text, with CDI's word appended.
+	if r := recs["d"]; r.Verdict != VerdictStuck || !strings.HasPrefix(r.Message, "clone requested at ") ||
+		!strings.HasSuffix(r.Message, "; CDI: ErrExceededQuota: exceeded quota: tenant-quota") {
 		t.Fatalf("got %s %q", r.Verdict, r.Message)
 	}
 }

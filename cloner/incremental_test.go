@@ -1,10 +1,12 @@
 package cloner
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -27,21 +29,24 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	}
 	fc := newFakeCluster(t, &w)
 	cfg := configAt(t0.Add(time.Hour))
-	cfg.ResyncPeriod = time.Hour // no full pass but the first
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
-	c.cfg.ResyncPeriod = time.Hour
-	go func() { _ = c.RunVerdicts(ctx) }()
-	eventually(t, "first pass", func() bool { return c.judgedCount.Load() >= n })
-	eventually(t, "every verdict written", func() bool { return fc.pvc(t, "tenant-a", "d39").Annotations[AnnCloneVerdict] == VerdictCSIClone })
-	// The verdict writes come back as PVC events: let them settle.
+	// Passes are driven here, not by RunVerdicts: quiesce decides when
+	// nothing more is due.
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.judgedCount.Load(); got < n {
+		t.Fatalf("first pass judged %d disks, want %d", got, n)
+	}
+	if v := fc.pvc(t, "tenant-a", "d39").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+		t.Fatalf("first pass wrote verdict %q, want %s", v, VerdictCSIClone)
+	}
+	// The verdict writes come back as PVC events: judge what they make due.
+	barriers := 0
 	settled := func() int64 {
-		var last int64 = -1
-		for c.judgedCount.Load() != last {
-			last = c.judgedCount.Load()
-			time.Sleep(3 * minPassInterval)
-		}
-		return last
+		quiesce(t, ctx, fc, c, &barriers)
+		return c.judgedCount.Load()
 	}
 	before := settled()
 
@@ -53,17 +58,16 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc.putDV(t, disks[0])
-	eventually(t, "the changed disk judged", func() bool {
-		return fc.pvc(t, "tenant-a", "d00").Annotations[AnnCloneVerdict] == VerdictCSIClone
-	})
 	if got := settled() - before; got < 1 || got > 6 {
 		t.Fatalf("one disk's claim, volume and DataVolume changing re-judged %d disks, want 1 per event (at most 6)", got)
+	}
+	if v := fc.pvc(t, "tenant-a", "d00").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+		t.Fatalf("the changed disk's verdict is %q, want %s", v, VerdictCSIClone)
 	}
 
 	before = c.judgedCount.Load()
 	g.Status.RestartCount++ // a change the cache keeps (an unread annotation re-judges nothing)
 	fc.putDV(t, g)
-	eventually(t, "the golden's consumers re-judged", func() bool { return c.judgedCount.Load()-before >= n })
 	if got := settled() - before; got != n {
 		t.Fatalf("a golden change re-judged %d disks, want its %d consumers once", got, n)
 	}
@@ -137,4 +141,73 @@ func ledgerWrites(fc *fakeCluster) int {
 		}
 	}
 	return n
+}
+
+// quiesce judges what is due, round after round, until a round judges
+// nothing. Before each round a barrier per verdict informer shows that its
+// handler took every notification of the writes made before it: a new
+// DataVolume, then its claim, then a volume bound to that claim, each seen
+// marking the barrier disk due (and taken off the due set, so it is never
+// judged). A round that then judges nothing writes nothing, so nothing more
+// can come: no waiting for quiet.
+func quiesce(t *testing.T, ctx context.Context, fc *fakeCluster, c *Controller, barriers *int) {
+	t.Helper()
+	for round := 0; ; round++ {
+		if round == 10 {
+			t.Fatal("still judging after 10 rounds: the verdict writes keep re-judging their disks")
+		}
+		*barriers++
+		barrier(t, ctx, fc, c, fmt.Sprintf("barrier-%d", *barriers))
+		before := c.judgedCount.Load()
+		for {
+			more, err := c.passDue(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !more {
+				break
+			}
+		}
+		if c.judgedCount.Load() == before {
+			return
+		}
+	}
+}
+
+const barrierNamespace = "barriers"
+
+// barrier creates a DataVolume, its claim and its volume in turn, and waits
+// after each until the handler of that kind marked the barrier disk due.
+func barrier(t *testing.T, ctx context.Context, fc *fakeCluster, c *Controller, name string) {
+	t.Helper()
+	key := barrierNamespace + "/" + name
+	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: barrierNamespace, Name: name}}
+	if _, err := fc.dyn.Resource(DataVolumeGVR).Namespace(barrierNamespace).Create(ctx, toUnstructured(t, dv), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	takeDue(t, c, key, "DataVolume")
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: barrierNamespace, Name: name}}
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims(barrierNamespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	takeDue(t, c, key, "PersistentVolumeClaim")
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},
+		Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Namespace: barrierNamespace, Name: name}}}
+	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	takeDue(t, c, key, "PersistentVolume")
+}
+
+// takeDue waits until key is due and takes it off the due set.
+func takeDue(t *testing.T, c *Controller, key, kind string) {
+	t.Helper()
+	eventually(t, "the "+kind+" handler marked "+key+" due", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		due := c.dirty[key]
+		delete(c.dirty, key)
+		return due
+	})
 }

@@ -96,7 +96,7 @@ type socketLab struct {
 func newSocketLab(t *testing.T) *socketLab {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("switching identities needs root")
+		t.Fatal("switching identities needs root: run the tests as root (make test does; the e2e needs it too)")
 	}
 	dir, err := os.MkdirTemp("", "deploy-socket-")
 	if err != nil {

@@ -71,14 +71,6 @@ func TestNonLeaderExposesOnlyItsOwnEvidenceCounters(t *testing.T) {
 	}
 }
 
-func TestLabelsFromObjectsAreBoundedAndValid(t *testing.T) {
-	s := leaderSnapshot()
-	s.Goldens[0].Flavor.SchematicID = strings.Repeat("a", 300) + "\xff"
-	if _, err := scrape(t, NewCloneCollector(snapshotSource{s})); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func scrape(t *testing.T, c prometheus.Collector) ([]byte, error) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()

@@ -69,6 +69,10 @@ type emulator struct {
 	mu    sync.Mutex
 	state map[types.UID]*importState
 	noted map[types.UID]bool // pods of roles we do not emulate, logged once
+	// held counts, per pod, the ticks that saw it and kept it as it was (a
+	// claim not Bound, a resize under way): a test waits on it before it
+	// checks that a pod did not start.
+	held map[types.UID]int
 }
 
 // importState tracks one importer pod between ticks.
@@ -102,6 +106,7 @@ func (c *Cluster) startEmulator() error {
 		cancel: cancel,
 		state:  map[types.UID]*importState{},
 		noted:  map[types.UID]bool{},
+		held:   map[types.UID]int{},
 	}
 	pvcFactory := informers.NewSharedInformerFactory(c.Client, 0)
 	e.pvcs = pvcFactory.Core().V1().PersistentVolumeClaims().Lister()
@@ -152,12 +157,14 @@ func (e *emulator) step(ctx context.Context, p *corev1.Pod) error {
 		return nil
 	}
 	if !e.claimsBound(p) {
+		e.hold(p)
 		return nil
 	}
 	running := p.Status.Phase == corev1.PodRunning
 	switch role := p.Labels[cdiRoleLabel]; role {
 	case podRolePrep:
 		if e.resizeUnderway(p) {
+			e.hold(p)
 			return nil
 		}
 		return e.finish(ctx, p, 0, "", corev1.PodSucceeded)
@@ -187,6 +194,20 @@ func (e *emulator) step(ctx context.Context, p *corev1.Pod) error {
 		}
 	}
 	return nil
+}
+
+// hold notes a tick that left the pod as it was.
+func (e *emulator) hold(p *corev1.Pod) {
+	e.mu.Lock()
+	e.held[p.UID]++
+	e.mu.Unlock()
+}
+
+// heldTicks is how many ticks saw the pod and left it as it was.
+func (e *emulator) heldTicks(uid types.UID) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.held[uid]
 }
 
 // claimsBound is the kubelet's precondition: every mounted PVC is Bound.

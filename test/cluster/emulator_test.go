@@ -104,6 +104,19 @@ func TestEmulatorImporter(t *testing.T) {
 	}
 }
 
+// waitHeld waits until three emulator ticks saw the pod and left it as it
+// was: then a check that it is still Pending means the emulator held it,
+// not that it has not looked yet.
+func waitHeld(ctx context.Context, t *testing.T, c *Cluster, p *corev1.Pod) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return c.emu.heldTicks(p.UID) >= 3, nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s: the emulator did not hold it for three ticks: %v", p.Namespace, p.Name, err)
+	}
+}
+
 // A pod whose PVC is not Bound stays Pending, as no kubelet would start it;
 // once the binder binds the claim, the prep pod is reported Succeeded.
 func TestEmulatorWaitsForBoundClaims(t *testing.T) {
@@ -117,10 +130,11 @@ func TestEmulatorWaitsForBoundClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := c.Client.CoreV1().Pods("prep")
-	if _, err := pods.Create(ctx, prepPod("prep-x", "data"), metav1.CreateOptions{}); err != nil {
+	created, err := pods.Create(ctx, prepPod("prep-x", "data"), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // several emulator ticks
+	waitHeld(ctx, t, c, created)
 	if got, err := pods.Get(ctx, "prep-x", metav1.GetOptions{}); err != nil || got.Status.Phase != corev1.PodPending {
 		t.Fatalf("prep pod with an unbound claim: %v, phase %q; want Pending", err, got.Status.Phase)
 	}
@@ -169,10 +183,11 @@ func TestEmulatorPrepWaitsForResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := c.Client.CoreV1().Pods("grow")
-	if _, err := pods.Create(ctx, prepPod("prep-grow", "data"), metav1.CreateOptions{}); err != nil {
+	created, err := pods.Create(ctx, prepPod("prep-grow", "data"), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // several emulator ticks
+	waitHeld(ctx, t, c, created)
 	if got, err := pods.Get(ctx, "prep-grow", metav1.GetOptions{}); err != nil || got.Status.Phase != corev1.PodPending {
 		t.Fatalf("prep pod while its claim's resize is under way: %v, phase %q; want Pending", err, got.Status.Phase)
 	}

@@ -15,7 +15,7 @@ import (
 // mount namespace and an attached loop device.
 func TestLeakedSeesSocketMountAndLoop(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("mounts and loop devices need root")
+		t.Fatal("mounts and loop devices need root: run the tests as root (make test does; the e2e needs it too)")
 	}
 	// Named unlike the default state directory: a cluster's own directory
 	// (Options.Dir, CSI_CLONE_E2E_DIR) is watched wherever it is.
@@ -53,7 +53,8 @@ func TestLeakedSeesSocketMountAndLoop(t *testing.T) {
 	}
 	out, err := exec.Command("losetup", "--find", "--show", img).Output()
 	if err != nil {
-		t.Skipf("no loop device to attach: %v", err)
+		t.Fatalf("no loop device to attach (%v): install util-linux (losetup) and load the loop module (modprobe loop), "+
+			"or in a container give it /dev/loop-control and a few /dev/loopN (mknod /dev/loopN b 7 N)", err)
 	}
 	dev := strings.TrimSpace(string(out))
 	defer exec.Command("losetup", "--detach", dev).Run()

@@ -91,7 +91,3 @@ func allowedSkip(text string) string {
 	}
 	return ""
 }
-
-// TestSanityAgainstEndpoint is the child of sanityrun.RunSubprocess; it skips
-// unless CSI_SANITY_ENDPOINT is set.
-func TestSanityAgainstEndpoint(t *testing.T) { sanityrun.AgainstEndpointFromEnv(t) }

@@ -59,10 +59,7 @@ const (
 // allowance, and its RSS returns near the baseline once they close.
 func TestRelayMemoryUnderLargeReplies(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("reads the process's RSS from /proc")
-	}
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
+		t.Fatal("reads the process's RSS from /proc: Linux only")
 	}
 	bin := buildSidecar(t)
 	for _, c := range []struct{ conns, streams int }{{1, 64}, {4, 16}} {

@@ -3,15 +3,16 @@
 // endpoint inside `go test`, and reads the per-spec outcomes back from the
 // ginkgo JSON report. Ginkgo runs one suite per process, so a test that needs
 // two runs (say, directly against a driver and through a relay) runs each in
-// a child process of its own test binary with RunSubprocess; that binary must
-// define
+// a child process of its own test binary with RunSubprocess; that binary's
+// TestMain must be
 //
-//	func TestSanityAgainstEndpoint(t *testing.T) { sanityrun.AgainstEndpointFromEnv(t) }
+//	func TestMain(m *testing.M) { sanityrun.Main(m) }
 package sanityrun
 
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,8 +37,6 @@ const (
 	// EnvSecrets names a sanity secrets YAML file (sanity's SecretsFile),
 	// so the requests carry secrets; children inherit it from the parent.
 	EnvSecrets = "CSI_SANITY_SECRETS"
-	// TestName is the test a child process runs.
-	TestName = "TestSanityAgainstEndpoint"
 )
 
 const (
@@ -78,7 +77,14 @@ func Config(endpoint, pool string) sanity.TestConfig {
 // reportPath unless it is "". Failed specs fail t.
 func Run(t *testing.T, cfg sanity.TestConfig, reportPath string) {
 	t.Helper()
-	dir := t.TempDir()
+	if err := run(t, t.TempDir(), cfg, reportPath); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run is Run for a test or for the child process of RunSubprocess: failed
+// specs call fail.Fail; dir holds sanity's mount and staging paths.
+func run(fail ginkgo.GinkgoTestingT, dir string, cfg sanity.TestConfig, reportPath string) error {
 	// Sanity mkdirs these itself and fails if they exist: keep them private.
 	cfg.TargetPath = filepath.Join(dir, "mount")
 	cfg.StagingPath = filepath.Join(dir, "staging")
@@ -91,26 +97,54 @@ func Run(t *testing.T, cfg sanity.TestConfig, reportPath string) {
 	if reportPath != "" {
 		abs, err := filepath.Abs(reportPath)
 		if err != nil {
-			t.Fatalf("report path: %v", err)
+			return fmt.Errorf("report path: %w", err)
 		}
 		reporterCfg.JSONReport = abs
 	}
-	ginkgo.RunSpecs(t, "CSI sanity", suiteCfg, reporterCfg)
+	ginkgo.RunSpecs(fail, "CSI sanity", suiteCfg, reporterCfg)
+	return nil
 }
 
-// AgainstEndpointFromEnv is the body of TestSanityAgainstEndpoint: it skips
-// unless CSI_SANITY_ENDPOINT is set, and then runs the suites against it,
-// writing the report to CSI_SANITY_REPORT (pool from CSI_SANITY_POOL).
-func AgainstEndpointFromEnv(t *testing.T) {
+// Main is the TestMain of a test binary that calls RunSubprocess. In the
+// child RunSubprocess starts (CSI_SANITY_ENDPOINT set) it runs the suites
+// against that endpoint, writing the report to CSI_SANITY_REPORT (pool from
+// CSI_SANITY_POOL), and exits 1 if a spec failed; otherwise it runs the
+// binary's tests. The child is chosen here rather than by a test that
+// skips in the parent, so a test run shows no skipped test.
+func Main(m *testing.M) {
 	endpoint := os.Getenv(EnvEndpoint)
 	if endpoint == "" {
-		t.Skipf("%s is not set: this test is run as a child by sanityrun.RunSubprocess", EnvEndpoint)
+		os.Exit(m.Run())
 	}
-	Run(t, Config(endpoint, os.Getenv(EnvPool)), os.Getenv(EnvReport))
+	flag.Parse() // ginkgo's flags, as m.Run would parse them
+	os.Exit(runChild(endpoint))
 }
 
-// RunSubprocess runs TestSanityAgainstEndpoint of the current test binary in
-// a child process against endpoint, writing the JSON report to reportPath and
+func runChild(endpoint string) int {
+	dir, err := os.MkdirTemp("", "sanity-child-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	var failed childFailed
+	if err := run(&failed, dir, Config(endpoint, os.Getenv(EnvPool)), os.Getenv(EnvReport)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// childFailed is the child's ginkgo.GinkgoTestingT: it notes a failed spec.
+type childFailed bool
+
+func (f *childFailed) Fail() { *f = true }
+
+// RunSubprocess runs the sanity suites in a child process of the current
+// test binary (whose TestMain is Main) against endpoint, writing the JSON report to reportPath and
 // the child's output to reportPath+".log". It returns the child's error (a
 // failed spec makes the child fail); the report is there either way, unless
 // the child could not run the suite, which is an error of its own.
@@ -123,16 +157,15 @@ func RunSubprocess(t testing.TB, endpoint, pool, reportPath string) error {
 	}
 	defer logFile.Close()
 	_ = os.Remove(reportPath)
-	cmd := exec.Command(os.Args[0], "-test.run=^"+TestName+"$", "-test.count=1", "-test.v",
-		"-test.timeout="+(suiteTimeout+time.Minute).String())
+	cmd := exec.Command(os.Args[0], "-test.v")
 	cmd.Env = append(os.Environ(), EnvEndpoint+"="+endpoint, EnvReport+"="+reportPath, EnvPool+"="+pool)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
 	runErr := cmd.Run()
 	t.Logf("sanity against %s took %s (output: %s)", endpoint, time.Since(start).Round(time.Millisecond), logPath)
 	if _, err := os.Stat(reportPath); err != nil {
-		return fmt.Errorf("sanity child wrote no report %s (does this test binary define %s?): %v; see %s",
-			reportPath, TestName, errors.Join(runErr, err), logPath)
+		return fmt.Errorf("sanity child wrote no report %s (is this test binary's TestMain sanityrun.Main?): %v; see %s",
+			reportPath, errors.Join(runErr, err), logPath)
 	}
 	if runErr != nil {
 		return fmt.Errorf("sanity child failed: %w; see %s", runErr, logPath)

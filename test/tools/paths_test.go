@@ -12,7 +12,7 @@ func TestEveryPinParses(t *testing.T) {
 	want := map[string][]string{
 		"bin": {"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "cdi-controller", "cdi-crds",
 			"cdi-clone-token", "csi-provisioner", "csi-resizer", "csi-snapshotter",
-			"snapshot-controller", "victoria-metrics", "vmalert"},
+			"snapshot-controller", "victoria-metrics", "vmalert", "gremlins"},
 		"crds": {"snapshot", "cdi", "prometheus"},
 	}
 	for kind, names := range want {

@@ -1,0 +1,69 @@
+package cloner
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// cdiCloneError takes the populator's cloneError, else the message of the
+// DataVolume's Running condition that mirrors it.
+func TestCDICloneErrorFallsBackToTheRunningCondition(t *testing.T) {
+	d := &WorkerDisk{Conditions: []CDICondition{{Type: string(cdiv1.DataVolumeRunning), Status: "False",
+		Reason: cdiReasonError, Message: "from the condition"}}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnCDIClonePhase: cdiClonePhaseError}}}
+	if msg, _, ok := cdiCloneError(d, pvc); !ok || msg != "from the condition" {
+		t.Errorf("no cloneError annotation: %q, %v; want the condition's message", msg, ok)
+	}
+	pvc.Annotations[AnnCDICloneError] = "from the claim"
+	if msg, _, ok := cdiCloneError(d, pvc); !ok || msg != "from the claim" {
+		t.Errorf("with a cloneError annotation: %q, %v; want the annotation", msg, ok)
+	}
+}
+
+// cdiExplanation: the first condition, Running before Bound before Ready,
+// that is not True, carries a message and is not one every clone passes.
+func TestCDIExplanationPicksTheTellingCondition(t *testing.T) {
+	cond := func(typ cdiv1.DataVolumeConditionType, status, reason, msg string) CDICondition {
+		return CDICondition{Type: string(typ), Status: status, Reason: reason, Message: msg}
+	}
+	for _, tc := range []struct {
+		name  string
+		conds []CDICondition
+		want  string
+	}{
+		{"nothing", nil, ""},
+		{"a true condition says nothing", []CDICondition{cond(cdiv1.DataVolumeRunning, "True", "X", "running")}, ""},
+		{"no message", []CDICondition{cond(cdiv1.DataVolumeRunning, "False", "X", "")}, ""},
+		{"a boring reason", []CDICondition{cond(cdiv1.DataVolumeRunning, "False", "Pending", "waiting")}, ""},
+		{"the telling one", []CDICondition{cond(cdiv1.DataVolumeBound, "False", "Quota", "exceeded")}, "Quota: exceeded"},
+		{"Running before Bound", []CDICondition{cond(cdiv1.DataVolumeBound, "False", "B", "bound"),
+			cond(cdiv1.DataVolumeRunning, "False", "R", "running")}, "R: running"},
+		{"skips the true one for the next", []CDICondition{cond(cdiv1.DataVolumeRunning, "True", "R", "running"),
+			cond(cdiv1.DataVolumeReady, "False", "N", "not ready")}, "N: not ready"},
+	} {
+		if got := cdiExplanation(&WorkerDisk{Conditions: tc.conds}); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A clone in progress asks to be judged again when --stuck-after runs out,
+// with no object changing.
+func TestCloneInProgressIsRecheckedWhenItWouldTurnStuck(t *testing.T) {
+	var w world
+	g, _ := w.golden(testSID, testVer)
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	w.claim(dv, testClass, 20*gi, 0, "")
+	cfg := testConfig()
+	recs, ev := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter/2))
+	if r := recs["d"]; r.Verdict != VerdictPending {
+		t.Fatalf("half way to --stuck-after: %s", r.Verdict)
+	}
+	if want := t0.Add(cfg.StuckAfter); !ev.recheckAt.Equal(want) {
+		t.Fatalf("recheck at %s, want %s (when it would turn stuck)", ev.recheckAt, want)
+	}
+}

@@ -1,0 +1,146 @@
+package predict
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// A golden whose PV's nodeAffinity pins it to nodes makes every disk cloned
+// from it node-bound, whatever the target class: the cross-node flag is set
+// once, on the path CDI would take anyway.
+func TestAGoldenPinnedToNodesIsFlaggedCrossNode(t *testing.T) {
+	pinned := golden
+	pinned.PinnedNodes = []string{"node-a"}
+	s := NewState(baseInputs("csi-clone"))
+	for _, tc := range []struct {
+		name  string
+		g     Golden
+		class string
+		flags []string
+	}{
+		{"pinned golden, its own class", pinned, "replicated", []string{FlagCrossNode}},
+		{"pinned golden, another class of the driver", pinned, "replicated-b", []string{FlagClassMismatch, FlagCrossNode}},
+		{"pinned golden on the node-local class", withClass(pinned, "local"), "local", []string{FlagCrossNode}},
+		{"unpinned golden, its own class", golden, "replicated", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := s.Predict(tc.g, Target{Class: tc.class, VolumeMode: "Block"})
+			if p.Path != PathCSIClone {
+				t.Errorf("path %s (%s), want %s: a pinned golden changes no path", p.Path, p.Message, PathCSIClone)
+			}
+			if fmt.Sprint(p.Flags) != fmt.Sprint(tc.flags) {
+				t.Errorf("flags %v, want %v", p.Flags, tc.flags)
+			}
+		})
+	}
+}
+
+// NodeLocal reads LINSTOR's allowRemoteVolumeAccess as linstor-csi spells
+// and parses it (pkg/volume/parameter.go NewParameters, remoteaccess.go
+// RemoteAccessPolicy.UnmarshalText: strconv.ParseBool first, so "false",
+// "False" and "FALSE" all forbid diskless access), and allowedTopologies.
+func TestNodeLocalReadsLINSTORsRemoteAccessAsLINSTORParsesIt(t *testing.T) {
+	const key = linstor + "/allowRemoteVolumeAccess"
+	for _, tc := range []struct {
+		name  string
+		class []string // parameter pairs
+		topo  bool
+		local bool
+	}{
+		{"false", []string{key, "false"}, false, true},
+		{"False", []string{key, "False"}, false, true},
+		{"FALSE", []string{key, "FALSE"}, false, true},
+		{"true", []string{key, "true"}, false, false},
+		{"True", []string{key, "True"}, false, false},
+		{"no parameter", nil, false, false},
+		{"another parameter false", []string{linstor + "/encryption", "false"}, false, false},
+		{"allowedTopologies", nil, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := class("c", linstor, true, tc.class...)
+			if tc.topo {
+				sc.AllowedTopologies = []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+					{Key: "kubernetes.io/hostname", Values: []string{"node-a"}}}}}
+			}
+			local, how := NodeLocal(sc)
+			if local != tc.local {
+				t.Fatalf("NodeLocal = %v (%q), want %v", local, how, tc.local)
+			}
+			if local && how == "" {
+				t.Error("node-local without saying how")
+			}
+			p := NewState(Inputs{Classes: append(baseInputs("").Classes, sc), CDIs: []*cdiv1.CDI{cdi("csi-clone")},
+				CSIDrivers: []string{linstor}}).Predict(withClass(golden, "c"), Target{Class: "c", VolumeMode: "Block"})
+			if p.HasFlag(FlagCrossNode) != tc.local {
+				t.Errorf("flags %v: cross-node %v, want %v", p.Flags, p.HasFlag(FlagCrossNode), tc.local)
+			}
+		})
+	}
+	if local, _ := NodeLocal(nil); local {
+		t.Error("NodeLocal(nil) = true")
+	}
+}
+
+// reasonCases produces every prediction reason: the closed set Reasons.
+var reasonCases = map[string]struct {
+	in     Inputs
+	g      Golden
+	target Target
+}{
+	ReasonCDIOverride:              {baseInputs("csi-clone"), golden, Target{Class: "replicated"}},
+	ReasonStorageProfile:           {withProfile(baseInputs(""), profile("replicated", "csi-clone", "")), golden, Target{Class: "replicated"}},
+	ReasonDefaultSnapshot:          {withSnapClass(baseInputs(""), "snaps", linstor), golden, Target{Class: "replicated"}},
+	ReasonCopyStrategy:             {baseInputs("copy"), golden, Target{Class: "replicated"}},
+	ReasonNoPopulator:              {baseInputs("csi-clone"), golden, Target{Class: "intree"}},
+	ReasonNoVolumeSnapshotClass:    {baseInputs(""), golden, Target{Class: "replicated"}},
+	ReasonIncompatibleProvisioners: {baseInputs("csi-clone"), golden, Target{Class: "ceph"}},
+	ReasonIncompatibleVolumeModes:  {baseInputs("csi-clone"), golden, Target{Class: "replicated", VolumeMode: "Filesystem"}},
+	ReasonNoVolumeExpansion:        {baseInputs("csi-clone"), golden, Target{Class: "replicated-fixed", Bytes: 20 * gi}},
+	ReasonGoldenFailed:             {baseInputs("csi-clone"), withPhase(golden, "Failed"), Target{Class: "replicated"}},
+	ReasonClassUnresolved:          {baseInputs("csi-clone"), golden, Target{Unresolved: true}},
+	ReasonClassNotFound:            {baseInputs("csi-clone"), golden, Target{Class: "gone"}},
+	ReasonNoActiveCDI:              {Inputs{Classes: baseInputs("").Classes, CSIDrivers: []string{linstor}}, golden, Target{Class: "replicated"}},
+	ReasonTargetTooSmall:           {baseInputs("csi-clone"), golden, Target{Class: "replicated", Bytes: 2 * gi}},
+	ReasonSnapshotClassNotFound: {withProfile(withProfile(withSnapClass(baseInputs(""), "snaps", linstor), profile("replicated", "", "gone")),
+		profile("replicated-b", "", "gone")), golden, Target{Class: "replicated-b"}},
+	ReasonNodeLocalTarget: {baseInputs("csi-clone"), golden, Target{Class: "local"}},
+}
+
+// Every reason in the closed set Reasons: some inputs predict it, it is a
+// label value once, and it has a fix exactly when its path is bad (a good
+// path needs none, a bad one names its remedy).
+func TestEveryPredictionReason(t *testing.T) {
+	if len(reasonCases) != len(Reasons) {
+		t.Errorf("%d cases for %d reasons", len(reasonCases), len(Reasons))
+	}
+	seen := map[string]bool{}
+	for _, reason := range Reasons {
+		if seen[reason] {
+			t.Errorf("reason %q listed twice", reason)
+		}
+		seen[reason] = true
+		t.Run(reason, func(t *testing.T) {
+			tc, ok := reasonCases[reason]
+			if !ok {
+				t.Fatal("no case predicts it")
+			}
+			if tc.target.VolumeMode == "" {
+				tc.target.VolumeMode = "Block"
+			}
+			p := NewState(tc.in).Predict(tc.g, tc.target)
+			if p.Reason != reason {
+				t.Fatalf("predicted %s/%s (%s), want reason %s", p.Path, p.Reason, p.Message, reason)
+			}
+			if !slices.Contains(Paths, p.Path) {
+				t.Errorf("path %q is not in Paths", p.Path)
+			}
+			if (Fix(reason) != "") != p.Bad() {
+				t.Errorf("path %s, Bad=%v, but Fix = %q", p.Path, p.Bad(), Fix(reason))
+			}
+		})
+	}
+}
