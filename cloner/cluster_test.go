@@ -104,8 +104,16 @@ func (fc *fakeCluster) clients() Clients { return Clients{Kube: fc.kube, Dynamic
 // controller starts a Controller on the cluster and waits for its caches.
 func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg Config) *Controller {
 	t.Helper()
+	return fc.controllerWith(t, ctx, cfg, fc.clients())
+}
+
+// controllerWith starts a Controller on the given clients (fc's, wrapped):
+// a client is wrapped before the controller starts, since swapping it later
+// races the controller's goroutines that read it.
+func (fc *fakeCluster) controllerWith(t *testing.T, ctx context.Context, cfg Config, clients Clients) *Controller {
+	t.Helper()
 	cfg.ResyncPeriod = time.Second
-	c, err := New(cfg, fc.clients())
+	c, err := New(cfg, clients)
 	if err != nil {
 		t.Fatal(err)
 	}

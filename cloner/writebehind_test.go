@@ -23,6 +23,13 @@ import (
 // time.
 func chunkedFleet(t *testing.T, n, chunk int) (*fakeCluster, *Controller) {
 	t.Helper()
+	return chunkedFleetWith(t, n, chunk, nil)
+}
+
+// chunkedFleetWith is chunkedFleet whose PVC patches first pass through
+// gate, when it is not nil.
+func chunkedFleetWith(t *testing.T, n, chunk int, gate func(name string)) (*fakeCluster, *Controller) {
+	t.Helper()
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
@@ -30,7 +37,11 @@ func chunkedFleet(t *testing.T, n, chunk int) (*fakeCluster, *Controller) {
 		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
-	c := fc.controller(t, t.Context(), configAt(t0.Add(time.Hour)))
+	clients := fc.clients()
+	if gate != nil {
+		clients.Kube = gatedClaims{fc.kube, gate}
+	}
+	c := fc.controllerWith(t, t.Context(), configAt(t0.Add(time.Hour)), clients)
 	c.chunk = chunk
 	return fc, c
 }
@@ -135,6 +146,11 @@ type gatedPVCs struct {
 	gate func(name string)
 }
 
+// IsWatchListSemanticsUnSupported passes on the fake clientset's answer,
+// which the embedding would hide: without it client-go's informers ask the
+// fake for a watch list, which it does not serve, and never sync.
+func (g gatedClaims) IsWatchListSemanticsUnSupported() bool { return true }
+
 func (g gatedPVCs) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*corev1.PersistentVolumeClaim, error) {
 	g.gate(name)
 	return g.PersistentVolumeClaimInterface.Patch(ctx, name, pt, data, opts, sub...)
@@ -146,18 +162,22 @@ func (g gatedPVCs) Patch(ctx context.Context, name string, pt types.PatchType, d
 // still returns only once the chunk before is written.
 func TestTheNextChunksWritesFillTheLastChunksTail(t *testing.T) {
 	const n, chunk = 12, 5
-	fc, c := chunkedFleet(t, n, chunk)
 	known, release := make(chan struct{}), make(chan struct{})
 	first := map[string]bool{} // the first chunk's claims, whose patches wait
 	var passed atomic.Int64
-	c.clients.Kube = gatedClaims{fc.kube, func(name string) {
+	var armed atomic.Bool // writes before the test's passes go through, as on a plain fleet
+	fc, c := chunkedFleetWith(t, n, chunk, func(name string) {
+		if !armed.Load() {
+			return
+		}
 		<-known
 		if first[name] {
 			<-release
 			return
 		}
 		passed.Add(1)
-	}}
+	})
+	armed.Store(true)
 	releaseAll := sync.OnceFunc(func() { close(release) })
 	defer releaseAll()
 	ctx := t.Context()
