@@ -24,6 +24,11 @@ const (
 	AnnCloneStrategy    = "cdi.kubevirt.io/clone-strategy"
 	AnnMinimumSize      = "cdi.kubevirt.io/minimumSupportedPvcSize"
 	AnnContentType      = "cdi.kubevirt.io/storage.contentType"
+	// The image size CDI's size-detection pod recorded on a source claim,
+	// valid while the recorded capacity is the claim's
+	// (datavolume/clone-controller-base.go; CDI spells them so).
+	AnnVirtualSize    = "cdi.Kubervirt.io/virtualSize"
+	AnnSourceCapacity = "cdi.Kubervirt.io/sourceCapacity"
 
 	// DefaultOverhead is the filesystem overhead CDI's config controller
 	// writes into CDIConfig status.filesystemOverhead.global unless the CDI

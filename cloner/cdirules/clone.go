@@ -23,11 +23,11 @@ type Source struct {
 	VirtualSize int64
 }
 
-// needsImageSize: CDI sizes a clone of this source with a size-detection
+// NeedsImageSize reports whether CDI sizes a clone of this source with a size-detection
 // pod reading the image's virtual size (pvc-clone-controller.go
 // detectCloneSize: a Filesystem source whose content type is explicitly
 // kubevirt).
-func (s Source) needsImageSize() bool {
+func (s Source) NeedsImageSize() bool {
 	return resolveMode(s.VolumeMode) == Filesystem && s.ContentType == ContentKubeVirt
 }
 
@@ -40,11 +40,11 @@ func (s Source) needsImageSize() bool {
 // keeps it.
 func CloneSize(c Claim, src Source, d Defaults, env Env) (bytes int64, permissive, known bool) {
 	sizeRequired := c.Bytes == 0
-	if !sizeRequired && (c.VolumeMode != Block || !src.needsImageSize()) {
+	if !sizeRequired && (c.VolumeMode != Block || !src.NeedsImageSize()) {
 		return c.Bytes, false, true
 	}
 	target := src.CapacityBytes
-	if src.needsImageSize() {
+	if src.NeedsImageSize() {
 		if src.VirtualSize == 0 {
 			return c.Bytes, false, false
 		}
@@ -106,4 +106,19 @@ func validateRequestedCloneSize(source, target int64) error {
 		return fmt.Errorf("target resources requests storage size is smaller than the source %d < %d", target, source)
 	}
 	return nil
+}
+
+// LargestImage is the largest image size whose Filesystem claim, with the
+// overhead, fits capacity (the inverse of RequiredSpace, in whole MiB).
+func LargestImage(capacity int64, overhead float64) int64 {
+	lo, hi := int64(0), capacity/alignment
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if RequiredSpace(overhead, mid*alignment) <= capacity {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo * alignment
 }

@@ -37,8 +37,9 @@ type Outcome struct {
 	// snapshot, csi-clone; or an unknown value it cannot plan); "" when it
 	// does not get that far.
 	CloneType string
-	// StrategyFrom says where the strategy came from (FromOverride, ...).
-	StrategyFrom string
+	// Strategy is the strategy chosen before any fallback, StrategyFrom
+	// where it came from (FromOverride, ...).
+	Strategy, StrategyFrom string
 	// Fallback is the reason of a host-assisted fallback ("" none).
 	Fallback string
 	// Validation is set when CDI refuses the clone's sizes or content
@@ -77,6 +78,13 @@ func (c Cluster) Clone(dv DataVolume, src Source) Outcome {
 		}
 		claim.Bytes, permissive = bytes, perm
 	}
+	return c.PlanClaim(src, claim, permissive)
+}
+
+// PlanClaim is what CDI does with a claim it rendered: the legacy
+// host-assisted path when the class's provisioner has no CSIDriver object
+// (datavolume/util.go storageClassCSIDriverExists, NoPopulator), else Plan.
+func (c Cluster) PlanClaim(src Source, claim Claim, permissive bool) Outcome {
 	if !c.usesPopulator(claim) {
 		return Outcome{CloneType: StrategyCopy, Fallback: FallbackNoPopulator}
 	}
@@ -117,7 +125,7 @@ func (c Cluster) Plan(src Source, claim Claim, permissive bool) Outcome {
 		return Outcome{Error: problem}
 	}
 	strategy, from := PlannerStrategy(active.Spec.CloneStrategyOverride, c.Profiles[claim.Class])
-	o := Outcome{CloneType: strategy, StrategyFrom: from}
+	o := Outcome{CloneType: strategy, Strategy: strategy, StrategyFrom: from}
 	driver := c.commonDriver(src, claim)
 	if strategy == StrategySnapshot {
 		if driver == "" {

@@ -320,7 +320,12 @@ func TestCloneOutcomes(t *testing.T) {
 		if tc.mutate != nil {
 			tc.mutate(&c)
 		}
-		if got := c.Clone(tc.dv, tc.src); got != tc.want {
+		got := c.Clone(tc.dv, tc.src)
+		if got.Fallback != "" && got.Fallback != FallbackNoPopulator && got.Strategy == StrategyCopy {
+			t.Errorf("%s: the strategy before the fallback is lost: %+v", tc.name, got)
+		}
+		got.Strategy = "" // checked above: the strategy before any fallback
+		if got != tc.want {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
 		}
 	}
