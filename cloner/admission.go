@@ -37,6 +37,7 @@ const (
 //	class.<class>.modes                       the modes its claimPropertySets offer, comma-separated
 //	class.<class>.am.<accessMode>             "<index>:<mode>" of the first claimPropertySet with the access mode
 //	fix.<reason>                              each bad reason's fix
+//	dataSource.<namespace>.<name>             "<pvcNamespace>/<pvcName>" the DataSource clones ("" namespace: the DataVolume's)
 //
 // <kind> is pvc or storage, <mode> the claim's volume mode (Block or
 // Filesystem: the guard resolves a DataVolume's as CDI does, from the class
@@ -110,6 +111,11 @@ func admissionData(p *predictor, goldenNamespace string) map[string]string {
 	}
 	for r := range bad {
 		put("fix."+r, predict.Fix(r))
+	}
+	for _, ds := range p.dataSources {
+		if pvc := cdirules.DataSourcePVC(ds); pvc != nil {
+			put("dataSource."+ds.Namespace+"."+ds.Name, pvc.Namespace+"/"+pvc.Name)
+		}
 	}
 	return d
 }

@@ -25,12 +25,13 @@ var (
 	StorageProfileGVR      = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "storageprofiles"}
 	CDIGVR                 = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "cdis"}
 	CDIConfigGVR           = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "cdiconfigs"}
+	DataSourceGVR          = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datasources"}
 	VolumeSnapshotClassGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
 )
 
 // predictionResources are the CDI and snapshot resources the prediction
 // watches.
-var predictionResources = []schema.GroupVersionResource{StorageProfileGVR, CDIGVR, CDIConfigGVR, VolumeSnapshotClassGVR}
+var predictionResources = []schema.GroupVersionResource{StorageProfileGVR, CDIGVR, CDIConfigGVR, DataSourceGVR, VolumeSnapshotClassGVR}
 
 // predictionInputs holds the informers of the prediction's own objects.
 // They start beside the verdicts' informers and never hold the verdicts up:
@@ -120,10 +121,10 @@ func (p *predictionInputs) inputs() (in predict.Inputs, malformed []malformedObj
 		return in, nil, false
 	}
 	p.mu.Lock()
-	profiles, cdis, configs, snaps := p.synced[StorageProfileGVR], p.synced[CDIGVR], p.synced[CDIConfigGVR], p.synced[VolumeSnapshotClassGVR]
-	absent := p.snapshotsAbsent
+	profiles, cdis, configs, sources := p.synced[StorageProfileGVR], p.synced[CDIGVR], p.synced[CDIConfigGVR], p.synced[DataSourceGVR]
+	snaps, absent := p.synced[VolumeSnapshotClassGVR], p.snapshotsAbsent
 	p.mu.Unlock()
-	if profiles == nil || cdis == nil || configs == nil || (snaps == nil && !absent) {
+	if profiles == nil || cdis == nil || configs == nil || sources == nil || (snaps == nil && !absent) {
 		return in, nil, false
 	}
 	for _, x := range p.csiDrivers.GetStore().List() {
@@ -132,6 +133,7 @@ func (p *predictionInputs) inputs() (in predict.Inputs, malformed []malformedObj
 	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(profiles.GetStore().List()), &malformed)
 	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(cdis.GetStore().List()), &malformed)
 	in.CDIConfigs = convertAll[cdiv1.CDIConfig](unstructuredList(configs.GetStore().List()), &malformed)
+	in.DataSources = convertAll[cdiv1.DataSource](unstructuredList(sources.GetStore().List()), &malformed)
 	if snaps != nil {
 		in.SnapshotClasses = snapshotClasses(unstructuredList(snaps.GetStore().List()))
 	}

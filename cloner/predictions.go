@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
@@ -19,6 +20,8 @@ type predictor struct {
 	goldens map[types.NamespacedName]predict.Golden
 	flavors map[types.NamespacedName]Flavor
 	pairs   []predict.Pair
+	// dataSources are the DataSources a sourceRef may name.
+	dataSources []*cdiv1.DataSource
 	// defaults are the classes an empty class resolves to: for spec.storage
 	// DataVolumes of content kubevirt (the platform's), and for spec.pvc.
 	storageDefault, pvcDefault ClassResolution
@@ -43,6 +46,7 @@ func buildPredictor(in predict.Inputs, inv *inventory) *predictor {
 	}
 	p := &predictor{state: predict.NewState(in), goldens: map[types.NamespacedName]predict.Golden{},
 		flavors:        map[types.NamespacedName]Flavor{},
+		dataSources:    in.DataSources,
 		storageDefault: inv.classes.resolveRequested(nil, cdirules.ContentKubeVirt),
 		pvcDefault:     inv.classes.kubernetesDefault(),
 	}

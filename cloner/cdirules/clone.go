@@ -2,6 +2,8 @@ package cdirules
 
 import (
 	"fmt"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 // Source is what CDI reads of the source claim of a clone (the golden's PVC).
@@ -121,4 +123,18 @@ func LargestImage(capacity int64, overhead float64) int64 {
 		}
 	}
 	return lo * alignment
+}
+
+// DataSourcePVC is the PVC a DataVolume's sourceRef to a DataSource clones
+// (datavolume/clone-controller-base.go populateSourceIfSourceRef): the
+// DataSource's spec.source.pvc, or its status.source.pvc when it refers to
+// another DataSource. A PVC namespace "" is read as the DataVolume's own
+// (findSourcePvc), not the DataSource's. nil: no PVC (a snapshot, or not
+// ready).
+func DataSourcePVC(ds *cdiv1.DataSource) *cdiv1.DataVolumeSourcePVC {
+	src := ds.Spec.Source
+	if src.DataSource != nil {
+		src = ds.Status.Source
+	}
+	return src.PVC
 }

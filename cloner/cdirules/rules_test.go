@@ -11,11 +11,8 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
-const (
-	linstor = "linstor.csi.linbit.com"
-	gi      = int64(1) << 30
-	mi      = int64(1) << 20
-)
+// Sizes in bytes, and the driver most classes belong to.
+const gi, mi, linstor = int64(1) << 30, int64(1) << 20, "linstor.csi.linbit.com"
 
 func class(name, provisioner string, expand bool, ann ...string) *storagev1.StorageClass {
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}},
@@ -85,19 +82,18 @@ func TestRequiredSpaceFollowsGetRequiredSpace(t *testing.T) {
 func TestFallbackClassBySpecKindAndContentType(t *testing.T) {
 	d := Defaults{Virt: "virt", Kubernetes: "k8s"}
 	cases := []struct {
-		kind        SpecKind
-		contentType string
-		defaults    Defaults
-		want        string
+		kind              SpecKind
+		contentType, want string
+		defaults          Defaults
 	}{
-		{KindStorage, "", d, "virt"},
-		{KindStorage, "kubevirt", d, "virt"},
-		{KindStorage, "something", d, "virt"}, // any other value reads as kubevirt
-		{KindStorage, "archive", d, "k8s"},
-		{KindPVC, "", d, "k8s"},
-		{KindPVC, "archive", d, "k8s"},
-		{KindStorage, "", Defaults{Kubernetes: "k8s"}, "k8s"},
-		{KindStorage, "", Defaults{}, ""},
+		{KindStorage, "", "virt", d},
+		{KindStorage, "kubevirt", "virt", d},
+		{KindStorage, "something", "virt", d}, // any other value reads as kubevirt
+		{KindStorage, "archive", "k8s", d},
+		{KindPVC, "", "k8s", d},
+		{KindPVC, "archive", "k8s", d},
+		{KindStorage, "", "k8s", Defaults{Kubernetes: "k8s"}},
+		{KindStorage, "", "", Defaults{}},
 	}
 	for _, tc := range cases {
 		if got := FallbackClass(tc.kind, tc.contentType, tc.defaults); got != tc.want {
@@ -328,5 +324,22 @@ func TestCloneOutcomes(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestDataSourcePVCFollowsTheReference(t *testing.T) {
+	direct := &cdiv1.DataSource{Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{
+		PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "cozy-public", Name: "g"}}}}
+	if got := DataSourcePVC(direct); got == nil || got.Name != "g" {
+		t.Errorf("direct: %+v", got)
+	}
+	chained := &cdiv1.DataSource{
+		Spec:   cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{DataSource: &cdiv1.DataSourceRefSourceDataSource{Name: "other"}}},
+		Status: cdiv1.DataSourceStatus{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "resolved"}}}}
+	if got := DataSourcePVC(chained); got == nil || got.Name != "resolved" {
+		t.Errorf("chained: %+v", got)
+	}
+	if got := DataSourcePVC(&cdiv1.DataSource{}); got != nil {
+		t.Errorf("empty: %+v", got)
 	}
 }

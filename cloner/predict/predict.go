@@ -121,6 +121,9 @@ type Inputs struct {
 	CDIConfigs []*cdiv1.CDIConfig
 	// CSIDrivers are the names of the CSIDriver objects.
 	CSIDrivers []string
+	// DataSources are what a DataVolume's sourceRef clones through
+	// (cdirules.DataSourcePVC); the admission guard reads them.
+	DataSources []*cdiv1.DataSource
 }
 
 // State indexes Inputs for many predictions; build it once per change.

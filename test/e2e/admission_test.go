@@ -89,6 +89,9 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 	if class != "" {
 		dv.Spec.Storage.StorageClassName = &class
 	}
+	if ds, ok := strings.CutPrefix(golden, dataSourcePrefix); ok { // through a DataSource
+		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: ds}
+	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
 	if err != nil {
 		return nil, err
@@ -100,6 +103,24 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 	a.warnings.take()
 	_, err = a.dyn.Resource(cluster.DataVolumeGVR).Namespace(admissionTenant).Create(ctx, &unstructured.Unstructured{Object: obj}, opts)
 	return a.warnings.take(), err
+}
+
+// dataSourcePrefix marks an admissionCase golden that is a DataSource's
+// name: the DataVolume clones through spec.sourceRef.
+const dataSourcePrefix = "datasource:"
+
+// createDataSource makes a DataSource in the tenant namespace naming the
+// golden's PVC and waits until the parameters know it.
+func createDataSource(t *testing.T, ctx context.Context, c *cluster.Cluster, name, golden string) {
+	t.Helper()
+	ds := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+		"metadata": map[string]any{"name": name, "namespace": admissionTenant},
+		"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": cluster.NamespaceGolden, "name": golden}}}}}
+	gvr := cluster.DataVolumeGVR.GroupVersion().WithResource("datasources")
+	if _, err := c.Dynamic.Resource(gvr).Namespace(admissionTenant).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAdmissionParams(t, ctx, c, "dataSource."+admissionTenant+"."+name, cluster.NamespaceGolden+"/"+golden)
 }
 
 // admissionCase is one DataVolume and what the guard must say about it.
@@ -144,8 +165,13 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		{"host-assisted", golden, "replicated-fixed", "20Gi", []string{
 			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed, not a CSI clone. Fix: set allowVolumeExpansion: true"}},
 		{"missing-class", golden, "no-such-class", "20Gi", []string{"would be on StorageClass no-such-class, which does not exist"}},
+		// Through a DataSource naming the golden: checked the same.
+		{"via-datasource", dataSourcePrefix + "golden-ds", "replicated-fixed", "20Gi", []string{
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed"}},
+		{"via-datasource-good", dataSourcePrefix + "golden-ds", "replicated", "20Gi", nil},
 	}
 
+	createDataSource(t, ctx, c, "golden-ds", golden)
 	applyAdmission(t, c, "warn")
 	checkTypeChecking(t, ctx, c)
 	waitGuard(t, ctx, c, func() (bool, string) {
