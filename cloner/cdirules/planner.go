@@ -46,6 +46,9 @@ type Outcome struct {
 	// (CloneValidationFailed), Error when it fails another way, retried
 	// for ever; Waits says what it waits for, something that may come.
 	Validation, Error, Waits string
+	// Render: Error is CDI's failure to render the claim (an ErrClaimNotValid
+	// event on the DataVolume).
+	Render bool
 }
 
 // Refused reports whether CDI never makes the disk (or not until something
@@ -58,17 +61,18 @@ func (o Outcome) StorageLayer() bool {
 	return !o.Refused() && (o.CloneType == StrategyCSIClone || o.CloneType == StrategySnapshot)
 }
 
-// Clone follows a clone DataVolume from its spec to CDI's plan: rendering
-// (RenderClaim), validation (ValidateClone), sizing (CloneSize), the choice
-// of the populator path (datavolume/util.go storageClassCSIDriverExists) and
+// Clone follows a clone DataVolume from its spec to CDI's plan, in
+// pvc-clone-controller.go syncClone's order: rendering (RenderClaim, in
+// syncCommon), validation (ValidateClone), sizing (CloneSize), the choice of
+// the populator path (datavolume/util.go storageClassCSIDriverExists) and
 // the planner (Plan).
 func (c Cluster) Clone(dv DataVolume, src Source) Outcome {
-	if err := ValidateClone(dv, src, c.Defaults, c.Env); err != nil {
-		return Outcome{Validation: err.Error()}
-	}
 	claim, err := RenderClaim(dv, c.Defaults, c.Env)
 	if err != nil {
-		return Outcome{Error: err.Error()}
+		return Outcome{Error: err.Error(), Render: true}
+	}
+	if err := ValidateClone(dv, src, c.Defaults, c.Env); err != nil {
+		return Outcome{Validation: err.Error()}
 	}
 	permissive := false
 	if dv.Kind == KindStorage {

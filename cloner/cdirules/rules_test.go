@@ -306,8 +306,11 @@ func TestCloneOutcomes(t *testing.T) {
 		{"missing class", "csi-clone", nil, blockGolden, DataVolume{Kind: KindPVC, Class: ptr("gone"), VolumeMode: Block, Bytes: 10 * gi},
 			Outcome{CloneType: StrategyCopy, Fallback: FallbackNoPopulator}},
 		{"archive clone of a kubevirt golden", "csi-clone", nil, blockGolden,
-			DataVolume{Kind: KindStorage, ContentType: ContentArchive, Bytes: 10 * gi},
+			DataVolume{Kind: KindStorage, Class: ptr("replicated"), ContentType: ContentArchive, Bytes: 10 * gi},
 			Outcome{Validation: "Source contentType (kubevirt) and target contentType (archive) do not match"}},
+		{"render before validation: archive Block", "csi-clone", nil, blockGolden,
+			DataVolume{Kind: KindStorage, Class: ptr("replicated"), ContentType: ContentArchive, VolumeMode: Block, Bytes: gi},
+			Outcome{Error: ErrArchiveBlock.Error(), Render: true}},
 		{"no active CDI", "", func(c *Cluster) { c.CDIs = nil }, blockGolden, storage("replicated", Block, 10*gi),
 			Outcome{Error: "no CDI resource exists"}},
 	}

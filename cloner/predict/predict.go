@@ -216,15 +216,18 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 		return blocked(ReasonClassUnresolved, "the disk names no StorageClass and no default class exists: the claim never gets a class")
 	}
 	sc := s.classes[t.Class]
-	if sc == nil {
-		return blocked(ReasonClassNotFound, "StorageClass "+quote(t.Class)+" does not exist: CDI reports \"target storage class not found\"")
-	}
 	src, assumed := s.source(g)
 	var o cdirules.Outcome
 	if t.Claimed {
 		o = s.cluster.PlanClaim(src, cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes}, false)
 	} else {
 		o = s.cluster.Clone(t.dataVolume(), src)
+	}
+	if sc == nil && o.Validation == "" {
+		// CDI renders and validates the DataVolume first; then it finds no
+		// CSIDriver for the missing class and takes its legacy path, whose
+		// claim never binds (or cannot render a claim without access modes).
+		return blocked(ReasonClassNotFound, "StorageClass "+quote(t.Class)+" does not exist: the disk's claim is never provisioned")
 	}
 	p := s.fromOutcome(g, t, o)
 	s.addFlags(&p, g, t, sc)

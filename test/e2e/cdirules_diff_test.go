@@ -1,0 +1,466 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+)
+
+// The differential test holds cloner/cdirules (through cloner/predict, what
+// the sidecar predicts for a disk) against the real cdi-controller, the way
+// the tap is held against x/net's encoder: seeded arrangements of source
+// claims, DataVolume spec kinds, volume modes, access modes, sizes (none,
+// within the filesystem overhead of the source, smaller, larger), target
+// classes (the source's, another of the driver, one without expansion,
+// another driver's, one without a CSIDriver object, a missing one, the
+// empty class), StorageProfile strategies (none, csi-clone, snapshot, an
+// unknown one) under the CDI override and without it. Each DataVolume is
+// created on the loopback stack and what CDI did (cloneType, fallback
+// reason, CloneValidationFailed, a render error, a clone error) must be what
+// the prediction says.
+//
+//	CDIRULES_ARRANGEMENTS=1000 CDIRULES_SEED=42 go test -run '^TestCDIRulesMatchCDIController$' ./test/e2e/
+//
+// CDIRULES_BREAK=overhead predicts without CDI's filesystem overhead: the
+// test must then report mismatches.
+
+const (
+	diffDefaultArrangements = 240
+	diffNoCSIClass          = "no-csi"
+	diffNoCSIProvisioner    = "example.com/no-csi-driver"
+)
+
+// diffSource is one source claim of a batch.
+type diffSource struct {
+	name string
+	mode string
+	// bytes is the claim's request: a spec.pvc golden's, or a spec.storage
+	// Filesystem golden's (the overhead added).
+	bytes int64
+}
+
+// diffBatch is one global configuration: the CDI override and each
+// class's StorageProfile spec.cloneStrategy.
+type diffBatch struct {
+	override   string
+	strategies map[string]string
+}
+
+// diffArrangement is one worker DataVolume.
+type diffArrangement struct {
+	name   string
+	src    diffSource
+	target predict.Target
+	// classSet: the DataVolume names target.Class; else it names none.
+	classSet bool
+}
+
+func diffEnvInt(t *testing.T, name string, def int64) int64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+func TestCDIRulesMatchCDIController(t *testing.T) {
+	checkNoLeaks(t)
+	seed := diffEnvInt(t, "CDIRULES_SEED", time.Now().UnixNano())
+	total := int(diffEnvInt(t, "CDIRULES_ARRANGEMENTS", diffDefaultArrangements))
+	t.Logf("differential test against cdi-controller: seed %d, %d arrangements (CDIRULES_SEED, CDIRULES_ARRANGEMENTS)", seed, total)
+	c := cluster.Start(t, cluster.Options{
+		StorageClasses: []cluster.StorageClass{
+			{Name: "replicated", DefaultVirt: true},
+			{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
+			{Name: "replicated-b", Pool: "b", Default: true},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if err := c.StartOtherDriver(ctx, otherDriver, cluster.StorageClass{Name: otherClass}); err != nil {
+		t.Fatal(err)
+	}
+	noCSI := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+		"metadata": map[string]any{"name": diffNoCSIClass}, "provisioner": diffNoCSIProvisioner, "allowVolumeExpansion": true}}
+	classes := schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
+	if _, err := c.Dynamic.Resource(classes).Create(ctx, noCSI, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	batches := []diffBatch{
+		{override: "csi-clone"},
+		{strategies: map[string]string{"replicated-b": "csi-clone", "replicated-fixed": "fast", otherClass: "snapshot"}},
+		{strategies: map[string]string{"replicated": "snapshot", "replicated-b": "copy"}},
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	mismatches, checked := 0, 0
+	for i, b := range batches {
+		n := total / len(batches)
+		if i == len(batches)-1 {
+			n = total - n*(len(batches)-1)
+		}
+		mm, ck := runDiffBatch(t, ctx, c, i, b, n, rng)
+		mismatches, checked = mismatches+mm, checked+ck
+	}
+	t.Logf("seed %d: %d arrangements checked, %d mismatches", seed, checked, mismatches)
+	if mismatches > 0 || checked != total {
+		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, mismatches, total, checked)
+	}
+}
+
+// runDiffBatch applies a batch's configuration, creates its sources and n
+// arrangements in a namespace of its own, and compares each.
+func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int, b diffBatch, n int, rng *rand.Rand) (mismatches, checked int) {
+	t.Helper()
+	applyDiffBatch(t, ctx, c, b)
+	ns := fmt.Sprintf("cdirules-%d", idx)
+	if err := c.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	fsStorage := cdirules.RequiredSpace(cdirules.DefaultOverhead, 10<<30)
+	sources := []diffSource{{"src-block-pvc", cdirules.Block, 10 << 30}, {"src-fs-pvc", cdirules.Filesystem, 10 << 30},
+		{"src-block-storage", cdirules.Block, 10 << 30}, {"src-fs-storage", cdirules.Filesystem, fsStorage}}
+	for _, s := range sources {
+		createDiffSource(t, ctx, c, ns, s)
+	}
+	state := liveState(t, ctx, c)
+	goldens := map[string]predict.Golden{}
+	for _, s := range sources {
+		goldens[s.name] = sourceGolden(t, ctx, c, ns, s)
+	}
+	arrs := make([]diffArrangement, n)
+	for i := range arrs {
+		arrs[i] = genArrangement(rng, i, sources, state)
+		createDiffDataVolume(t, ctx, c, ns, arrs[i])
+	}
+	for _, a := range arrs {
+		got := observeCDI(t, ctx, c, ns, a.name)
+		want := expectedOutcome(state.Predict(goldens[a.src.name], a.target), a)
+		checked++
+		if want != got {
+			mismatches++
+			t.Errorf("batch %d %s: source %s (%s, %d bytes), target %+v: predicted %s, CDI did %s",
+				idx, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, want, got)
+		}
+	}
+	return mismatches, checked
+}
+
+// applyDiffBatch sets the CDI override and the StorageProfiles' strategies
+// and waits until CDI's status shows them.
+func applyDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, b diffBatch) {
+	t.Helper()
+	override := "null"
+	if b.override != "" {
+		override = strconv.Quote(b.override)
+	}
+	if _, err := c.Dynamic.Resource(cluster.CDIGVR).Patch(ctx, "cdi", types.MergePatchType,
+		[]byte(`{"spec":{"cloneStrategyOverride":`+override+`}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, class := range []string{"replicated", "replicated-fixed", "replicated-b", otherClass, diffNoCSIClass} {
+		strategy := "null"
+		if s := b.strategies[class]; s != "" {
+			strategy = strconv.Quote(s)
+		}
+		if _, err := c.Dynamic.Resource(cluster.StorageProfileGVR).Patch(ctx, class, types.MergePatchType,
+			[]byte(`{"spec":{"cloneStrategy":`+strategy+`}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := b.strategies[class]
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			sp, err := c.Dynamic.Resource(cluster.StorageProfileGVR).Get(ctx, class, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			got, _, _ := unstructured.NestedString(sp.Object, "status", "cloneStrategy")
+			return want == "" || got == want, nil
+		})
+		if err != nil {
+			t.Fatalf("StorageProfile %s never showed strategy %q: %v", class, want, err)
+		}
+	}
+}
+
+// createDiffSource makes a bound source claim on the golden's class.
+func createDiffSource(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, s diffSource) {
+	t.Helper()
+	mode := corev1.PersistentVolumeMode(s.mode)
+	class := "replicated"
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode: &mode, StorageClassName: &class,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(s.bytes, resource.BinarySI)}}}}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sourceGolden waits for a source claim to bind and reads it as the
+// planner does.
+func sourceGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, s diffSource) predict.Golden {
+	t.Helper()
+	var pvc *corev1.PersistentVolumeClaim
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pvc, err = c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, s.name, metav1.GetOptions{})
+		return err == nil && pvc.Status.Phase == corev1.ClaimBound, nil
+	})
+	if err != nil {
+		t.Fatalf("source %s never bound: %v", s.name, err)
+	}
+	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+	return predict.Golden{Namespace: ns, Name: s.name, Class: "replicated", Phase: "Succeeded", Driver: cluster.DefaultDriverName,
+		VolumeMode: s.mode, CapacityBytes: capacity.Value(), RequestedBytes: s.bytes}
+}
+
+// liveState builds the prediction's state from the objects CDI reads.
+func liveState(t *testing.T, ctx context.Context, c *cluster.Cluster) *predict.State {
+	t.Helper()
+	var in predict.Inputs
+	classes, err := c.Client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range classes.Items {
+		in.Classes = append(in.Classes, &classes.Items[i])
+	}
+	drivers, err := c.Client.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range drivers.Items {
+		in.CSIDrivers = append(in.CSIDrivers, d.Name)
+	}
+	in.Profiles = listAs[cdiv1.StorageProfile](t, ctx, c, cluster.StorageProfileGVR)
+	in.CDIs = listAs[cdiv1.CDI](t, ctx, c, cluster.CDIGVR)
+	in.CDIConfigs = listAs[cdiv1.CDIConfig](t, ctx, c, cluster.CDIConfigGVR)
+	if os.Getenv("CDIRULES_BREAK") == "overhead" {
+		for _, cfg := range in.CDIConfigs {
+			cfg.Status.FilesystemOverhead = &cdiv1.FilesystemOverhead{Global: "0"}
+		}
+	}
+	return predict.NewState(in)
+}
+
+func listAs[T any](t *testing.T, ctx context.Context, c *cluster.Cluster, gvr schema.GroupVersionResource) []*T {
+	t.Helper()
+	list, err := c.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*T, 0, len(list.Items))
+	for _, u := range list.Items {
+		obj := new(T)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// genArrangement draws one worker DataVolume.
+func genArrangement(rng *rand.Rand, i int, sources []diffSource, s *predict.State) diffArrangement {
+	src := sources[rng.IntN(len(sources))]
+	a := diffArrangement{name: fmt.Sprintf("dv-%03d", i), src: src}
+	t := &a.target
+	t.Kind = []cdirules.SpecKind{cdirules.KindPVC, cdirules.KindStorage}[rng.IntN(2)]
+	t.VolumeMode = []string{"", cdirules.Block, cdirules.Filesystem}[rng.IntN(3)]
+	if t.Kind == cdirules.KindPVC || rng.IntN(2) == 0 {
+		t.AccessModes = []string{"ReadWriteOnce"}
+	}
+	sizes := []int64{0, 10 << 30, 19 << 29, 10<<30 + 1<<20, src.bytes, cdirules.RequiredSpace(cdirules.DefaultOverhead, src.bytes), 11 << 30, 2 << 30}
+	t.Bytes = sizes[rng.IntN(len(sizes))]
+	if t.Kind == cdirules.KindPVC && t.Bytes == 0 {
+		t.Bytes = 20 << 30 // a claim without a size is not a valid PVC
+	}
+	classes := []string{"replicated", "replicated-fixed", "replicated-b", otherClass, diffNoCSIClass, "missing-class", ""}
+	class := classes[rng.IntN(len(classes))]
+	a.classSet = class != ""
+	if class == "" {
+		// What CDI resolves an empty class to (cdirules.FallbackClass).
+		if t.Kind == cdirules.KindPVC {
+			class = "replicated-b"
+		} else {
+			class = "replicated"
+		}
+	}
+	t.Class = class
+	if rng.IntN(12) == 0 {
+		t.ContentType = cdirules.ContentArchive
+		if !a.classSet {
+			t.Class = "replicated-b" // the Kubernetes default
+		}
+	}
+	return a
+}
+
+// createDiffDataVolume creates the arrangement's DataVolume, cloning its
+// source in the same namespace (no clone token needed).
+func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, a diffArrangement) {
+	t.Helper()
+	tg := a.target
+	var mode *corev1.PersistentVolumeMode
+	if tg.VolumeMode != "" {
+		m := corev1.PersistentVolumeMode(tg.VolumeMode)
+		mode = &m
+	}
+	var ams []corev1.PersistentVolumeAccessMode
+	for _, am := range tg.AccessModes {
+		ams = append(ams, corev1.PersistentVolumeAccessMode(am))
+	}
+	res := corev1.VolumeResourceRequirements{}
+	if tg.Bytes > 0 {
+		res.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(tg.Bytes, resource.BinarySI)}
+	}
+	var class *string
+	if a.classSet {
+		class = &tg.Class
+	}
+	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
+		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: a.src.name}},
+			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
+	if tg.Kind == cdirules.KindPVC {
+		dv.Spec.PVC = &corev1.PersistentVolumeClaimSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
+	} else {
+		dv.Spec.Storage = &cdiv1.StorageSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
+	}
+	if _, err := c.CreateDataVolume(ctx, dv); err != nil {
+		t.Fatalf("%s: %v", a.name, err)
+	}
+}
+
+// CDI's fallback messages (clone/planner.go) by reason.
+var diffFallbacks = map[string]string{
+	"No compatible volumesnapshotclass found":                cdirules.FallbackNoVolumeSnapshotClass,
+	"The volume modes of source and target are incompatible": cdirules.FallbackIncompatibleVolumeModes,
+	"No volume expansion is possible":                        cdirules.FallbackNoVolumeExpansion,
+	"Provisioners are incompatible":                          cdirules.FallbackIncompatibleProvisioners,
+}
+
+// observeCDI waits for CDI's decision on a DataVolume, from explicit
+// signals only: a CloneValidationFailed or ErrClaimNotValid event on it,
+// the legacy path's cloneType on it, or its claim's cloneType (past the
+// Pending phase), fallback reason and clone error.
+func observeCDI(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) string {
+	t.Helper()
+	var got, last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, last = decideCDI(ctx, c, ns, name)
+		return got != "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s: CDI never decided: %v; last seen: %s", ns, name, err, last)
+	}
+	return got
+}
+
+func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decided, seen string) {
+	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return "", err.Error()
+	}
+	for _, e := range events.Items {
+		switch e.Reason {
+		case "CloneValidationFailed":
+			return "validation", ""
+		case "ErrClaimNotValid":
+			return "render", ""
+		}
+	}
+	dv, err := c.Dynamic.Resource(cluster.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err.Error()
+	}
+	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", "no claim: " + err.Error()
+	}
+	ann := pvc.Annotations
+	seen = fmt.Sprint(ann)
+	if pvc.Spec.DataSourceRef == nil && dv.GetAnnotations()["cdi.kubevirt.io/cloneType"] == cdirules.StrategyCopy {
+		return "legacy-copy", seen
+	}
+	phase, ct := ann["cdi.kubevirt.io/clonePhase"], ann["cdi.kubevirt.io/cloneType"]
+	switch {
+	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], "smaller than the source"):
+		return "validation", seen
+	case phase == "Error":
+		return "error: " + ann["cdi.kubevirt.io/cloneError"], seen
+	case ct == "" || phase == "" || phase == "Pending" || !cdirules.KnownStrategy(ct):
+		return "", seen
+	case ann["cdi.kubevirt.io/cloneFallbackReason"] != "":
+		return "copy/" + diffFallbacks[ann["cdi.kubevirt.io/cloneFallbackReason"]], seen
+	}
+	return ct, seen
+}
+
+// expectedOutcome is what the prediction says CDI does, in decideCDI's words.
+func expectedOutcome(p predict.Prediction, a diffArrangement) string {
+	switch p.Reason {
+	case predict.ReasonTargetTooSmall, predict.ReasonContentTypeMismatch:
+		return "validation"
+	case predict.ReasonClaimInvalid:
+		return "render"
+	case predict.ReasonUnknownStrategy:
+		return "error: unknown strategy/source " + p.Strategy
+	case predict.ReasonNoPopulator:
+		return "legacy-copy"
+	case predict.ReasonClassNotFound:
+		// CDI finds no CSIDriver for a missing class: the legacy path, whose
+		// claim never binds; or it cannot render a spec.storage claim.
+		if a.target.Kind == cdirules.KindStorage && len(a.target.AccessModes) == 0 {
+			return "render"
+		}
+		return "legacy-copy"
+	case predict.ReasonCopyStrategy, predict.ReasonDerivedCopy:
+		return cdirules.StrategyCopy
+	}
+	switch p.Path {
+	case predict.PathCSIClone:
+		return cdirules.StrategyCSIClone
+	case predict.PathSnapshotClone:
+		return cdirules.StrategySnapshot
+	case predict.PathHostAssisted:
+		return "copy/" + cdiFallbackOf(p.Reason)
+	}
+	return "blocked/" + p.Reason
+}
+
+func cdiFallbackOf(reason string) string {
+	switch reason {
+	case predict.ReasonNoVolumeSnapshotClass:
+		return cdirules.FallbackNoVolumeSnapshotClass
+	case predict.ReasonIncompatibleProvisioners:
+		return cdirules.FallbackIncompatibleProvisioners
+	case predict.ReasonIncompatibleVolumeModes:
+		return cdirules.FallbackIncompatibleVolumeModes
+	case predict.ReasonNoVolumeExpansion:
+		return cdirules.FallbackNoVolumeExpansion
+	}
+	return reason
+}
