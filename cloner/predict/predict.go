@@ -223,10 +223,10 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 	} else {
 		o = s.cluster.Clone(t.dataVolume(), src)
 	}
-	if sc == nil && o.Validation == "" {
+	if sc == nil && o.Validation == "" && !o.Render {
 		// CDI renders and validates the DataVolume first; then it finds no
 		// CSIDriver for the missing class and takes its legacy path, whose
-		// claim never binds (or cannot render a claim without access modes).
+		// claim never binds.
 		return blocked(ReasonClassNotFound, "StorageClass "+quote(t.Class)+" does not exist: the disk's claim is never provisioned")
 	}
 	p := s.fromOutcome(g, t, o)

@@ -157,7 +157,7 @@ func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int
 	}
 	for _, a := range arrs {
 		got := observeCDI(t, ctx, c, ns, a.name)
-		want := expectedOutcome(state.Predict(goldens[a.src.name], a.target), a)
+		want := expectedOutcome(state.Predict(goldens[a.src.name], a.target))
 		checked++
 		if want != got {
 			mismatches++
@@ -420,7 +420,7 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 }
 
 // expectedOutcome is what the prediction says CDI does, in decideCDI's words.
-func expectedOutcome(p predict.Prediction, a diffArrangement) string {
+func expectedOutcome(p predict.Prediction) string {
 	switch p.Reason {
 	case predict.ReasonTargetTooSmall, predict.ReasonContentTypeMismatch:
 		return "validation"
@@ -432,10 +432,7 @@ func expectedOutcome(p predict.Prediction, a diffArrangement) string {
 		return "legacy-copy"
 	case predict.ReasonClassNotFound:
 		// CDI finds no CSIDriver for a missing class: the legacy path, whose
-		// claim never binds; or it cannot render a spec.storage claim.
-		if a.target.Kind == cdirules.KindStorage && len(a.target.AccessModes) == 0 {
-			return "render"
-		}
+		// claim never binds.
 		return "legacy-copy"
 	case predict.ReasonCopyStrategy, predict.ReasonDerivedCopy:
 		return cdirules.StrategyCopy
