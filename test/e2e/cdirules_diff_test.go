@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -56,6 +57,16 @@ type diffSource struct {
 	// bytes is the claim's request: a spec.pvc golden's, or a spec.storage
 	// Filesystem golden's (the overhead added).
 	bytes int64
+	// golden: the catalog's golden DataVolume's claim, in the golden
+	// namespace (else a claim of the batch's namespace).
+	golden bool
+}
+
+func (s diffSource) namespace(batch string) string {
+	if s.golden {
+		return cluster.NamespaceGolden
+	}
+	return batch
 }
 
 // diffBatch is one global configuration: the CDI override and each
@@ -97,6 +108,7 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 			{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
 			{Name: "replicated-b", Pool: "b", Default: true},
 		},
+		SidecarArgs: []string{"--resync-period=2s", "--admission-params=true"},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -109,22 +121,23 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 	if _, err := c.Dynamic.Resource(classes).Create(ctx, noCSI, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	golden := setUpDiffGuard(t, ctx, c)
 	batches := []diffBatch{
 		{override: "csi-clone"},
 		{strategies: map[string]string{"replicated-b": "csi-clone", "replicated-fixed": "fast", otherClass: "snapshot"}},
 		{strategies: map[string]string{"replicated": "snapshot", "replicated-b": "copy"}},
 	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	mismatches, checked := 0, 0
+	mismatches, checked, guarded := 0, 0, 0
 	for i, b := range batches {
 		n := total / len(batches)
 		if i == len(batches)-1 {
 			n = total - n*(len(batches)-1)
 		}
-		mm, ck := runDiffBatch(t, ctx, c, i, b, n, rng)
-		mismatches, checked = mismatches+mm, checked+ck
+		mm, ck, gd := runDiffBatch(t, ctx, c, i, b, n, rng, golden)
+		mismatches, checked, guarded = mismatches+mm, checked+ck, guarded+gd
 	}
-	t.Logf("seed %d: %d arrangements checked, %d mismatches", seed, checked, mismatches)
+	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny), %d mismatches", seed, checked, guarded, mismatches)
 	if mismatches > 0 || checked != total {
 		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, mismatches, total, checked)
 	}
@@ -132,7 +145,7 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 
 // runDiffBatch applies a batch's configuration, creates its sources and n
 // arrangements in a namespace of its own, and compares each.
-func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int, b diffBatch, n int, rng *rand.Rand) (mismatches, checked int) {
+func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int, b diffBatch, n int, rng *rand.Rand, golden diffSource) (mismatches, checked, guarded int) {
 	t.Helper()
 	applyDiffBatch(t, ctx, c, b)
 	ns := fmt.Sprintf("cdirules-%d", idx)
@@ -140,8 +153,8 @@ func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int
 		t.Fatal(err)
 	}
 	fsStorage := cdirules.RequiredSpace(cdirules.DefaultOverhead, 10<<30)
-	sources := []diffSource{{"src-block-pvc", cdirules.Block, 10 << 30}, {"src-fs-pvc", cdirules.Filesystem, 10 << 30},
-		{"src-block-storage", cdirules.Block, 10 << 30}, {"src-fs-storage", cdirules.Filesystem, fsStorage}}
+	sources := []diffSource{{name: "src-block-pvc", mode: cdirules.Block, bytes: 10 << 30}, {name: "src-fs-pvc", mode: cdirules.Filesystem, bytes: 10 << 30},
+		{name: "src-block-storage", mode: cdirules.Block, bytes: 10 << 30}, {name: "src-fs-storage", mode: cdirules.Filesystem, bytes: fsStorage}}
 	for _, s := range sources {
 		createDiffSource(t, ctx, c, ns, s)
 	}
@@ -150,6 +163,10 @@ func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int
 	for _, s := range sources {
 		goldens[s.name] = sourceGolden(t, ctx, c, ns, s)
 	}
+	// The catalog's golden: its workers are also shown to the guard.
+	goldens[golden.name] = sourceGolden(t, ctx, c, cluster.NamespaceGolden, golden)
+	waitGuardParams(t, ctx, c, state, goldens[golden.name])
+	sources = append(sources, golden, golden)
 	arrs := make([]diffArrangement, n)
 	for i := range arrs {
 		arrs[i] = genArrangement(rng, i, sources, state)
@@ -157,15 +174,28 @@ func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int
 	}
 	for _, a := range arrs {
 		got := observeCDI(t, ctx, c, ns, a.name)
-		want := expectedOutcome(state.Predict(goldens[a.src.name], a.target))
+		p := state.Predict(goldens[a.src.name], a.target)
+		want := expectedOutcome(p)
 		checked++
 		if want != got {
 			mismatches++
 			t.Errorf("batch %d %s: source %s (%s, %d bytes), target %+v: predicted %s, CDI did %s",
 				idx, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, want, got)
 		}
+		if a.src.name != golden.name {
+			continue
+		}
+		guarded++
+		refused := guardRefuses(t, ctx, c, a)
+		if refused && (got == cdirules.StrategyCSIClone || got == cdirules.StrategySnapshot) {
+			mismatches++
+			t.Errorf("batch %d %s: the guard in Deny refused a DataVolume CDI clones at the storage layer (%s): %+v", idx, a.name, got, a.target)
+		} else if refused != p.Bad() {
+			mismatches++
+			t.Errorf("batch %d %s: the guard refused=%v, the prediction is %s/%s (CDI did %s): %+v", idx, a.name, refused, p.Path, p.Reason, got, a.target)
+		}
 	}
-	return mismatches, checked
+	return mismatches, checked, guarded
 }
 
 // applyDiffBatch sets the CDI override and the StorageProfiles' strategies
@@ -342,8 +372,15 @@ func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster,
 	}
 	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
 		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: ns},
-		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: a.src.name}},
+		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: a.src.namespace(ns), Name: a.src.name}},
 			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
+	if a.src.golden {
+		tok, err := c.CloneToken(ctx, cluster.NamespaceGolden, a.src.name, ns, a.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dv.Annotations = map[string]string{cluster.AnnCloneToken: tok}
+	}
 	if tg.Kind == cdirules.KindPVC {
 		dv.Spec.PVC = &corev1.PersistentVolumeClaimSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
 	} else {
@@ -460,4 +497,147 @@ func cdiFallbackOf(reason string) string {
 		return cdirules.FallbackNoVolumeExpansion
 	}
 	return reason
+}
+
+// diffGuardNamespace is where the guard, in Deny, is asked about each
+// DataVolume of the catalog's golden (a dry run of the same DataVolume); the
+// batch namespaces are not guarded, so CDI gets every DataVolume.
+const diffGuardNamespace = "cdirules-guard"
+
+var diffFlavor = strings.Repeat("d1", 32)
+
+// setUpDiffGuard imports a golden of the catalog, applies the guard's
+// policy with a Deny binding for diffGuardNamespace only, and returns the
+// golden as a source.
+func setUpDiffGuard(t *testing.T, ctx context.Context, c *cluster.Cluster) diffSource {
+	t.Helper()
+	name := cluster.GoldenName(diffFlavor, talosVersion)
+	createGolden(t, ctx, c, cluster.Golden{SchematicID: diffFlavor, Version: talosVersion, StorageClass: "replicated"})
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, name, cdiv1.Succeeded)
+	cache, err := os.MkdirTemp(c.Dir, "kubectl-cache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, c, cache, "apply", "-f", deployDir+"/admission/warn/policy.yaml"); err != nil {
+		t.Fatalf("kubectl apply policy: %v\n%s", err, out)
+	}
+	if err := c.CreateNamespace(ctx, diffGuardNamespace); err != nil {
+		t.Fatal(err)
+	}
+	binding := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "cdirules-guard"},
+		"spec": map[string]any{"policyName": admissionPolicy, "validationActions": []any{"Deny"},
+			"paramRef":       map[string]any{"name": "csi-clone-sidecar-admission", "namespace": cluster.NamespaceCSI, "parameterNotFoundAction": "Deny"},
+			"matchResources": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": diffGuardNamespace}}}}}}
+	gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}
+	if _, err := c.Dynamic.Resource(gvr).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	return diffSource{name: name, mode: cdirules.Block, bytes: req.Value(), golden: true}
+}
+
+// waitGuardParams waits until the sidecar's parameters say, for the golden
+// on every class, what the prediction from the live objects says (the
+// parameters follow a batch's configuration).
+func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, s *predict.State, g predict.Golden) {
+	t.Helper()
+	want := map[string]string{}
+	for _, class := range s.ClassNames() {
+		r := s.Regions(g, predict.Target{Class: class, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}})
+		want[g.Name+".path."+class] = r.Larger.Path + "/" + r.Larger.Reason
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, "csi-clone-sidecar-admission", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		for k, v := range want {
+			if cm.Data[k] != v {
+				last = fmt.Sprintf("%s=%q, want %q", k, cm.Data[k], v)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the guard's parameters never matched the prediction: %s", last)
+	}
+	// The API server reads the parameters through an informer: wait until
+	// its decisions on a larger disk on every class are the prediction's.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, class := range s.ClassNames() {
+			a := diffArrangement{name: "probe", classSet: true, src: diffSource{name: g.Name, golden: true},
+				target: predict.Target{Class: class, Kind: cdirules.KindStorage, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}, Bytes: 40 << 30}}
+			if refused, _ := askGuard(ctx, c, a); refused != s.Predict(g, a.target).Bad() {
+				last = fmt.Sprintf("class %s: refused=%v", class, refused)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the API server never decided as the parameters say: %s", last)
+	}
+}
+
+// guardRefuses asks the real kube-apiserver, with the policy in Deny, about
+// the arrangement's DataVolume (a dry run in diffGuardNamespace). A refusal
+// that is not the guard's is a test failure.
+func guardRefuses(t *testing.T, ctx context.Context, c *cluster.Cluster, a diffArrangement) bool {
+	t.Helper()
+	refused, err := askGuard(ctx, c, a)
+	if err != nil {
+		t.Fatalf("%s: %v", a.name, err)
+	}
+	return refused
+}
+
+func askGuard(ctx context.Context, c *cluster.Cluster, a diffArrangement) (bool, error) {
+	tg := a.target
+	var mode *corev1.PersistentVolumeMode
+	if tg.VolumeMode != "" {
+		m := corev1.PersistentVolumeMode(tg.VolumeMode)
+		mode = &m
+	}
+	var ams []corev1.PersistentVolumeAccessMode
+	for _, am := range tg.AccessModes {
+		ams = append(ams, corev1.PersistentVolumeAccessMode(am))
+	}
+	res := corev1.VolumeResourceRequirements{}
+	if tg.Bytes > 0 {
+		res.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(tg.Bytes, resource.BinarySI)}
+	}
+	var class *string
+	if a.classSet {
+		class = &tg.Class
+	}
+	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
+		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: diffGuardNamespace},
+		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: a.src.name}},
+			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
+	if tg.Kind == cdirules.KindPVC {
+		dv.Spec.PVC = &corev1.PersistentVolumeClaimSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
+	} else {
+		dv.Spec.Storage = &cdiv1.StorageSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
+	if err != nil {
+		return false, err
+	}
+	_, err = c.Dynamic.Resource(cluster.DataVolumeGVR).Namespace(diffGuardNamespace).Create(ctx, &unstructured.Unstructured{Object: obj},
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsInvalid(err) && strings.Contains(err.Error(), "csi-clone-sidecar:"):
+		return true, nil
+	}
+	return false, fmt.Errorf("the API server refused the dry run for another reason: %w", err)
 }
