@@ -348,10 +348,26 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, s *predict.Stat
 	return a
 }
 
-// createDiffDataVolume creates the arrangement's DataVolume, cloning its
-// source in the same namespace (no clone token needed).
+// createDiffDataVolume creates the arrangement's DataVolume; a clone of the
+// catalog's golden carries a clone token (cross-namespace).
 func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, a diffArrangement) {
 	t.Helper()
+	dv := diffDataVolume(a, ns, a.src.namespace(ns))
+	if a.src.golden {
+		tok, err := c.CloneToken(ctx, cluster.NamespaceGolden, a.src.name, ns, a.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dv.Annotations = map[string]string{cluster.AnnCloneToken: tok}
+	}
+	if _, err := c.CreateDataVolume(ctx, dv); err != nil {
+		t.Fatalf("%s: %v", a.name, err)
+	}
+}
+
+// diffDataVolume is the arrangement's DataVolume in ns, cloning its source
+// in srcNS.
+func diffDataVolume(a diffArrangement, ns, srcNS string) *cdiv1.DataVolume {
 	tg := a.target
 	var mode *corev1.PersistentVolumeMode
 	if tg.VolumeMode != "" {
@@ -372,23 +388,14 @@ func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster,
 	}
 	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
 		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: ns},
-		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: a.src.namespace(ns), Name: a.src.name}},
+		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: srcNS, Name: a.src.name}},
 			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
-	if a.src.golden {
-		tok, err := c.CloneToken(ctx, cluster.NamespaceGolden, a.src.name, ns, a.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dv.Annotations = map[string]string{cluster.AnnCloneToken: tok}
-	}
 	if tg.Kind == cdirules.KindPVC {
 		dv.Spec.PVC = &corev1.PersistentVolumeClaimSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
 	} else {
 		dv.Spec.Storage = &cdiv1.StorageSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
 	}
-	if _, err := c.CreateDataVolume(ctx, dv); err != nil {
-		t.Fatalf("%s: %v", a.name, err)
-	}
+	return dv
 }
 
 // CDI's fallback messages (clone/planner.go) by reason.
@@ -600,33 +607,7 @@ func guardRefuses(t *testing.T, ctx context.Context, c *cluster.Cluster, a diffA
 }
 
 func askGuard(ctx context.Context, c *cluster.Cluster, a diffArrangement) (bool, error) {
-	tg := a.target
-	var mode *corev1.PersistentVolumeMode
-	if tg.VolumeMode != "" {
-		m := corev1.PersistentVolumeMode(tg.VolumeMode)
-		mode = &m
-	}
-	var ams []corev1.PersistentVolumeAccessMode
-	for _, am := range tg.AccessModes {
-		ams = append(ams, corev1.PersistentVolumeAccessMode(am))
-	}
-	res := corev1.VolumeResourceRequirements{}
-	if tg.Bytes > 0 {
-		res.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(tg.Bytes, resource.BinarySI)}
-	}
-	var class *string
-	if a.classSet {
-		class = &tg.Class
-	}
-	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
-		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: diffGuardNamespace},
-		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: a.src.name}},
-			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
-	if tg.Kind == cdirules.KindPVC {
-		dv.Spec.PVC = &corev1.PersistentVolumeClaimSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
-	} else {
-		dv.Spec.Storage = &cdiv1.StorageSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
-	}
+	dv := diffDataVolume(a, diffGuardNamespace, cluster.NamespaceGolden)
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
 	if err != nil {
 		return false, err
