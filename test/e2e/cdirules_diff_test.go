@@ -152,8 +152,13 @@ func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int
 	// chunk in seconds; hundreds at once queue behind each other.
 	for chunk := 0; chunk*diffChunk < n; chunk++ {
 		m := min(diffChunk, n-chunk*diffChunk)
-		mm, ck, gd := runDiffChunk(t, ctx, c, fmt.Sprintf("cdirules-%d-%d", idx, chunk), idx, m, rng, golden)
+		ns := fmt.Sprintf("cdirules-%d-%d", idx, chunk)
+		mm, ck, gd := runDiffChunk(t, ctx, c, ns, idx, m, rng, golden)
 		mismatches, checked, guarded = mismatches+mm, checked+ck, guarded+gd
+		// Decided: the clones still running would only slow the next chunk.
+		if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return mismatches, checked, guarded
 }
@@ -267,7 +272,7 @@ func createDiffSource(t *testing.T, ctx context.Context, c *cluster.Cluster, ns 
 func sourceGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, s diffSource) predict.Golden {
 	t.Helper()
 	var pvc *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
 		pvc, err = c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, s.name, metav1.GetOptions{})
 		return err == nil && pvc.Status.Phase == corev1.ClaimBound, nil
@@ -427,7 +432,7 @@ var diffFallbacks = map[string]string{
 func observeCDI(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) string {
 	t.Helper()
 	var got, last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, last = decideCDI(ctx, c, ns, name)
 		return got != "", nil
 	})
