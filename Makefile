@@ -20,7 +20,7 @@ BIN         ?= bin
 # build.sh builds into it and the tests (test/tools.Bin) look there.
 export TOOLS_CACHE
 
-.PHONY: all build sidecar tools test unit fuzz diff e2e mutation soak bench bench-e2e bench-scale demo lint image docker-image chart clean
+.PHONY: all build sidecar tools test unit fuzz diff cdidiff e2e mutation soak bench bench-e2e bench-scale demo lint image docker-image chart clean
 
 all: build
 
@@ -69,6 +69,10 @@ fuzz:
 ## diff: the tap's differential property test: random sessions encoded by x/net, checked call by call (DIFFTIME=10m for a long one)
 diff:
 	CSI_CLONE_DIFF_TIME=$(DIFFTIME) $(GO) test -count=1 -v -run '^TestTapDifferential$$' ./sidecar
+
+## cdidiff: cloner/cdirules (the prediction) against the real cdi-controller over seeded arrangements; `make e2e` runs it with 240 (CDIRULES_ARRANGEMENTS=1000 for more, CDIRULES_SEED=<n> to replay a run)
+cdidiff: build
+	$(GO) test -count=1 -v -timeout 40m -run '^TestCDIRulesMatchCDIController$$' ./test/e2e/
 
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 e2e: build

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 )
 
 // What the informers keep. Each object is trimmed as it enters the cache
@@ -46,6 +48,7 @@ var readAnnotations = []string{
 	AnnSchematicID, AnnTalosVersion, AnnGolden, AnnPool, // the feature's, on DataVolumes
 	AnnCloneVerdict, AnnCloneEvidence, AnnDriverError, AnnCSIEvidence, // ours, on PVCs and PVs
 	AnnCDICloneType, AnnCDIFallbackReason, AnnCDIClonePhase, AnnCDICloneError, // CDI's, on PVCs
+	cdirules.AnnContentType, cdirules.AnnVirtualSize, cdirules.AnnSourceCapacity, // CDI's, on a golden's PVC
 }
 
 // internMax bounds the annotation values interned: verdict words, clone

@@ -3,12 +3,16 @@ package cloner
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 )
 
 // The platform's naming rules: both halves are interpolated into a
@@ -61,6 +65,13 @@ type Golden struct {
 	Class                         ClassResolution
 	PVCName, PVName, VolumeHandle string
 	VolumeMode                    string
+	// ClaimRequestBytes is its claim's request (a spec.storage Filesystem
+	// claim carries CDI's overhead), what CDI compares a clone's size with;
+	// 0 before the claim exists. ContentType and VirtualSize are what CDI
+	// recorded on the claim (see cdirules.Source).
+	ClaimRequestBytes int64
+	ContentType       string
+	VirtualSize       int64
 }
 
 // Trusted reports whether the golden follows the naming rules.
@@ -147,6 +158,10 @@ func newGolden(dv *cdiv1.DataVolume, inv *inventory) *Golden {
 	if pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
 		g.CapacityBytes = claimCapacity(pvc)
 	}
+	if pvc != nil {
+		g.ClaimRequestBytes = claimRequest(pvc)
+		g.ContentType, g.VirtualSize = pvc.Annotations[cdirules.AnnContentType], recordedImageSize(pvc)
+	}
 	if pv != nil {
 		g.PVName = pv.Name
 		g.VolumeHandle = csiHandle(pv)
@@ -176,4 +191,19 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// recordedImageSize is the image size CDI recorded on a claim, valid while
+// the capacity it recorded with it is the claim's (pvc-clone-controller.go
+// getSizeFromAnnotations); 0 otherwise.
+func recordedImageSize(pvc *corev1.PersistentVolumeClaim) int64 {
+	size, err := strconv.ParseInt(pvc.Annotations[cdirules.AnnVirtualSize], 10, 64)
+	if err != nil {
+		return 0
+	}
+	recorded, err := resource.ParseQuantity(pvc.Annotations[cdirules.AnnSourceCapacity])
+	if err != nil || recorded.Value() != claimCapacity(pvc) {
+		return 0
+	}
+	return size
 }

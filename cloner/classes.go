@@ -3,17 +3,18 @@ package cloner
 import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 )
 
 // How a class was resolved, in the order the rules are tried.
 const (
-	ClassFromBoundPV   = "bound-pv"     // the PV the disk is bound to: frozen
-	ClassFromClaim     = "claim"        // the PVC CDI created (class already filled in)
-	ClassRequested     = "requested"    // spelled out on the DataVolume
-	ClassVirtDefault   = "virt-default" // storageclass.kubevirt.io/is-default-virt-class
-	ClassK8sDefault    = "default"      // storageclass.kubernetes.io/is-default-class
-	ClassUnresolved    = "unresolved"   // empty, and no default exists
-	defaultAnnotationV = "true"
+	ClassFromBoundPV = "bound-pv"     // the PV the disk is bound to: frozen
+	ClassFromClaim   = "claim"        // the PVC CDI created (class already filled in)
+	ClassRequested   = "requested"    // spelled out on the DataVolume
+	ClassVirtDefault = "virt-default" // storageclass.kubevirt.io/is-default-virt-class
+	ClassK8sDefault  = "default"      // storageclass.kubernetes.io/is-default-class
+	ClassUnresolved  = "unresolved"   // empty, and no default exists
 )
 
 // ClassResolution is a resolved StorageClass name and the rule that gave it.
@@ -38,33 +39,9 @@ func newClassIndex(classes []*storagev1.StorageClass) classIndex {
 	for _, sc := range classes {
 		ci.byName[sc.Name] = sc
 	}
-	ci.virtDefault = newestDefault(classes, AnnDefaultVirtClass)
-	ci.k8sDefault = newestDefault(classes, AnnDefaultClass)
+	d := cdirules.DefaultClasses(classes)
+	ci.virtDefault, ci.k8sDefault = d.Virt, d.Kubernetes
 	return ci
-}
-
-// newestDefault picks among the classes carrying the annotation the newest
-// by creationTimestamp, ties broken by name ascending: Kubernetes' own rule
-// for several defaults, which CDI follows too.
-func newestDefault(classes []*storagev1.StorageClass, annotation string) string {
-	var best *storagev1.StorageClass
-	for _, sc := range classes {
-		if sc.Annotations[annotation] != defaultAnnotationV {
-			continue
-		}
-		if best == nil {
-			best = sc
-			continue
-		}
-		bt, st := best.CreationTimestamp.UnixNano(), sc.CreationTimestamp.UnixNano()
-		if st > bt || (st == bt && sc.Name < best.Name) {
-			best = sc
-		}
-	}
-	if best == nil {
-		return ""
-	}
-	return best.Name
 }
 
 // resolveRequested resolves the class of a spec.storage DataVolume as CDI
@@ -84,13 +61,18 @@ func (ci classIndex) resolveRequestedFor(requested *string, contentType string, 
 	if requested != nil {
 		return ClassResolution{Name: *requested, How: ClassRequested}
 	}
-	if !pvcSpec && contentType != contentTypeArchive && ci.virtDefault != "" {
-		return ClassResolution{Name: ci.virtDefault, How: ClassVirtDefault}
+	kind := cdirules.KindStorage
+	if pvcSpec {
+		kind = cdirules.KindPVC
 	}
-	if ci.k8sDefault != "" {
-		return ClassResolution{Name: ci.k8sDefault, How: ClassK8sDefault}
+	switch name := cdirules.FallbackClass(kind, contentType, cdirules.Defaults{Virt: ci.virtDefault, Kubernetes: ci.k8sDefault}); {
+	case name == "":
+		return ClassResolution{How: ClassUnresolved}
+	case name == ci.virtDefault && kind == cdirules.KindStorage && cdirules.ContentType(contentType) == cdirules.ContentKubeVirt:
+		return ClassResolution{Name: name, How: ClassVirtDefault}
+	default:
+		return ClassResolution{Name: name, How: ClassK8sDefault}
 	}
-	return ClassResolution{How: ClassUnresolved}
 }
 
 // resolveClass gives the class a spec.storage volume really has or will

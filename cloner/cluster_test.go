@@ -55,7 +55,7 @@ func newFakeCluster(t *testing.T, w *world) *fakeCluster {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		DataVolumeGVR: "DataVolumeList", VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
-		StorageProfileGVR: "StorageProfileList", CDIGVR: "CDIList", VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
+		StorageProfileGVR: "StorageProfileList", CDIGVR: "CDIList", CDIConfigGVR: "CDIConfigList", DataSourceGVR: "DataSourceList", VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
 	}, dynObjs...)
 	return &fakeCluster{kube: kube, dyn: dyn}
 }

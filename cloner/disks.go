@@ -41,6 +41,9 @@ type WorkerDisk struct {
 	// FromPVCSpec: the DataVolume spells its claim as spec.pvc (CDI applies
 	// only the Kubernetes default class to it), not spec.storage.
 	FromPVCSpec bool
+	// VolumeMode and AccessModes are the DataVolume's own ("" / nil unset).
+	VolumeMode  string
+	AccessModes []string
 	ClaimName   string
 	// Conditions are CDI's Running, Ready and Bound conditions: their
 	// reasons and messages explain why a clone does not progress.
@@ -113,6 +116,7 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 	if dv.Status.Phase == cdiv1.Failed {
 		d.FailMessage = conditionMessage(dv)
 	}
+	d.VolumeMode, d.AccessModes = requestedModes(dv)
 	return d
 }
 
@@ -159,6 +163,26 @@ func requestedBytes(dv *cdiv1.DataVolume) int64 {
 		return q.Value()
 	}
 	return 0
+}
+
+// requestedModes are the DataVolume's own volume mode and access modes.
+func requestedModes(dv *cdiv1.DataVolume) (string, []string) {
+	var mode *corev1.PersistentVolumeMode
+	var ams []corev1.PersistentVolumeAccessMode
+	switch {
+	case dv.Spec.Storage != nil:
+		mode, ams = dv.Spec.Storage.VolumeMode, dv.Spec.Storage.AccessModes
+	case dv.Spec.PVC != nil:
+		mode, ams = dv.Spec.PVC.VolumeMode, dv.Spec.PVC.AccessModes
+	}
+	var out []string
+	for _, am := range ams {
+		out = append(out, string(am))
+	}
+	if mode == nil {
+		return "", out
+	}
+	return string(*mode), out
 }
 
 func requestedClass(dv *cdiv1.DataVolume) *string {

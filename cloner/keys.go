@@ -41,8 +41,6 @@ const (
 	cdiTmpPVCPrefix       = "tmp-pvc-"
 	goldenNamePrefix      = "talos-worker-"
 	eventSourceComponent  = "csi-clone-sidecar"
-	contentTypeKubeVirt   = "kubevirt"
-	contentTypeArchive    = "archive"
 	cdiCloneTypeCSIClone  = "csi-clone"
 	cdiCloneTypeSnapshot  = "snapshot"
 	cdiCloneTypeHostAssis = "copy"

@@ -24,8 +24,14 @@ import (
 var (
 	StorageProfileGVR      = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "storageprofiles"}
 	CDIGVR                 = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "cdis"}
+	CDIConfigGVR           = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "cdiconfigs"}
+	DataSourceGVR          = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datasources"}
 	VolumeSnapshotClassGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
 )
+
+// predictionResources are the CDI and snapshot resources the prediction
+// watches.
+var predictionResources = []schema.GroupVersionResource{StorageProfileGVR, CDIGVR, CDIConfigGVR, DataSourceGVR, VolumeSnapshotClassGVR}
 
 // predictionInputs holds the informers of the prediction's own objects.
 // They start beside the verdicts' informers and never hold the verdicts up:
@@ -61,7 +67,7 @@ func (c *Controller) watchPredictionCRDs(ctx context.Context, p *predictionInput
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
-		for _, gvr := range []schema.GroupVersionResource{StorageProfileGVR, CDIGVR, VolumeSnapshotClassGVR} {
+		for _, gvr := range predictionResources {
 			if started[gvr] {
 				continue
 			}
@@ -77,7 +83,7 @@ func (c *Controller) watchPredictionCRDs(ctx context.Context, p *predictionInput
 			f.Start(ctx.Done())
 			go p.recordWhenSynced(ctx, gvr, inf, c.markFull)
 		}
-		if len(started) == 3 {
+		if len(started) == len(predictionResources) {
 			return
 		}
 		klog.V(2).InfoS("Clone-path prediction waits for CDI's resources to be served", "served", len(started))
@@ -115,10 +121,10 @@ func (p *predictionInputs) inputs() (in predict.Inputs, malformed []malformedObj
 		return in, nil, false
 	}
 	p.mu.Lock()
-	profiles, cdis, snaps := p.synced[StorageProfileGVR], p.synced[CDIGVR], p.synced[VolumeSnapshotClassGVR]
-	absent := p.snapshotsAbsent
+	profiles, cdis, configs, sources := p.synced[StorageProfileGVR], p.synced[CDIGVR], p.synced[CDIConfigGVR], p.synced[DataSourceGVR]
+	snaps, absent := p.synced[VolumeSnapshotClassGVR], p.snapshotsAbsent
 	p.mu.Unlock()
-	if profiles == nil || cdis == nil || (snaps == nil && !absent) {
+	if profiles == nil || cdis == nil || configs == nil || sources == nil || (snaps == nil && !absent) {
 		return in, nil, false
 	}
 	for _, x := range p.csiDrivers.GetStore().List() {
@@ -126,6 +132,8 @@ func (p *predictionInputs) inputs() (in predict.Inputs, malformed []malformedObj
 	}
 	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(profiles.GetStore().List()), &malformed)
 	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(cdis.GetStore().List()), &malformed)
+	in.CDIConfigs = convertAll[cdiv1.CDIConfig](unstructuredList(configs.GetStore().List()), &malformed)
+	in.DataSources = convertAll[cdiv1.DataSource](unstructuredList(sources.GetStore().List()), &malformed)
 	if snaps != nil {
 		in.SnapshotClasses = snapshotClasses(unstructuredList(snaps.GetStore().List()))
 	}
@@ -137,7 +145,8 @@ func snapshotClasses(us []*unstructured.Unstructured) []predict.SnapshotClass {
 	out := make([]predict.SnapshotClass, 0, len(us))
 	for _, u := range us {
 		driver, _, _ := unstructured.NestedString(u.Object, "driver")
-		out = append(out, predict.SnapshotClass{Name: u.GetName(), Driver: driver})
+		out = append(out, predict.SnapshotClass{Name: u.GetName(), Driver: driver,
+			Default: u.GetAnnotations()["snapshot.storage.kubernetes.io/is-default-class"] == "true"})
 	}
 	return out
 }

@@ -6,7 +6,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -18,6 +20,8 @@ type predictor struct {
 	goldens map[types.NamespacedName]predict.Golden
 	flavors map[types.NamespacedName]Flavor
 	pairs   []predict.Pair
+	// dataSources are the DataSources a sourceRef may name.
+	dataSources []*cdiv1.DataSource
 	// defaults are the classes an empty class resolves to: for spec.storage
 	// DataVolumes of content kubevirt (the platform's), and for spec.pvc.
 	storageDefault, pvcDefault ClassResolution
@@ -42,7 +46,8 @@ func buildPredictor(in predict.Inputs, inv *inventory) *predictor {
 	}
 	p := &predictor{state: predict.NewState(in), goldens: map[types.NamespacedName]predict.Golden{},
 		flavors:        map[types.NamespacedName]Flavor{},
-		storageDefault: inv.classes.resolveRequested(nil, contentTypeKubeVirt),
+		dataSources:    in.DataSources,
+		storageDefault: inv.classes.resolveRequested(nil, cdirules.ContentKubeVirt),
 		pvcDefault:     inv.classes.kubernetesDefault(),
 	}
 	goldens := make([]predict.Golden, 0, len(inv.goldens))
@@ -73,7 +78,10 @@ func targetOfClass(r ClassResolution) predict.Target {
 // and capacity, its PV's driver, volume mode and node affinity.
 func plannerGolden(g *Golden, inv *inventory) predict.Golden {
 	pg := predict.Golden{Namespace: g.Namespace, Name: g.Name, Phase: g.Phase, VolumeMode: g.VolumeMode,
-		CapacityBytes: g.CapacityBytes, RequestedBytes: g.RequestedBytes}
+		CapacityBytes: g.CapacityBytes, RequestedBytes: g.RequestedBytes, ContentType: g.ContentType, VirtualSize: g.VirtualSize}
+	if g.ClaimRequestBytes > 0 {
+		pg.RequestedBytes = g.ClaimRequestBytes
+	}
 	if g.Class.Resolved() {
 		pg.Class = g.Class.Name
 	}
@@ -116,13 +124,15 @@ func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
 		return nil
 	}
 	t := targetOfClass(f.class)
-	t.Bytes = f.disk.RequestedBytes
-	if f.pvc != nil {
+	t.Bytes, t.VolumeMode, t.AccessModes, t.ContentType = f.disk.RequestedBytes, f.disk.VolumeMode, f.disk.AccessModes, f.disk.ContentType
+	if f.disk.FromPVCSpec {
+		t.Kind = cdirules.KindPVC
+	}
+	if f.pvc != nil && f.pvc.Spec.StorageClassName != nil {
+		// The claim CDI rendered: its own class, mode and request.
+		t.Claimed, t.VolumeMode, t.Bytes = true, "", claimRequest(f.pvc)
 		if f.pvc.Spec.VolumeMode != nil {
 			t.VolumeMode = string(*f.pvc.Spec.VolumeMode)
-		}
-		if r := claimRequest(f.pvc); r > 0 {
-			t.Bytes = r
 		}
 	}
 	pr := p.state.Predict(g, t)

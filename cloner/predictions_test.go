@@ -206,7 +206,8 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	for _, l := range fc.kube.Resources {
 		if l.GroupVersion == CDIGVR.GroupVersion().String() {
 			l.APIResources = append(l.APIResources, metav1.APIResource{Name: "storageprofiles", Kind: "StorageProfile"},
-				metav1.APIResource{Name: "cdis", Kind: "CDI"})
+				metav1.APIResource{Name: "cdis", Kind: "CDI"}, metav1.APIResource{Name: "cdiconfigs", Kind: "CDIConfig"},
+				metav1.APIResource{Name: "datasources", Kind: "DataSource"})
 		}
 	}
 	ctx := context.Background()

@@ -102,6 +102,16 @@ func listPredictionInputs(ctx context.Context, clients Clients) (predict.Inputs,
 	var unreadable []malformedObject
 	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(itemsOf(sps.Items)), &unreadable)
 	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(itemsOf(cdis.Items)), &unreadable)
+	configs, err := clients.Dynamic.Resource(CDIConfigGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return in, fmt.Errorf("listing CDIConfigs: %w", err)
+	}
+	in.CDIConfigs = convertAll[cdiv1.CDIConfig](unstructuredList(itemsOf(configs.Items)), &unreadable)
+	sources, err := clients.Dynamic.Resource(DataSourceGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return in, fmt.Errorf("listing DataSources: %w", err)
+	}
+	in.DataSources = convertAll[cdiv1.DataSource](unstructuredList(itemsOf(sources.Items)), &unreadable)
 	vscs, err := clients.Dynamic.Resource(VolumeSnapshotClassGVR).List(ctx, metav1.ListOptions{})
 	switch {
 	case err == nil:

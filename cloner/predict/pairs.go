@@ -1,24 +1,30 @@
 package predict
 
+import "github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+
+// poolAccessModes are a pool disk's, as the platform renders them.
+var poolAccessModes = []string{"ReadWriteOnce"}
+
 // EmptyClass is the class name of the pair for a disk that names no
 // StorageClass (resolved to the default before predicting).
 const EmptyClass = "(default)"
 
-// Pair is the prediction for one golden and one class, for the two disk
-// sizes that decide differently: larger than the golden (a pool's diskSize,
-// normally) and exactly the golden's size.
+// Pair is the prediction for one golden and one class, for the disk sizes
+// that decide differently: larger than the golden (a pool's diskSize,
+// normally), the largest disk whose claim fits the golden's capacity, and
+// no size (CDI sizes the disk at the golden).
 type Pair struct {
 	Golden Golden
 	// Class is a StorageClass name, or EmptyClass; ResolvedClass is what
 	// the class resolves to ("" when it does not).
-	Class, ResolvedClass string
-	Larger, AtSize       Prediction
+	Class, ResolvedClass     string
+	Larger, AtSize, Sizeless Prediction
 }
 
 // Pairs predicts every golden on every CSI class, plus the empty class
-// resolved as empty says. A pool's disk is taken to have the golden's
-// volume mode (the platform renders both alike); Predict with a Target of
-// the disk's own says more for a disk that exists.
+// resolved as empty says. A pool's disk is a spec.storage DataVolume of the
+// golden's volume mode, ReadWriteOnce (the platform renders both alike); Predict with a
+// Target of the disk's own says more for a disk that exists.
 func (s *State) Pairs(goldens []Golden, empty Target) []Pair {
 	classes := s.CSIClasses()
 	out := make([]Pair, 0, len(goldens)*(len(classes)+1))
@@ -32,16 +38,9 @@ func (s *State) Pairs(goldens []Golden, empty Target) []Pair {
 }
 
 func (s *State) pair(g Golden, label string, t Target) Pair {
-	t.VolumeMode = g.VolumeMode
-	p := Pair{Golden: g, Class: label, ResolvedClass: t.Class}
-	t.Bytes = 0
-	p.Larger = s.Predict(g, t)
-	t.Bytes = g.RequestedBytes
-	if t.Bytes == 0 {
-		t.Bytes = g.CapacityBytes
-	}
-	p.AtSize = s.Predict(g, t)
-	return p
+	t.VolumeMode, t.AccessModes = g.VolumeMode, poolAccessModes
+	r := s.Regions(g, t)
+	return Pair{Golden: g, Class: label, ResolvedClass: t.Class, Larger: r.Larger, AtSize: r.AtSize, Sizeless: r.Sizeless}
 }
 
 // PairsOn predicts every golden on one class, labelled label.
@@ -51,4 +50,63 @@ func (s *State) PairsOn(goldens []Golden, label string, t Target) []Pair {
 		out = append(out, s.pair(g, label, t))
 	}
 	return out
+}
+
+// Regions splits a disk's size into CDI's answers for one golden and one
+// target (its Bytes ignored). A claim grows with the DataVolume's size, so
+// the answer changes at two sizes only: below MinBytes CDI refuses the
+// clone's size (CloneValidationFailed); up to FitBytes the disk's claim fits
+// the golden's capacity; above it the clone must be expanded. FitBytes <
+// MinBytes when no size fits (then AtSize is Larger).
+type Regions struct {
+	MinBytes, FitBytes              int64
+	Sizeless, Small, AtSize, Larger Prediction
+}
+
+// Regions computes them with the rules of package cdirules.
+func (s *State) Regions(g Golden, t Target) Regions {
+	at := func(b int64) Prediction { t.Bytes = b; return s.Predict(g, t) }
+	src, _ := s.source(g)
+	hi := 2*max(src.CapacityBytes, src.RequestBytes) + 1<<30
+	r := Regions{Sizeless: at(0)}
+	// Smallest size CDI accepts: the refusal is monotone in the size.
+	r.MinBytes = searchFirst(1, hi, func(b int64) bool { return at(b).Reason != ReasonTargetTooSmall })
+	// Largest size whose claim fits the golden's capacity.
+	r.FitBytes = searchFirst(1, hi, func(b int64) bool { return s.claimBytes(t, b) > src.CapacityBytes }) - 1
+	r.Small = at(max(r.MinBytes-1, 1))
+	r.Larger = at(max(r.FitBytes+1, r.MinBytes))
+	r.AtSize = r.Larger
+	if r.FitBytes >= r.MinBytes {
+		r.AtSize = at(r.FitBytes)
+	}
+	return r
+}
+
+// claimBytes is the request of the claim CDI renders for the target at a
+// size (the size itself when it cannot be rendered).
+func (s *State) claimBytes(t Target, b int64) int64 {
+	if t.Claimed {
+		return b
+	}
+	t.Bytes = b
+	c, err := cdirules.RenderClaim(t.dataVolume(), s.cluster.Defaults, s.cluster.Env)
+	if err != nil {
+		return b
+	}
+	return c.Bytes
+}
+
+// searchFirst is the smallest x in [lo, hi] with ok(x), for ok monotone
+// (false then true); hi+1 when there is none.
+func searchFirst(lo, hi int64, ok func(int64) bool) int64 {
+	hi++
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }

@@ -15,11 +15,15 @@
 package predict
 
 import (
+	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	storagev1 "k8s.io/api/storage/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 )
 
 // Paths a clone can take; blocked means CDI will not (or the driver cannot)
@@ -57,33 +61,54 @@ type Golden struct {
 	// VolumeMode is Block or Filesystem ("" unknown).
 	VolumeMode string
 	// CapacityBytes is the bound claim's status.capacity, what
-	// validateAdvancedClonePVC compares; RequestedBytes its request, what
-	// validateSourcePVC compares.
+	// validateAdvancedClonePVC compares; RequestedBytes its claim's request
+	// (not the DataVolume's: a spec.storage Filesystem golden's claim has the
+	// overhead added), what validateClone and validateSourcePVC compare.
 	CapacityBytes, RequestedBytes int64
+	// ContentType is its claim's cdi.kubevirt.io/storage.contentType ("" none).
+	ContentType string
+	// VirtualSize is the image size CDI recorded on its claim (0 unknown).
+	VirtualSize int64
 	// PinnedNodes are the nodes its PV's nodeAffinity allows (nil: any).
 	PinnedNodes []string
 }
 
-// Target is a disk that would be cloned from the golden.
+// Target is a disk that would be cloned from the golden: a DataVolume CDI
+// has not rendered yet, or (Claimed) the claim CDI created for it.
 type Target struct {
 	// Class is the resolved StorageClass; Unresolved when the disk names
 	// none and no default exists.
 	Class      string
 	Unresolved bool
-	// VolumeMode of the target claim; "" means as CDI renders it (the
-	// StorageProfile's first claimPropertySet, else Filesystem).
-	VolumeMode string
-	// Bytes is the target claim's request; 0 means "larger than the
-	// golden", the size a pool's diskSize normally has.
-	Bytes int64
+	// Kind is how the DataVolume spells its claim ("" is spec.storage, the
+	// platform's).
+	Kind cdirules.SpecKind
+	// VolumeMode and AccessModes are the DataVolume's ("" / nil: as CDI
+	// renders them: from the StorageProfile for spec.storage, Filesystem for
+	// spec.pvc).
+	VolumeMode  string
+	AccessModes []string
+	// Bytes is the DataVolume's request; 0 means none (CDI sizes the clone
+	// at the golden).
+	Bytes       int64
+	ContentType string
+	// Claimed: Class, VolumeMode and Bytes are the claim's, rendered.
+	Claimed bool
+}
+
+func (t Target) dataVolume() cdirules.DataVolume {
+	kind := t.Kind
+	if kind == "" {
+		kind = cdirules.KindStorage
+	}
+	class := t.Class
+	return cdirules.DataVolume{Kind: kind, Class: &class, VolumeMode: t.VolumeMode, AccessModes: t.AccessModes,
+		Bytes: t.Bytes, ContentType: t.ContentType}
 }
 
 // SnapshotClass is the part of a VolumeSnapshotClass that decides whether
-// CDI finds one: any class of the driver will do (GetVolumeSnapshotClass
-// prefers the default one, then the first by name).
-type SnapshotClass struct {
-	Name, Driver string
-}
+// CDI finds one.
+type SnapshotClass = cdirules.SnapshotClass
 
 // Inputs are the cluster objects the planner reads.
 type Inputs struct {
@@ -91,62 +116,48 @@ type Inputs struct {
 	Profiles        []*cdiv1.StorageProfile
 	CDIs            []*cdiv1.CDI
 	SnapshotClasses []SnapshotClass
+	// CDIConfigs are the CDIConfig objects (CDI keeps one, "config"): their
+	// status.filesystemOverhead sizes Filesystem claims.
+	CDIConfigs []*cdiv1.CDIConfig
 	// CSIDrivers are the names of the CSIDriver objects.
 	CSIDrivers []string
+	// DataSources are what a DataVolume's sourceRef clones through
+	// (cdirules.DataSourcePVC); the admission guard reads them.
+	DataSources []*cdiv1.DataSource
 }
 
 // State indexes Inputs for many predictions; build it once per change.
 type State struct {
-	classes     map[string]*storagev1.StorageClass
-	profiles    map[string]*cdiv1.StorageProfile
-	snapClasses []SnapshotClass
-	csiDrivers  map[string]bool
-	// override is the active CDI's cloneStrategyOverride (nil: none);
+	classes  map[string]*storagev1.StorageClass
+	profiles map[string]*cdiv1.StorageProfile
+	cluster  cdirules.Cluster
 	// cdiProblem is why no active CDI can be found ("" when one is).
-	override   *cdiv1.CDICloneStrategy
 	cdiProblem string
 }
 
 // NewState indexes the inputs.
 func NewState(in Inputs) *State {
-	s := &State{classes: map[string]*storagev1.StorageClass{}, profiles: map[string]*cdiv1.StorageProfile{},
-		csiDrivers: map[string]bool{}, snapClasses: append([]SnapshotClass(nil), in.SnapshotClasses...)}
+	s := &State{classes: map[string]*storagev1.StorageClass{}, profiles: map[string]*cdiv1.StorageProfile{}}
 	for _, sc := range in.Classes {
 		s.classes[sc.Name] = sc
 	}
 	for _, p := range in.Profiles {
 		s.profiles[p.Name] = p
 	}
+	drivers := map[string]bool{}
 	for _, d := range in.CSIDrivers {
-		s.csiDrivers[d] = true
+		drivers[d] = true
 	}
-	sort.Slice(s.snapClasses, func(i, j int) bool { return s.snapClasses[i].Name < s.snapClasses[j].Name })
-	s.override, s.cdiProblem = activeOverride(in.CDIs)
+	env := cdirules.Env{Classes: s.classes, Profiles: s.profiles}
+	for _, c := range in.CDIConfigs {
+		if c.Status.FilesystemOverhead != nil {
+			env.Overhead = c.Status.FilesystemOverhead
+		}
+	}
+	s.cluster = cdirules.Cluster{Env: env, Defaults: cdirules.DefaultClasses(in.Classes), CDIs: in.CDIs,
+		SnapshotClasses: in.SnapshotClasses, CSIDrivers: drivers}
+	_, s.cdiProblem = cdirules.ActiveCDI(in.CDIs)
 	return s
-}
-
-// activeOverride follows common/util.go GetActiveCDI: one CDI resource is
-// the active one; among several, the only one not in phase Error.
-func activeOverride(cdis []*cdiv1.CDI) (*cdiv1.CDICloneStrategy, string) {
-	active := cdis
-	if len(cdis) > 1 {
-		active = nil
-		for _, c := range cdis {
-			if c.Status.Phase != "Error" {
-				active = append(active, c)
-			}
-		}
-	}
-	switch len(active) {
-	case 0:
-		if len(cdis) == 0 {
-			return nil, "no CDI resource exists"
-		}
-		return nil, "every CDI resource is in phase Error"
-	case 1:
-		return active[0].Spec.CloneStrategyOverride, ""
-	}
-	return nil, "several CDI resources are active"
 }
 
 // CSIClasses lists the StorageClasses whose provisioner has a CSIDriver
@@ -155,7 +166,7 @@ func activeOverride(cdis []*cdiv1.CDI) (*cdiv1.CDICloneStrategy, string) {
 func (s *State) CSIClasses() []string {
 	var out []string
 	for name, sc := range s.classes {
-		if s.csiDrivers[sc.Provisioner] {
+		if s.cluster.CSIDrivers[sc.Provisioner] {
 			out = append(out, name)
 		}
 	}
@@ -193,9 +204,9 @@ func (p Prediction) HasFlag(f string) bool {
 	return false
 }
 
-// Predict applies CDI's rules, in CDI's order, to one golden and target.
+// Predict applies CDI's rules (package cdirules), in CDI's order, to one
+// golden and target.
 func (s *State) Predict(g Golden, t Target) Prediction {
-	var p Prediction
 	if g.Phase == "Failed" {
 		return blocked(ReasonGoldenFailed, "golden "+g.ref()+" failed to import; CDI waits for a source that will never be ready")
 	}
@@ -205,94 +216,144 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 		return blocked(ReasonClassUnresolved, "the disk names no StorageClass and no default class exists: the claim never gets a class")
 	}
 	sc := s.classes[t.Class]
-	if sc == nil {
-		return blocked(ReasonClassNotFound, "StorageClass "+quote(t.Class)+" does not exist: CDI reports \"target storage class not found\"")
-	}
-	if !s.csiDrivers[sc.Provisioner] {
-		// datavolume/util.go storageClassCSIDriverExists: no CSIDriver
-		// object, no populator; clone-controller-base.go then copies
-		// host-assisted with reason NoPopulator.
-		p = fallback(ReasonNoPopulator, "provisioner "+sc.Provisioner+" of class "+t.Class+" has no CSIDriver object: CDI does not use its clone populator and copies host-assisted")
-	} else if s.cdiProblem != "" {
-		// GetGlobalCloneStrategyOverride fails without one active CDI.
-		p = blocked(ReasonNoActiveCDI, s.cdiProblem+": CDI cannot choose a clone strategy")
-	} else if msg := tooSmall(g, t); msg != "" {
-		p = blocked(ReasonTargetTooSmall, msg)
+	src, assumed := s.source(g)
+	var o cdirules.Outcome
+	if t.Claimed {
+		o = s.cluster.PlanClaim(src, cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes}, false)
 	} else {
-		p = s.plan(g, t, sc)
+		o = s.cluster.Clone(t.dataVolume(), src)
 	}
+	if sc == nil && o.Validation == "" && !o.Render {
+		// CDI renders and validates the DataVolume first; then it finds no
+		// CSIDriver for the missing class and takes its legacy path, whose
+		// claim never binds.
+		return blocked(ReasonClassNotFound, "StorageClass "+quote(t.Class)+" does not exist: the disk's claim is never provisioned")
+	}
+	p := s.fromOutcome(g, t, o)
 	s.addFlags(&p, g, t, sc)
-	s.addUncertainty(&p, g, t)
+	s.addUncertainty(&p, g, t, assumed)
 	return p
 }
 
-// tooSmall is validateSourcePVC's check (ValidateRequestedCloneSize): the
-// target's request may not be below the source claim's.
-func tooSmall(g Golden, t Target) string {
-	if t.Bytes == 0 || g.RequestedBytes == 0 || t.Bytes >= g.RequestedBytes {
-		return ""
+// source is the golden as CDI reads its claim. Before the golden is bound
+// its request stands for its capacity; a Filesystem golden whose image size
+// CDI has not recorded is taken to hold an image that fills it (assumed).
+func (s *State) source(g Golden) (src cdirules.Source, assumed bool) {
+	src = cdirules.Source{Class: g.Class, Driver: g.Driver, VolumeMode: g.VolumeMode, RequestBytes: g.RequestedBytes,
+		CapacityBytes: g.CapacityBytes, ContentType: g.ContentType, VirtualSize: g.VirtualSize}
+	if src.CapacityBytes == 0 {
+		src.CapacityBytes = src.RequestBytes
 	}
-	return "the disk asks " + bytesText(t.Bytes) + ", less than golden " + g.ref() + "'s " + bytesText(g.RequestedBytes) +
-		": CDI refuses the clone (target smaller than the source)"
+	if src.NeedsImageSize() && src.VirtualSize == 0 {
+		src.VirtualSize, assumed = cdirules.LargestImage(src.CapacityBytes, cdirules.OverheadFor(g.Class, true, s.cluster.Defaults, s.cluster.Env)), true
+	}
+	return src, assumed
 }
 
-// plan is computeStrategyForSourcePVC: the strategy, then the checks that
-// turn it into a host-assisted fallback, in CDI's order.
-func (s *State) plan(g Golden, t Target, sc *storagev1.StorageClass) Prediction {
-	strategy, why := s.strategy(t.Class)
-	if strategy == cdiv1.CloneStrategyHostAssisted {
-		return Prediction{Path: PathHostAssisted, Reason: ReasonCopyStrategy, Strategy: string(strategy),
-			Message: "the clone strategy is copy (" + why + "): CDI always copies host-assisted"}
+func resolvedMode(m string) string {
+	if m == cdirules.Block {
+		return cdirules.Block
 	}
-	srcDriver := g.Driver
-	if srcDriver == "" {
-		if gsc := s.classes[g.Class]; gsc != nil {
-			srcDriver = gsc.Provisioner
-		}
+	return cdirules.Filesystem
+}
+
+// fromOutcome says what CDI's outcome means for the disk, in words.
+func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
+	switch {
+	case o.Validation != "" && strings.Contains(o.Validation, "contentType"):
+		return blocked(ReasonContentTypeMismatch, "CDI refuses the clone (CloneValidationFailed): "+o.Validation)
+	case o.Validation != "":
+		return blocked(ReasonTargetTooSmall, "the disk's claim would be smaller than golden "+g.ref()+"'s ("+bytesText(g.RequestedBytes)+
+			"): CDI refuses the clone (CloneValidationFailed: "+o.Validation+")")
+	case o.Waits != "":
+		return blocked(ReasonClassUnresolved, "CDI waits for "+o.Waits)
+	case o.Error != "" && s.cdiProblem != "" && o.CloneType == "" && o.Fallback == "" && o.Error == s.cdiProblem:
+		return blocked(ReasonNoActiveCDI, s.cdiProblem+": CDI cannot choose a clone strategy")
+	case o.Error != "" && o.CloneType == cdirules.StrategySnapshot:
+		return withStrategy(blocked(ReasonSnapshotClassNotFound, "snapshot strategy: the StorageProfiles name a VolumeSnapshotClass that does not exist: CDI cannot plan the clone"), o.CloneType)
+	case o.Error != "" && o.StrategyFrom != "" && !cdirules.KnownStrategy(o.CloneType):
+		return withStrategy(blocked(ReasonUnknownStrategy, "the clone strategy "+quote(o.CloneType)+" ("+s.strategyWhy(t, o)+
+			") is not one CDI knows: every clone fails with \""+o.Error+"\""), o.CloneType)
+	case o.Error != "":
+		return blocked(ReasonClaimInvalid, "CDI cannot render or plan the disk's claim: "+o.Error)
+	case o.Fallback != "":
+		return s.fallbackPrediction(g, t, o)
+	case o.CloneType == cdirules.StrategyCopy:
+		return s.copyPrediction(t, o)
+	case o.CloneType == cdirules.StrategySnapshot:
+		return Prediction{Path: PathSnapshotClone, Reason: strategyReason(o.StrategyFrom), Strategy: o.CloneType,
+			Message: "CDI snapshots the golden's volume and restores the snapshot (" + s.strategyWhy(t, o) + ")"}
 	}
-	if strategy == cdiv1.CloneStrategySnapshot {
-		// GetCompatibleVolumeSnapshotClass runs before the provisioner
-		// check: different drivers end here as NoVolumeSnapshotClass.
-		if srcDriver != sc.Provisioner {
-			return withStrategy(fallback(ReasonNoVolumeSnapshotClass, "snapshot strategy ("+why+") but the golden's driver "+
-				quote(srcDriver)+" is not the class's "+quote(sc.Provisioner)+": no VolumeSnapshotClass serves both"), strategy)
-		}
-		if p, ok := s.snapshotClassProblem(g.Class, t.Class, sc.Provisioner, why); ok {
-			return withStrategy(p, strategy)
-		}
+	return Prediction{Path: PathCSIClone, Reason: strategyReason(o.StrategyFrom), Strategy: o.CloneType,
+		Message: "CDI asks the driver for a CSI clone of the golden's volume (" + s.strategyWhy(t, o) + ")"}
+}
+
+// copyPrediction: the strategy itself is copy. Where it comes from decides
+// the fix: set by someone (override, profile spec, class annotation), or
+// derived by CDI for a driver outside its capabilities table that has no
+// VolumeSnapshotClass.
+func (s *State) copyPrediction(t Target, o cdirules.Outcome) Prediction {
+	if o.StrategyFrom == cdirules.FromProfile &&
+		cdirules.ProfileStrategyOrigin(s.classes[t.Class], s.profiles[t.Class]) == cdirules.OriginDerived {
+		return Prediction{Path: PathHostAssisted, Reason: ReasonDerivedCopy, Strategy: o.CloneType,
+			Message: "CDI derived the clone strategy copy for class " + t.Class + " (its driver " + quote(s.classes[t.Class].Provisioner) +
+				" is not in CDI's clone-strategy table and has no VolumeSnapshotClass): every clone onto it is host-assisted, from any class"}
 	}
-	// validateAdvancedClonePVC: common driver, volume mode, expansion.
-	if srcDriver != sc.Provisioner {
-		return withStrategy(fallback(ReasonIncompatibleProvisioners, "the golden's CSI driver "+quote(srcDriver)+
-			" is not class "+t.Class+"'s "+quote(sc.Provisioner)+": CDI copies host-assisted (IncompatibleProvisioners)"), strategy)
+	return Prediction{Path: PathHostAssisted, Reason: ReasonCopyStrategy, Strategy: o.CloneType,
+		Message: "the clone strategy is copy (" + s.strategyWhy(t, o) + "): CDI always copies host-assisted"}
+}
+
+func (s *State) fallbackPrediction(g Golden, t Target, o cdirules.Outcome) Prediction {
+	sc := s.classes[t.Class]
+	var p Prediction
+	switch o.Fallback {
+	case cdirules.FallbackNoPopulator:
+		p = fallback(ReasonNoPopulator, "provisioner "+sc.Provisioner+" of class "+t.Class+
+			" has no CSIDriver object: CDI does not use its clone populator and copies host-assisted")
+	case cdirules.FallbackNoVolumeSnapshotClass:
+		p = fallback(ReasonNoVolumeSnapshotClass, "snapshot strategy ("+s.strategyWhy(t, o)+") and no VolumeSnapshotClass CDI can use for the golden's driver "+
+			quote(g.Driver)+" and class "+t.Class+"'s "+quote(sc.Provisioner)+": CDI copies host-assisted (NoVolumeSnapshotClass)")
+	case cdirules.FallbackIncompatibleProvisioners:
+		p = fallback(ReasonIncompatibleProvisioners, "the golden's CSI driver "+quote(g.Driver)+
+			" is not class "+t.Class+"'s "+quote(sc.Provisioner)+": CDI copies host-assisted (IncompatibleProvisioners)")
+	case cdirules.FallbackIncompatibleVolumeModes:
+		p = fallback(ReasonIncompatibleVolumeModes, "the golden is "+resolvedMode(g.VolumeMode)+" and the disk's claim "+
+			s.claimMode(t)+": CDI copies host-assisted (IncompatibleVolumeModes)")
+	default:
+		p = fallback(ReasonNoVolumeExpansion, "the disk's claim is larger than golden "+g.ref()+"'s capacity and class "+t.Class+
+			" has no allowVolumeExpansion: CDI copies host-assisted (NoVolumeExpansion)")
 	}
-	if tm := s.targetVolumeMode(g, t); g.VolumeMode != "" && tm != g.VolumeMode {
-		return withStrategy(fallback(ReasonIncompatibleVolumeModes, "the golden is "+g.VolumeMode+" and the disk "+tm+
-			": CDI copies host-assisted (IncompatibleVolumeModes)"), strategy)
-	}
-	if larger(g, t) && (sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion) {
-		return withStrategy(fallback(ReasonNoVolumeExpansion, "the disk is larger than golden "+g.ref()+" and class "+t.Class+
-			" has no allowVolumeExpansion: CDI copies host-assisted (NoVolumeExpansion)"), strategy)
-	}
-	p := Prediction{Path: PathCSIClone, Reason: strategyReason(why), Strategy: string(strategy),
-		Message: "CDI asks the driver for a CSI clone of the golden's volume (" + why + ")"}
-	if strategy == cdiv1.CloneStrategySnapshot {
-		p.Path, p.Message = PathSnapshotClone, "CDI snapshots the golden's volume and restores the snapshot ("+why+")"
-	}
+	p.Strategy = o.Strategy
 	return p
 }
 
-// strategy follows computeStrategyForSourcePVC: the CDI resource's
-// cloneStrategyOverride, else the target class's StorageProfile
-// status.cloneStrategy, else snapshot. why names the source.
-func (s *State) strategy(class string) (cdiv1.CDICloneStrategy, string) {
-	if s.override != nil {
-		return *s.override, whyOverride
+// claimMode is the volume mode the disk's claim gets, for messages.
+func (s *State) claimMode(t Target) string {
+	if t.Claimed {
+		return resolvedMode(t.VolumeMode)
 	}
-	if sp := s.profiles[class]; sp != nil && sp.Status.CloneStrategy != nil {
-		return *sp.Status.CloneStrategy, whyProfile
+	c, err := cdirules.RenderClaim(t.dataVolume(), s.cluster.Defaults, s.cluster.Env)
+	if err != nil {
+		return "unknown"
 	}
-	return cdiv1.CloneStrategySnapshot, whyDefault
+	return c.VolumeMode
+}
+
+// strategyWhy names where the strategy came from.
+func (s *State) strategyWhy(t Target, o cdirules.Outcome) string {
+	switch o.StrategyFrom {
+	case cdirules.FromOverride:
+		return whyOverride
+	case cdirules.FromProfile:
+		switch cdirules.ProfileStrategyOrigin(s.classes[t.Class], s.profiles[t.Class]) {
+		case cdirules.OriginProfileSpec:
+			return "the StorageProfile's spec.cloneStrategy"
+		case cdirules.OriginClassAnnotation:
+			return "the class's annotation " + cdirules.AnnCloneStrategy
+		}
+		return whyProfile
+	}
+	return whyDefault
 }
 
 const (
@@ -301,97 +362,14 @@ const (
 	whyDefault  = "CDI's default strategy, snapshot"
 )
 
-func strategyReason(why string) string {
-	switch why {
-	case whyOverride:
+func strategyReason(from string) string {
+	switch from {
+	case cdirules.FromOverride:
 		return ReasonCDIOverride
-	case whyProfile:
+	case cdirules.FromProfile:
 		return ReasonStorageProfile
 	}
 	return ReasonDefaultSnapshot
-}
-
-// snapshotClassProblem follows GetCompatibleVolumeSnapshotClass and
-// common/util.go GetVolumeSnapshotClass: when both StorageProfiles name the
-// same status.snapshotClass, that one (it must exist, and be of the driver);
-// otherwise the driver's default VolumeSnapshotClass, else its first by name.
-func (s *State) snapshotClassProblem(goldenClass, class, driver, why string) (Prediction, bool) {
-	if named := s.commonSnapshotClass(goldenClass, class); named != "" {
-		for _, vsc := range s.snapClasses {
-			if vsc.Name != named {
-				continue
-			}
-			if vsc.Driver == driver {
-				return Prediction{}, false
-			}
-			return fallback(ReasonNoVolumeSnapshotClass, "snapshot strategy ("+why+"): the StorageProfiles name VolumeSnapshotClass "+
-				named+", which is not of driver "+driver+": CDI copies host-assisted (NoVolumeSnapshotClass)"), true
-		}
-		return blocked(ReasonSnapshotClassNotFound, "snapshot strategy ("+why+"): the StorageProfiles name VolumeSnapshotClass "+
-			named+", which does not exist: CDI cannot plan the clone"), true
-	}
-	for _, vsc := range s.snapClasses {
-		if vsc.Driver == driver {
-			return Prediction{}, false
-		}
-	}
-	return fallback(ReasonNoVolumeSnapshotClass, "snapshot strategy ("+why+") and no VolumeSnapshotClass of driver "+driver+
-		": CDI copies host-assisted (NoVolumeSnapshotClass)"), true
-}
-
-// commonSnapshotClass is getCommonSnapshotClass: the StorageProfiles of
-// source and target must both name the same class.
-func (s *State) commonSnapshotClass(goldenClass, class string) string {
-	var names []string
-	for _, c := range []string{goldenClass, class} {
-		sp := s.profiles[c]
-		if sp == nil || sp.Status.SnapshotClass == nil {
-			return ""
-		}
-		names = append(names, *sp.Status.SnapshotClass)
-	}
-	if names[0] != names[1] {
-		return ""
-	}
-	return names[0]
-}
-
-// targetVolumeMode is the volume mode the target claim gets.
-func (s *State) targetVolumeMode(g Golden, t Target) string {
-	if t.VolumeMode != "" {
-		return t.VolumeMode
-	}
-	if m := s.profileVolumeMode(t.Class); m != "" {
-		return m
-	}
-	return "Filesystem"
-}
-
-func (s *State) profileVolumeMode(class string) string {
-	sp := s.profiles[class]
-	if sp == nil {
-		return ""
-	}
-	for _, cps := range sp.Status.ClaimPropertySets {
-		if cps.VolumeMode != nil {
-			return string(*cps.VolumeMode)
-		}
-	}
-	return ""
-}
-
-// larger: the target asks more than the golden's capacity, so the clone
-// must be expanded (validateAdvancedClonePVC compares the source's
-// status.capacity with the target's request).
-func larger(g Golden, t Target) bool {
-	if t.Bytes == 0 {
-		return true
-	}
-	c := g.CapacityBytes
-	if c == 0 {
-		c = g.RequestedBytes
-	}
-	return t.Bytes > c
 }
 
 // addFlags adds the risks CDI does not check.
@@ -437,7 +415,7 @@ func NodeLocal(sc *storagev1.StorageClass) (bool, string) {
 }
 
 // addUncertainty records what the objects do not settle.
-func (s *State) addUncertainty(p *Prediction, g Golden, t Target) {
+func (s *State) addUncertainty(p *Prediction, g Golden, t Target, assumedImage bool) {
 	if p.Path == PathBlocked && p.Reason != ReasonNodeLocalTarget {
 		return
 	}
@@ -447,11 +425,12 @@ func (s *State) addUncertainty(p *Prediction, g Golden, t Target) {
 	if (p.Path == PathCSIClone || p.Path == PathSnapshotClone) && p.HasFlag(FlagClassMismatch) {
 		p.Uncertain = append(p.Uncertain, "CDI asks the driver for a cross-class clone; the driver may perform it, refuse it or hang")
 	}
-	if t.VolumeMode == "" && s.profileVolumeMode(t.Class) == "" && g.VolumeMode != "Filesystem" {
-		p.Uncertain = append(p.Uncertain, "the disk's volume mode is not known: neither the disk nor the StorageProfile sets one")
+	if assumedImage && t.Bytes == 0 && !t.Claimed {
+		p.Uncertain = append(p.Uncertain, "CDI sizes this disk at the golden's image, read by a size-detection pod: the image is taken to fill the golden")
 	}
-	if g.VolumeMode != "Block" && t.Bytes != 0 && !larger(g, t) {
-		p.Uncertain = append(p.Uncertain, "a Filesystem claim gets CDI's filesystem overhead added: a disk of the golden's size may still need an expansion")
+	sized := p.Reason == ReasonNoVolumeExpansion || (t.Bytes != 0 && (p.Path == PathCSIClone || p.Path == PathSnapshotClone))
+	if sized && s.cluster.Overhead == nil && s.claimMode(t) == cdirules.Filesystem {
+		p.Uncertain = append(p.Uncertain, "no CDIConfig read: a Filesystem claim is taken to get CDI's default overhead, 0.06")
 	}
 }
 
@@ -463,8 +442,8 @@ func fallback(reason, msg string) Prediction {
 	return Prediction{Path: PathHostAssisted, Reason: reason, Message: msg}
 }
 
-func withStrategy(p Prediction, s cdiv1.CDICloneStrategy) Prediction {
-	p.Strategy = string(s)
+func withStrategy(p Prediction, s string) Prediction {
+	p.Strategy = s
 	return p
 }
 
@@ -480,4 +459,49 @@ func (s *State) ClassNames() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ClassModes are the guard's keys for a class's StorageProfile: what CDI
+// reads to give a spec.storage claim its volume mode (cdirules.RenderClaim).
+// "provisioner" says the class exists; "mode" is claimPropertySets[0]'s
+// (absent when it has no access modes: CDI cannot render a claim naming
+// neither), "modes" the modes offered with access modes, "am.<mode>" the
+// index and mode of the first set offering that access mode.
+func (s *State) ClassModes(class string) map[string]string {
+	sc := s.classes[class]
+	if sc == nil {
+		return nil
+	}
+	out := map[string]string{"provisioner": sc.Provisioner}
+	sp := s.profiles[class]
+	if sp == nil {
+		return out
+	}
+	var modes []string
+	for i, set := range sp.Status.ClaimPropertySets {
+		mode := resolvedMode(modeOf(set))
+		if len(set.AccessModes) == 0 {
+			continue
+		}
+		if i == 0 {
+			out["mode"] = mode
+		}
+		if !slices.Contains(modes, mode) && set.VolumeMode != nil {
+			modes = append(modes, mode)
+		}
+		for _, am := range set.AccessModes {
+			if _, ok := out["am."+string(am)]; !ok {
+				out["am."+string(am)] = fmt.Sprintf("%02d:%s", i, mode)
+			}
+		}
+	}
+	out["modes"] = strings.Join(modes, ",")
+	return out
+}
+
+func modeOf(set cdiv1.ClaimPropertySet) string {
+	if set.VolumeMode == nil {
+		return ""
+	}
+	return string(*set.VolumeMode)
 }

@@ -111,6 +111,9 @@ func TestPredictFollowsCDIsPlanner(t *testing.T) {
 		if tc.target.VolumeMode == "" {
 			tc.target.VolumeMode = "Block" // as the platform's disks, and the golden
 		}
+		if tc.target.AccessModes == nil {
+			tc.target.AccessModes = poolAccessModes
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			p := NewState(tc.in).Predict(tc.g, tc.target)
 			if p.Path != tc.path || p.Reason != tc.reason {
@@ -143,18 +146,81 @@ func withSnapClass(in Inputs, name, driver string) Inputs {
 	return in
 }
 
-// TestTargetVolumeModeFromTheStorageProfile: a disk that names no volume
-// mode gets the StorageProfile's, else Filesystem (uncertain).
+// TestTargetVolumeModeFromTheStorageProfile: a spec.storage disk that names
+// neither volume mode nor access modes gets the StorageProfile's first
+// claimPropertySet; without one CDI cannot render its claim.
 func TestTargetVolumeModeFromTheStorageProfile(t *testing.T) {
-	block := corev1.PersistentVolumeBlock
-	sp := profile("replicated", "", "")
-	sp.Status.ClaimPropertySets = []cdiv1.ClaimPropertySet{{VolumeMode: &block}}
-	if p := NewState(withProfile(baseInputs("csi-clone"), sp)).Predict(golden, Target{Class: "replicated"}); p.Path != PathCSIClone || len(p.Uncertain) > 0 {
-		t.Errorf("with the profile's Block: %+v", p)
+	withSets := func(modes ...corev1.PersistentVolumeMode) Inputs {
+		sp := profile("replicated", "", "")
+		for _, m := range modes {
+			sp.Status.ClaimPropertySets = append(sp.Status.ClaimPropertySets,
+				cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &m})
+		}
+		return withProfile(baseInputs("csi-clone"), sp)
 	}
-	p := NewState(baseInputs("csi-clone")).Predict(golden, Target{Class: "replicated"})
-	if p.Reason != ReasonIncompatibleVolumeModes || len(p.Uncertain) == 0 {
-		t.Errorf("without any volume mode: %+v, want an uncertain IncompatibleVolumeModes", p)
+	cases := []struct {
+		name   string
+		in     Inputs
+		reason string
+	}{
+		{"the profile's Block", withSets(corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem), ReasonCDIOverride},
+		{"the profile's Filesystem first", withSets(corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock), ReasonIncompatibleVolumeModes},
+		{"a profile without claimPropertySets", withSets(), ReasonClaimInvalid},
+	}
+	for _, tc := range cases {
+		p := NewState(tc.in).Predict(golden, Target{Class: "replicated", Bytes: 6 * gi})
+		if p.Reason != tc.reason {
+			t.Errorf("%s: %+v, want %s", tc.name, p, tc.reason)
+		}
+	}
+}
+
+// TestIssue25Answers: the answers issue 25 lists as wrong, each from CDI's
+// rules (claims compared, not DataVolumes; unknown strategies; the derived
+// copy's fix).
+func TestIssue25Answers(t *testing.T) {
+	fsOf := func(request int64) Golden {
+		g := golden
+		g.VolumeMode, g.RequestedBytes, g.CapacityBytes = "Filesystem", request, request
+		return g
+	}
+	in := baseInputs("csi-clone")
+	in.CDIConfigs = []*cdiv1.CDIConfig{{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{Global: "0.06"}}}}
+	unknown := withProfile(baseInputs(""), profile("replicated", "fast", ""))
+	derived := withProfile(baseInputs(""), profile("replicated", "copy", ""))
+	spec := profile("replicated", "copy", "")
+	copyStrategy := cdiv1.CloneStrategyHostAssisted
+	spec.Spec.CloneStrategy = &copyStrategy
+	setCopy := withProfile(baseInputs(""), spec)
+	cases := []struct {
+		name   string
+		in     Inputs
+		g      Golden
+		t      Target
+		reason string
+	}{
+		{"sizeless disk on a class without expansion", baseInputs("csi-clone"), golden,
+			Target{Class: "replicated-fixed", VolumeMode: "Block", AccessModes: poolAccessModes}, ReasonCDIOverride},
+		{"spec.storage Filesystem 10Gi golden, spec.pvc 10Gi worker", in, fsOf(11381663335),
+			Target{Class: "replicated", Kind: "pvc", VolumeMode: "Filesystem", Bytes: 10 * gi}, ReasonTargetTooSmall},
+		{"spec.pvc 10Gi golden, spec.storage Filesystem 9.5Gi worker", in, fsOf(10 * gi),
+			Target{Class: "replicated", VolumeMode: "Filesystem", AccessModes: poolAccessModes, Bytes: 19 * gi / 2}, ReasonCDIOverride},
+		{"the same without expansion", in, fsOf(10 * gi),
+			Target{Class: "replicated-fixed", VolumeMode: "Filesystem", AccessModes: poolAccessModes, Bytes: 19 * gi / 2}, ReasonNoVolumeExpansion},
+		{"unknown strategy", unknown, golden, Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes}, ReasonUnknownStrategy},
+		{"copy derived by CDI", derived, golden, Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes}, ReasonDerivedCopy},
+		{"copy set on the profile", setCopy, golden, Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes}, ReasonCopyStrategy},
+		{"archive clone of a kubevirt golden", baseInputs("csi-clone"), golden,
+			Target{Class: "replicated", ContentType: "archive", Bytes: 6 * gi, AccessModes: poolAccessModes}, ReasonContentTypeMismatch},
+	}
+	for _, tc := range cases {
+		p := NewState(tc.in).Predict(tc.g, tc.t)
+		if p.Reason != tc.reason {
+			t.Errorf("%s: %s/%s (%s), want %s", tc.name, p.Path, p.Reason, p.Message, tc.reason)
+		}
+	}
+	if f := Fix(ReasonDerivedCopy); !strings.Contains(f, "spec.cloneStrategy: csi-clone") || !strings.Contains(f, "VolumeSnapshotClass") {
+		t.Errorf("derived copy's fix: %q", f)
 	}
 }
 
@@ -163,11 +229,11 @@ func TestSeveralCDIResources(t *testing.T) {
 	broken := cdi("copy")
 	broken.Status.Phase = "Error"
 	in.CDIs = append(in.CDIs, broken)
-	if p := NewState(in).Predict(golden, Target{Class: "replicated", VolumeMode: "Block"}); p.Reason != ReasonCDIOverride {
+	if p := NewState(in).Predict(golden, Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes}); p.Reason != ReasonCDIOverride {
 		t.Errorf("the one CDI not in Error is the active one: %+v", p)
 	}
 	in.CDIs = append(in.CDIs, cdi(""))
-	if p := NewState(in).Predict(golden, Target{Class: "replicated", VolumeMode: "Block"}); p.Reason != ReasonNoActiveCDI {
+	if p := NewState(in).Predict(golden, Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes}); p.Reason != ReasonNoActiveCDI {
 		t.Errorf("two active CDIs: %+v", p)
 	}
 }
@@ -177,10 +243,10 @@ func TestPairsCoverEveryCSIClassAndTheEmptyOne(t *testing.T) {
 	pairs := s.Pairs([]Golden{golden}, Target{Class: "replicated"})
 	var got []string
 	for _, p := range pairs {
-		got = append(got, p.Class+"="+p.Larger.Path+"/"+p.AtSize.Path)
+		got = append(got, p.Class+"="+p.Larger.Path+"/"+p.AtSize.Path+"/"+p.Sizeless.Path)
 	}
-	want := "ceph=host-assisted/host-assisted local=blocked/blocked replicated=csi-clone/csi-clone replicated-b=csi-clone/csi-clone " +
-		"replicated-fixed=host-assisted/csi-clone (default)=csi-clone/csi-clone"
+	want := "ceph=host-assisted/host-assisted/host-assisted local=blocked/blocked/blocked replicated=csi-clone/csi-clone/csi-clone " +
+		"replicated-b=csi-clone/csi-clone/csi-clone replicated-fixed=host-assisted/csi-clone/csi-clone (default)=csi-clone/csi-clone/csi-clone"
 	if strings.Join(got, " ") != want {
 		t.Errorf("pairs\n got %s\nwant %s", strings.Join(got, " "), want)
 	}

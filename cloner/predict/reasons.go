@@ -11,7 +11,10 @@ const (
 	ReasonStorageProfile  = "storage-profile"
 	ReasonDefaultSnapshot = "default-snapshot"
 	// Host-assisted fallbacks, CDI's own (planner.go, clone-controller-base.go).
-	ReasonCopyStrategy             = "copy-strategy"
+	ReasonCopyStrategy = "copy-strategy"
+	// ReasonDerivedCopy: nobody set copy; CDI derived it for a driver absent
+	// from its capabilities table without a VolumeSnapshotClass.
+	ReasonDerivedCopy              = "derived-copy"
 	ReasonNoPopulator              = "no-populator"
 	ReasonNoVolumeSnapshotClass    = "no-volume-snapshot-class"
 	ReasonIncompatibleProvisioners = "incompatible-provisioners"
@@ -25,31 +28,44 @@ const (
 	ReasonTargetTooSmall        = "target-too-small"
 	ReasonSnapshotClassNotFound = "snapshot-class-not-found"
 	ReasonNodeLocalTarget       = "node-local-target"
+	ReasonContentTypeMismatch   = "content-type-mismatch"
+	ReasonUnknownStrategy       = "unknown-strategy"
+	ReasonClaimInvalid          = "claim-invalid"
 )
 
 // Reasons lists every reason.
 var Reasons = []string{ReasonCDIOverride, ReasonStorageProfile, ReasonDefaultSnapshot, ReasonCopyStrategy,
 	ReasonNoPopulator, ReasonNoVolumeSnapshotClass, ReasonIncompatibleProvisioners, ReasonIncompatibleVolumeModes,
 	ReasonNoVolumeExpansion, ReasonGoldenFailed, ReasonClassUnresolved, ReasonClassNotFound, ReasonNoActiveCDI,
-	ReasonTargetTooSmall, ReasonSnapshotClassNotFound, ReasonNodeLocalTarget}
+	ReasonTargetTooSmall, ReasonSnapshotClassNotFound, ReasonNodeLocalTarget, ReasonDerivedCopy, ReasonContentTypeMismatch,
+	ReasonUnknownStrategy, ReasonClaimInvalid}
+
+// fixDerived is the fix when CDI itself chose the copy: give the class a
+// strategy, or give the driver a VolumeSnapshotClass.
+const fixDerived = "set spec.cloneStrategy: csi-clone on the class's StorageProfile (or cloneStrategyOverride: csi-clone on the CDI resource), " +
+	"or create a VolumeSnapshotClass for the class's driver"
 
 var fixes = map[string]string{
 	ReasonCDIOverride:              "",
 	ReasonStorageProfile:           "",
 	ReasonDefaultSnapshot:          "",
-	ReasonCopyStrategy:             "remove cloneStrategyOverride: copy from the CDI resource (or spec.cloneStrategy: copy from the class's StorageProfile)",
+	ReasonCopyStrategy:             "remove the copy strategy where it is set: cloneStrategyOverride on the CDI resource, spec.cloneStrategy on the class's StorageProfile, or the class's cdi.kubevirt.io/clone-strategy annotation (or set it to csi-clone)",
+	ReasonDerivedCopy:              fixDerived,
 	ReasonNoPopulator:              "use a class of a CSI driver (one with a CSIDriver object), as the golden's",
-	ReasonNoVolumeSnapshotClass:    "create a VolumeSnapshotClass for the class's driver, or set the StorageProfile's cloneStrategy to csi-clone",
+	ReasonNoVolumeSnapshotClass:    "create a VolumeSnapshotClass for the class's driver (named by neither StorageProfile, or by both), or set spec.cloneStrategy: csi-clone on the class's StorageProfile (or cloneStrategyOverride: csi-clone on the CDI resource)",
 	ReasonIncompatibleProvisioners: "put the pool on a class of the golden's CSI driver, best the golden's own class",
 	ReasonIncompatibleVolumeModes:  "give the disk the golden's volume mode (volumeMode on the DataVolume, or the StorageProfile's claimPropertySets)",
-	ReasonNoVolumeExpansion:        "set allowVolumeExpansion: true on the class, or put the pool on the golden's class",
+	ReasonNoVolumeExpansion:        "set allowVolumeExpansion: true on the class, or size the disk so its claim is at most the golden's capacity (an empty diskSize: CDI sizes the disk at the golden)",
 	ReasonGoldenFailed:             "fix the golden's import (Factory URL, network, storage) and recreate the golden DataVolume",
 	ReasonClassUnresolved:          "name a StorageClass on the pool, or mark one default (storageclass.kubevirt.io/is-default-virt-class)",
 	ReasonClassNotFound:            "create the StorageClass or name an existing one on the pool",
 	ReasonNoActiveCDI:              "keep exactly one CDI resource that is not in phase Error",
-	ReasonTargetTooSmall:           "raise the pool's diskSize to at least the golden's size",
+	ReasonTargetTooSmall:           "raise the pool's diskSize so the disk's claim is at least the golden's claim (a spec.storage Filesystem golden's claim carries CDI's filesystem overhead), or leave it empty",
 	ReasonSnapshotClassNotFound:    "create the VolumeSnapshotClass the StorageProfiles name, or clear their snapshotClass",
 	ReasonNodeLocalTarget:          "put the pool on the golden's class (a replicated one), or import a golden on the node-local class",
+	ReasonContentTypeMismatch:      "clone with the golden's contentType (kubevirt: leave contentType unset)",
+	ReasonUnknownStrategy:          "set the StorageProfile's spec.cloneStrategy (or the class's cdi.kubevirt.io/clone-strategy annotation) to csi-clone, snapshot or copy",
+	ReasonClaimInvalid:             "give the disk a volumeMode and accessModes, or give the class's StorageProfile claimPropertySets",
 }
 
 // Fix is the remedy for a reason; "" for the good ones.

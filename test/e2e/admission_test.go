@@ -79,13 +79,18 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 		TypeMeta:   metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: admissionTenant, Name: name, Annotations: map[string]string{cluster.AnnPool: "kubernetes-" + name}},
 		Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: golden}},
-			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &block,
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
+			Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: golden}},
+			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &block},
 		},
+	}
+	if size != "" { // none: CDI sizes the disk at the golden
+		dv.Spec.Storage.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}
 	}
 	if class != "" {
 		dv.Spec.Storage.StorageClassName = &class
+	}
+	if ds, ok := strings.CutPrefix(golden, dataSourcePrefix); ok { // through a DataSource
+		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: ds}
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
 	if err != nil {
@@ -98,6 +103,24 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 	a.warnings.take()
 	_, err = a.dyn.Resource(cluster.DataVolumeGVR).Namespace(admissionTenant).Create(ctx, &unstructured.Unstructured{Object: obj}, opts)
 	return a.warnings.take(), err
+}
+
+// dataSourcePrefix marks an admissionCase golden that is a DataSource's
+// name: the DataVolume clones through spec.sourceRef.
+const dataSourcePrefix = "datasource:"
+
+// createDataSource makes a DataSource in the tenant namespace naming the
+// golden's PVC and waits until the parameters know it.
+func createDataSource(t *testing.T, ctx context.Context, c *cluster.Cluster, name, golden string) {
+	t.Helper()
+	ds := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+		"metadata": map[string]any{"name": name, "namespace": admissionTenant},
+		"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": cluster.NamespaceGolden, "name": golden}}}}}
+	gvr := cluster.DataVolumeGVR.GroupVersion().WithResource("datasources")
+	if _, err := c.Dynamic.Resource(gvr).Namespace(admissionTenant).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAdmissionParams(t, ctx, c, "dataSource."+admissionTenant+"."+name, cluster.NamespaceGolden+"/"+golden)
 }
 
 // admissionCase is one DataVolume and what the guard must say about it.
@@ -132,18 +155,27 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	cases := []admissionCase{
 		{"good", golden, "replicated", "20Gi", nil},
 		{"good-default", golden, "", "20Gi", nil}, // the virtualization default is the golden's class
-		{"same-size-fixed", golden, "replicated-fixed", "6Gi", []string{"would be on StorageClass replicated-fixed, not on golden " + golden + "'s replicated"}},
-		{"mismatched", golden, "replicated-b", "20Gi", []string{"would be on StorageClass replicated-b, not on golden " + golden + "'s replicated"}},
-		{"too-small", golden, "replicated", "2Gi", []string{"asks 2Gi, less than golden " + golden}},
-		{"host-assisted", golden, "replicated-fixed", "20Gi", []string{"would be on StorageClass replicated-fixed",
+		// CDI CSI-clones these: the guard never refuses a storage-layer clone.
+		{"same-size-fixed", golden, "replicated-fixed", "6Gi", nil},
+		{"sizeless-fixed", golden, "replicated-fixed", "", nil},
+		{"mismatched", golden, "replicated-b", "20Gi", nil},
+		// A golden the parameters do not know (yet): admitted.
+		{"no-golden", cluster.GoldenName("0000", "v1.0.0"), "replicated", "20Gi", nil},
+		{"too-small", golden, "replicated", "2Gi", []string{"CDI will take path blocked (reason target-too-small) for golden " + golden}},
+		{"host-assisted", golden, "replicated-fixed", "20Gi", []string{
 			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed, not a CSI clone. Fix: set allowVolumeExpansion: true"}},
-		{"no-golden", cluster.GoldenName("0000", "v1.0.0"), "replicated", "20Gi", []string{"which is not a golden of the catalog"}},
+		{"missing-class", golden, "no-such-class", "20Gi", []string{"would be on StorageClass no-such-class, which does not exist"}},
+		// Through a DataSource naming the golden: checked the same.
+		{"via-datasource", dataSourcePrefix + "golden-ds", "replicated-fixed", "20Gi", []string{
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed"}},
+		{"via-datasource-good", dataSourcePrefix + "golden-ds", "replicated", "20Gi", nil},
 	}
 
+	createDataSource(t, ctx, c, "golden-ds", golden)
 	applyAdmission(t, c, "warn")
 	checkTypeChecking(t, ctx, c)
 	waitGuard(t, ctx, c, func() (bool, string) {
-		w, err := a.create(ctx, "probe", golden, "replicated-b", "20Gi", false)
+		w, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false)
 		return err == nil && len(w) > 0, fmt.Sprintf("warnings %q, error %v", w, err)
 	})
 	for _, tc := range cases {
@@ -156,7 +188,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 
 	applyAdmission(t, c, "deny")
 	waitGuard(t, ctx, c, func() (bool, string) {
-		_, err := a.create(ctx, "probe", golden, "replicated-b", "20Gi", false)
+		_, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false)
 		return apierrors.IsInvalid(err), fmt.Sprintf("error %v", err)
 	})
 	for _, tc := range cases {
@@ -183,7 +215,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGuard(t, ctx, c, func() (bool, string) {
-		w, err := a.create(ctx, "probe", golden, "replicated-b", "20Gi", false)
+		w, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false)
 		return err == nil && len(w) == 0, fmt.Sprintf("warnings %q, error %v", w, err)
 	})
 	for _, tc := range cases {

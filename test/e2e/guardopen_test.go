@@ -54,13 +54,13 @@ func TestAdmissionGuardOpenAlertFires(t *testing.T) {
 	waitAdmissionParams(t, ctx, c, golden+".class", "replicated")
 	applyChartAdmission(t, ctx, c, "admissionGuard.validationActions={Deny}")
 	a := newAdmissionClient(t, c)
-	mismatched := func() ([]string, error) { return a.create(ctx, "mismatched", golden, "replicated-b", "20Gi", false) }
+	mismatched := func() ([]string, error) { return a.create(ctx, "mismatched", golden, "no-such-class", "20Gi", false) }
 	waitGuard(t, ctx, c, func() (bool, string) {
 		_, err := mismatched()
 		return apierrors.IsInvalid(err), fmt.Sprintf("error %v", err)
 	})
 	_, err := mismatched()
-	checkMessages(t, "parameters kept current", []string{fmt.Sprint(err)}, []string{"would be on StorageClass replicated-b, not on golden " + golden + "'s replicated"})
+	checkMessages(t, "parameters kept current", []string{fmt.Sprint(err)}, []string{"would be on StorageClass no-such-class, which does not exist"})
 
 	// Kept current: both see the parameters synced, and the alert has been
 	// evaluated on that for longer than its `for` without even pending.

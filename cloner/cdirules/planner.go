@@ -1,0 +1,215 @@
+package cdirules
+
+import (
+	"fmt"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// CDI's reasons for a host-assisted fallback (clone/planner.go; NoPopulator
+// is the DataVolume controller's legacy path), and for a refused clone.
+const (
+	FallbackNoPopulator              = "NoPopulator"
+	FallbackNoVolumeSnapshotClass    = "NoVolumeSnapshotClass"
+	FallbackIncompatibleProvisioners = "IncompatibleProvisioners"
+	FallbackIncompatibleVolumeModes  = "IncompatibleVolumeModes"
+	FallbackNoVolumeExpansion        = "NoVolumeExpansion"
+	CloneValidationFailed            = "CloneValidationFailed"
+)
+
+// Fallbacks lists CDI's fallback reasons.
+var Fallbacks = []string{FallbackNoPopulator, FallbackNoVolumeSnapshotClass, FallbackIncompatibleProvisioners,
+	FallbackIncompatibleVolumeModes, FallbackNoVolumeExpansion}
+
+// Cluster is what the planner reads besides the two claims.
+type Cluster struct {
+	Env
+	Defaults        Defaults
+	CDIs            []*cdiv1.CDI
+	SnapshotClasses []SnapshotClass
+	// CSIDrivers are the names of the CSIDriver objects.
+	CSIDrivers map[string]bool
+}
+
+// Outcome is what CDI does with one clone.
+type Outcome struct {
+	// CloneType is the strategy it runs (cdi.kubevirt.io/cloneType: copy,
+	// snapshot, csi-clone; or an unknown value it cannot plan); "" when it
+	// does not get that far.
+	CloneType string
+	// Strategy is the strategy chosen before any fallback, StrategyFrom
+	// where it came from (FromOverride, ...).
+	Strategy, StrategyFrom string
+	// Fallback is the reason of a host-assisted fallback ("" none).
+	Fallback string
+	// Validation is set when CDI refuses the clone's sizes or content
+	// (CloneValidationFailed), Error when it fails another way, retried
+	// for ever; Waits says what it waits for, something that may come.
+	Validation, Error, Waits string
+	// Render: Error is CDI's failure to render the claim (an ErrClaimNotValid
+	// event on the DataVolume).
+	Render bool
+}
+
+// Refused reports whether CDI never makes the disk (or not until something
+// changes): a validation failure, an error, a wait.
+func (o Outcome) Refused() bool { return o.Validation != "" || o.Error != "" || o.Waits != "" }
+
+// StorageLayer reports whether CDI clones at the storage layer (csi-clone
+// or snapshot).
+func (o Outcome) StorageLayer() bool {
+	return !o.Refused() && (o.CloneType == StrategyCSIClone || o.CloneType == StrategySnapshot)
+}
+
+// Clone follows a clone DataVolume from its spec to CDI's plan, in
+// pvc-clone-controller.go syncClone's order: rendering (RenderClaim, in
+// syncCommon), validation (ValidateClone), sizing (CloneSize), the choice of
+// the populator path (datavolume/util.go storageClassCSIDriverExists) and
+// the planner (Plan).
+func (c Cluster) Clone(dv DataVolume, src Source) Outcome {
+	claim, err := RenderClaim(dv, c.Defaults, c.Env)
+	if err != nil {
+		return Outcome{Error: err.Error(), Render: true}
+	}
+	if err := ValidateClone(dv, src, c.Defaults, c.Env); err != nil {
+		return Outcome{Validation: err.Error()}
+	}
+	permissive := false
+	if dv.Kind == KindStorage {
+		bytes, perm, known := CloneSize(claim, src, c.Defaults, c.Env)
+		if !known {
+			return Outcome{Waits: "the image size of the source (a size-detection pod)"}
+		}
+		claim.Bytes, permissive = bytes, perm
+	}
+	return c.PlanClaim(src, claim, permissive)
+}
+
+// PlanClaim is what CDI does with a claim it rendered: the legacy
+// host-assisted path when the class's provisioner has no CSIDriver object
+// (datavolume/util.go storageClassCSIDriverExists, NoPopulator), else Plan.
+func (c Cluster) PlanClaim(src Source, claim Claim, permissive bool) Outcome {
+	if !c.usesPopulator(claim) {
+		return Outcome{CloneType: StrategyCopy, Fallback: FallbackNoPopulator}
+	}
+	return c.Plan(src, claim, permissive)
+}
+
+func (c Cluster) usesPopulator(claim Claim) bool {
+	name := claim.Class
+	if !claim.HasClass {
+		name = c.Defaults.Kubernetes
+	}
+	sc := c.Classes[name]
+	return sc != nil && c.CSIDrivers[sc.Provisioner]
+}
+
+// Plan is clone/planner.go computeStrategyForSourcePVC and Plan for a claim
+// CDI created: the target class must be set and exist
+// (validateTargetStorageClassAssignment), the target's request (raised to
+// the minimum size) may not be below the source's unless the clone is
+// permissive (validateSourcePVC), then the strategy (PlannerStrategy), the
+// snapshot class, and validateAdvancedClonePVC's fallbacks.
+func (c Cluster) Plan(src Source, claim Claim, permissive bool) Outcome {
+	switch {
+	case !claim.HasClass:
+		return Outcome{Waits: "a StorageClass for the claim"}
+	case claim.Class == "":
+		return Outcome{Error: "claim has emptystring storageclass, will not work"}
+	case c.Classes[claim.Class] == nil:
+		return Outcome{Error: "target storage class not found"}
+	}
+	if !permissive {
+		if err := validateRequestedCloneSize(src.RequestBytes, EffectiveSize(claim.Bytes, c.Profiles[claim.Class])); err != nil {
+			return Outcome{Validation: err.Error()}
+		}
+	}
+	active, problem := ActiveCDI(c.CDIs)
+	if active == nil {
+		return Outcome{Error: problem}
+	}
+	strategy, from := PlannerStrategy(active.Spec.CloneStrategyOverride, c.Profiles[claim.Class])
+	o := Outcome{CloneType: strategy, Strategy: strategy, StrategyFrom: from}
+	driver := c.commonDriver(src, claim)
+	if strategy == StrategySnapshot {
+		if driver == "" {
+			return c.fallback(o, FallbackNoVolumeSnapshotClass)
+		}
+		_, found, missing := SnapshotClassFor(c.SnapshotClasses, driver, c.commonSnapshotClass(src.Class, claim.Class))
+		if missing {
+			o.Error = "volumesnapshotclass named by the StorageProfiles not found"
+			return o
+		}
+		if !found {
+			return c.fallback(o, FallbackNoVolumeSnapshotClass)
+		}
+	}
+	if strategy == StrategySnapshot || strategy == StrategyCSIClone {
+		if o, done := c.advanced(o, src, claim, driver); done {
+			return o
+		}
+	}
+	if !KnownStrategy(strategy) {
+		o.Error = fmt.Sprintf("unknown strategy/source %s", strategy)
+	}
+	return o
+}
+
+// advanced is validateAdvancedClonePVC.
+func (c Cluster) advanced(o Outcome, src Source, claim Claim, driver string) (Outcome, bool) {
+	switch {
+	case driver == "":
+		return c.fallback(o, FallbackIncompatibleProvisioners), true
+	case resolveMode(src.VolumeMode) != claim.VolumeMode:
+		return c.fallback(o, FallbackIncompatibleVolumeModes), true
+	case src.CapacityBytes == 0 || claim.Bytes == 0:
+		o.Error = "source/target size info missing"
+		return o, true
+	}
+	sc := c.Classes[claim.Class]
+	expand := sc.AllowVolumeExpansion != nil && *sc.AllowVolumeExpansion
+	if src.CapacityBytes < claim.Bytes && !expand {
+		return c.fallback(o, FallbackNoVolumeExpansion), true
+	}
+	return o, false
+}
+
+func (c Cluster) fallback(o Outcome, reason string) Outcome {
+	o.CloneType, o.Fallback = StrategyCopy, reason
+	return o
+}
+
+// commonDriver is clone/common.go GetCommonDriver: the source's bound PV's
+// driver (else its class's provisioner) must be the target class's
+// provisioner; "" when they differ or one is unknown.
+func (c Cluster) commonDriver(src Source, claim Claim) string {
+	sd := src.Driver
+	if sd == "" {
+		sc := c.Classes[src.Class]
+		if sc == nil {
+			return ""
+		}
+		sd = sc.Provisioner
+	}
+	if td := c.Classes[claim.Class].Provisioner; td != sd {
+		return ""
+	}
+	return sd
+}
+
+// commonSnapshotClass is clone/common.go getCommonSnapshotClass: the
+// StorageProfiles of both classes name the same status.snapshotClass.
+func (c Cluster) commonSnapshotClass(classes ...string) string {
+	var out string
+	for i, name := range classes {
+		sp := c.Profiles[name]
+		if sp == nil || sp.Status.SnapshotClass == nil {
+			return ""
+		}
+		if i > 0 && *sp.Status.SnapshotClass != out {
+			return ""
+		}
+		out = *sp.Status.SnapshotClass
+	}
+	return out
+}

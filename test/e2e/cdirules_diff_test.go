@@ -1,0 +1,643 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+)
+
+// The differential test holds cloner/cdirules (through cloner/predict, what
+// the sidecar predicts for a disk) against the real cdi-controller, the way
+// the tap is held against x/net's encoder: seeded arrangements of source
+// claims, DataVolume spec kinds, volume modes, access modes, sizes (none,
+// within the filesystem overhead of the source, smaller, larger), target
+// classes (the source's, another of the driver, one without expansion,
+// another driver's, one without a CSIDriver object, a missing one, the
+// empty class), StorageProfile strategies (none, csi-clone, snapshot, an
+// unknown one) under the CDI override and without it. Each DataVolume is
+// created on the loopback stack and what CDI did (cloneType, fallback
+// reason, CloneValidationFailed, a render error, a clone error) must be what
+// the prediction says.
+//
+//	CDIRULES_ARRANGEMENTS=1000 CDIRULES_SEED=42 go test -run '^TestCDIRulesMatchCDIController$' ./test/e2e/
+//
+// CDIRULES_BREAK=overhead predicts without CDI's filesystem overhead: the
+// test must then report mismatches.
+
+const (
+	diffDefaultArrangements = 240
+	diffNoCSIClass          = "no-csi"
+	diffNoCSIProvisioner    = "example.com/no-csi-driver"
+)
+
+// diffSource is one source claim of a batch.
+type diffSource struct {
+	name string
+	mode string
+	// bytes is the claim's request: a spec.pvc golden's, or a spec.storage
+	// Filesystem golden's (the overhead added).
+	bytes int64
+	// golden: the catalog's golden DataVolume's claim, in the golden
+	// namespace (else a claim of the batch's namespace).
+	golden bool
+}
+
+func (s diffSource) namespace(batch string) string {
+	if s.golden {
+		return cluster.NamespaceGolden
+	}
+	return batch
+}
+
+// diffBatch is one global configuration: the CDI override and each
+// class's StorageProfile spec.cloneStrategy.
+type diffBatch struct {
+	override   string
+	strategies map[string]string
+}
+
+// diffArrangement is one worker DataVolume.
+type diffArrangement struct {
+	name   string
+	src    diffSource
+	target predict.Target
+	// classSet: the DataVolume names target.Class; else it names none.
+	classSet bool
+}
+
+func diffEnvInt(t *testing.T, name string, def int64) int64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+func TestCDIRulesMatchCDIController(t *testing.T) {
+	checkNoLeaks(t)
+	seed := diffEnvInt(t, "CDIRULES_SEED", time.Now().UnixNano())
+	total := int(diffEnvInt(t, "CDIRULES_ARRANGEMENTS", diffDefaultArrangements))
+	t.Logf("differential test against cdi-controller: seed %d, %d arrangements (CDIRULES_SEED, CDIRULES_ARRANGEMENTS)", seed, total)
+	c := cluster.Start(t, cluster.Options{
+		StorageClasses: []cluster.StorageClass{
+			{Name: "replicated", DefaultVirt: true},
+			{Name: "replicated-fixed", Pool: "fixed", NoExpansion: true},
+			{Name: "replicated-b", Pool: "b", Default: true},
+		},
+		SidecarArgs: []string{"--resync-period=2s", "--admission-params=true"},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if err := c.StartOtherDriver(ctx, otherDriver, cluster.StorageClass{Name: otherClass}); err != nil {
+		t.Fatal(err)
+	}
+	noCSI := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+		"metadata": map[string]any{"name": diffNoCSIClass}, "provisioner": diffNoCSIProvisioner, "allowVolumeExpansion": true}}
+	classes := schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
+	if _, err := c.Dynamic.Resource(classes).Create(ctx, noCSI, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	golden := setUpDiffGuard(t, ctx, c)
+	batches := []diffBatch{
+		{override: "csi-clone"},
+		{strategies: map[string]string{"replicated-b": "csi-clone", "replicated-fixed": "fast", otherClass: "snapshot"}},
+		{strategies: map[string]string{"replicated": "snapshot", "replicated-b": "copy"}},
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	mismatches, checked, guarded := 0, 0, 0
+	for i, b := range batches {
+		n := total / len(batches)
+		if i == len(batches)-1 {
+			n = total - n*(len(batches)-1)
+		}
+		mm, ck, gd := runDiffBatch(t, ctx, c, i, b, n, rng, golden)
+		mismatches, checked, guarded = mismatches+mm, checked+ck, guarded+gd
+	}
+	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny), %d mismatches", seed, checked, guarded, mismatches)
+	if mismatches > 0 || checked != total {
+		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, mismatches, total, checked)
+	}
+}
+
+// runDiffBatch applies a batch's configuration, creates its sources and n
+// arrangements in a namespace of its own, and compares each.
+func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int, b diffBatch, n int, rng *rand.Rand, golden diffSource) (mismatches, checked, guarded int) {
+	t.Helper()
+	applyDiffBatch(t, ctx, c, b)
+	// Chunks of diffChunk DataVolumes, a namespace each: CDI decides a
+	// chunk in seconds; hundreds at once queue behind each other.
+	for chunk := 0; chunk*diffChunk < n; chunk++ {
+		m := min(diffChunk, n-chunk*diffChunk)
+		ns := fmt.Sprintf("cdirules-%d-%d", idx, chunk)
+		mm, ck, gd := runDiffChunk(t, ctx, c, ns, idx, m, rng, golden)
+		mismatches, checked, guarded = mismatches+mm, checked+ck, guarded+gd
+		// Decided: the clones still running would only slow the next chunk.
+		if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mismatches, checked, guarded
+}
+
+// diffChunk is how many DataVolumes are created before their outcomes are read.
+const diffChunk = 40
+
+func runDiffChunk(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, idx, n int, rng *rand.Rand, golden diffSource) (mismatches, checked, guarded int) {
+	t.Helper()
+	if err := c.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	fsStorage := cdirules.RequiredSpace(cdirules.DefaultOverhead, 10<<30)
+	sources := []diffSource{{name: "src-block-pvc", mode: cdirules.Block, bytes: 10 << 30}, {name: "src-fs-pvc", mode: cdirules.Filesystem, bytes: 10 << 30},
+		{name: "src-block-storage", mode: cdirules.Block, bytes: 10 << 30}, {name: "src-fs-storage", mode: cdirules.Filesystem, bytes: fsStorage}}
+	for _, s := range sources {
+		createDiffSource(t, ctx, c, ns, s)
+	}
+	state := liveState(t, ctx, c)
+	goldens := map[string]predict.Golden{}
+	for _, s := range sources {
+		goldens[s.name] = sourceGolden(t, ctx, c, ns, s)
+	}
+	// The catalog's golden: its workers are also shown to the guard.
+	goldens[golden.name] = sourceGolden(t, ctx, c, cluster.NamespaceGolden, golden)
+	waitGuardParams(t, ctx, c, state, goldens[golden.name])
+	sources = append(sources, golden, golden)
+	arrs := make([]diffArrangement, n)
+	for i := range arrs {
+		arrs[i] = genArrangement(rng, i, sources, state)
+		createDiffDataVolume(t, ctx, c, ns, arrs[i])
+	}
+	for _, a := range arrs {
+		got := observeCDI(t, ctx, c, ns, a.name)
+		p := state.Predict(goldens[a.src.name], a.target)
+		want := expectedOutcome(p)
+		checked++
+		if want != got {
+			mismatches++
+			t.Errorf("batch %d %s: source %s (%s, %d bytes), target %+v: predicted %s, CDI did %s",
+				idx, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, want, got)
+		}
+		if a.src.name != golden.name {
+			continue
+		}
+		guarded++
+		refused := guardRefuses(t, ctx, c, a)
+		if refused && (got == cdirules.StrategyCSIClone || got == cdirules.StrategySnapshot) {
+			mismatches++
+			t.Errorf("batch %d %s: the guard in Deny refused a DataVolume CDI clones at the storage layer (%s): %+v", idx, a.name, got, a.target)
+		} else if refused != p.Bad() {
+			mismatches++
+			t.Errorf("batch %d %s: the guard refused=%v, the prediction is %s/%s (CDI did %s): %+v", idx, a.name, refused, p.Path, p.Reason, got, a.target)
+		}
+	}
+	return mismatches, checked, guarded
+}
+
+// applyDiffBatch sets the CDI override and the StorageProfiles' strategies
+// and waits until CDI's status shows them.
+func applyDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, b diffBatch) {
+	t.Helper()
+	override := "null"
+	if b.override != "" {
+		override = strconv.Quote(b.override)
+	}
+	if _, err := c.Dynamic.Resource(cluster.CDIGVR).Patch(ctx, "cdi", types.MergePatchType,
+		[]byte(`{"spec":{"cloneStrategyOverride":`+override+`}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, class := range []string{"replicated", "replicated-fixed", "replicated-b", otherClass, diffNoCSIClass} {
+		strategy := "null"
+		if s := b.strategies[class]; s != "" {
+			strategy = strconv.Quote(s)
+		}
+		if _, err := c.Dynamic.Resource(cluster.StorageProfileGVR).Patch(ctx, class, types.MergePatchType,
+			[]byte(`{"spec":{"cloneStrategy":`+strategy+`}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := b.strategies[class]
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			sp, err := c.Dynamic.Resource(cluster.StorageProfileGVR).Get(ctx, class, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			got, _, _ := unstructured.NestedString(sp.Object, "status", "cloneStrategy")
+			return want == "" || got == want, nil
+		})
+		if err != nil {
+			t.Fatalf("StorageProfile %s never showed strategy %q: %v", class, want, err)
+		}
+	}
+}
+
+// createDiffSource makes a bound source claim on the golden's class.
+func createDiffSource(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, s diffSource) {
+	t.Helper()
+	mode := corev1.PersistentVolumeMode(s.mode)
+	class := "replicated"
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode: &mode, StorageClassName: &class,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(s.bytes, resource.BinarySI)}}}}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sourceGolden waits for a source claim to bind and reads it as the
+// planner does.
+func sourceGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, s diffSource) predict.Golden {
+	t.Helper()
+	var pvc *corev1.PersistentVolumeClaim
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pvc, err = c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, s.name, metav1.GetOptions{})
+		return err == nil && pvc.Status.Phase == corev1.ClaimBound, nil
+	})
+	if err != nil {
+		t.Fatalf("source %s never bound: %v", s.name, err)
+	}
+	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+	return predict.Golden{Namespace: ns, Name: s.name, Class: "replicated", Phase: "Succeeded", Driver: cluster.DefaultDriverName,
+		VolumeMode: s.mode, CapacityBytes: capacity.Value(), RequestedBytes: s.bytes}
+}
+
+// liveState builds the prediction's state from the objects CDI reads.
+func liveState(t *testing.T, ctx context.Context, c *cluster.Cluster) *predict.State {
+	t.Helper()
+	var in predict.Inputs
+	classes, err := c.Client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range classes.Items {
+		in.Classes = append(in.Classes, &classes.Items[i])
+	}
+	drivers, err := c.Client.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range drivers.Items {
+		in.CSIDrivers = append(in.CSIDrivers, d.Name)
+	}
+	in.Profiles = listAs[cdiv1.StorageProfile](t, ctx, c, cluster.StorageProfileGVR)
+	in.CDIs = listAs[cdiv1.CDI](t, ctx, c, cluster.CDIGVR)
+	in.CDIConfigs = listAs[cdiv1.CDIConfig](t, ctx, c, cluster.CDIConfigGVR)
+	if os.Getenv("CDIRULES_BREAK") == "overhead" {
+		for _, cfg := range in.CDIConfigs {
+			cfg.Status.FilesystemOverhead = &cdiv1.FilesystemOverhead{Global: "0"}
+		}
+	}
+	return predict.NewState(in)
+}
+
+func listAs[T any](t *testing.T, ctx context.Context, c *cluster.Cluster, gvr schema.GroupVersionResource) []*T {
+	t.Helper()
+	list, err := c.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*T, 0, len(list.Items))
+	for _, u := range list.Items {
+		obj := new(T)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// genArrangement draws one worker DataVolume.
+func genArrangement(rng *rand.Rand, i int, sources []diffSource, s *predict.State) diffArrangement {
+	src := sources[rng.IntN(len(sources))]
+	a := diffArrangement{name: fmt.Sprintf("dv-%03d", i), src: src}
+	t := &a.target
+	t.Kind = []cdirules.SpecKind{cdirules.KindPVC, cdirules.KindStorage}[rng.IntN(2)]
+	t.VolumeMode = []string{"", cdirules.Block, cdirules.Filesystem}[rng.IntN(3)]
+	if t.Kind == cdirules.KindPVC || rng.IntN(2) == 0 {
+		t.AccessModes = []string{"ReadWriteOnce"}
+	}
+	sizes := []int64{0, 10 << 30, 19 << 29, 10<<30 + 1<<20, src.bytes, cdirules.RequiredSpace(cdirules.DefaultOverhead, src.bytes), 11 << 30, 2 << 30}
+	t.Bytes = sizes[rng.IntN(len(sizes))]
+	if t.Kind == cdirules.KindPVC && t.Bytes == 0 {
+		t.Bytes = 20 << 30 // a claim without a size is not a valid PVC
+	}
+	classes := []string{"replicated", "replicated-fixed", "replicated-b", otherClass, diffNoCSIClass, "missing-class", ""}
+	class := classes[rng.IntN(len(classes))]
+	a.classSet = class != ""
+	if class == "" {
+		// What CDI resolves an empty class to (cdirules.FallbackClass).
+		if t.Kind == cdirules.KindPVC {
+			class = "replicated-b"
+		} else {
+			class = "replicated"
+		}
+	}
+	t.Class = class
+	if rng.IntN(12) == 0 {
+		t.ContentType = cdirules.ContentArchive
+		if !a.classSet {
+			t.Class = "replicated-b" // the Kubernetes default
+		}
+	}
+	return a
+}
+
+// createDiffDataVolume creates the arrangement's DataVolume; a clone of the
+// catalog's golden carries a clone token (cross-namespace).
+func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, a diffArrangement) {
+	t.Helper()
+	dv := diffDataVolume(a, ns, a.src.namespace(ns))
+	if a.src.golden {
+		tok, err := c.CloneToken(ctx, cluster.NamespaceGolden, a.src.name, ns, a.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dv.Annotations = map[string]string{cluster.AnnCloneToken: tok}
+	}
+	if _, err := c.CreateDataVolume(ctx, dv); err != nil {
+		t.Fatalf("%s: %v", a.name, err)
+	}
+}
+
+// diffDataVolume is the arrangement's DataVolume in ns, cloning its source
+// in srcNS.
+func diffDataVolume(a diffArrangement, ns, srcNS string) *cdiv1.DataVolume {
+	tg := a.target
+	var mode *corev1.PersistentVolumeMode
+	if tg.VolumeMode != "" {
+		m := corev1.PersistentVolumeMode(tg.VolumeMode)
+		mode = &m
+	}
+	var ams []corev1.PersistentVolumeAccessMode
+	for _, am := range tg.AccessModes {
+		ams = append(ams, corev1.PersistentVolumeAccessMode(am))
+	}
+	res := corev1.VolumeResourceRequirements{}
+	if tg.Bytes > 0 {
+		res.Requests = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(tg.Bytes, resource.BinarySI)}
+	}
+	var class *string
+	if a.classSet {
+		class = &tg.Class
+	}
+	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
+		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: ns},
+		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: srcNS, Name: a.src.name}},
+			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
+	if tg.Kind == cdirules.KindPVC {
+		dv.Spec.PVC = &corev1.PersistentVolumeClaimSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
+	} else {
+		dv.Spec.Storage = &cdiv1.StorageSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
+	}
+	return dv
+}
+
+// CDI's fallback messages (clone/planner.go) by reason.
+var diffFallbacks = map[string]string{
+	"No compatible volumesnapshotclass found":                cdirules.FallbackNoVolumeSnapshotClass,
+	"The volume modes of source and target are incompatible": cdirules.FallbackIncompatibleVolumeModes,
+	"No volume expansion is possible":                        cdirules.FallbackNoVolumeExpansion,
+	"Provisioners are incompatible":                          cdirules.FallbackIncompatibleProvisioners,
+}
+
+// observeCDI waits for CDI's decision on a DataVolume, from explicit
+// signals only: a CloneValidationFailed or ErrClaimNotValid event on it,
+// the legacy path's cloneType on it, or its claim's cloneType (past the
+// Pending phase), fallback reason and clone error.
+func observeCDI(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) string {
+	t.Helper()
+	var got, last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, last = decideCDI(ctx, c, ns, name)
+		return got != "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s: CDI never decided: %v; last seen: %s", ns, name, err, last)
+	}
+	return got
+}
+
+func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decided, seen string) {
+	events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return "", err.Error()
+	}
+	for _, e := range events.Items {
+		switch e.Reason {
+		case "CloneValidationFailed":
+			return "validation", ""
+		case "ErrClaimNotValid":
+			return "render", ""
+		}
+	}
+	dv, err := c.Dynamic.Resource(cluster.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err.Error()
+	}
+	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", "no claim: " + err.Error()
+	}
+	ann := pvc.Annotations
+	seen = fmt.Sprint(ann)
+	if pvc.Spec.DataSourceRef == nil && dv.GetAnnotations()["cdi.kubevirt.io/cloneType"] == cdirules.StrategyCopy {
+		return "legacy-copy", seen
+	}
+	phase, ct := ann["cdi.kubevirt.io/clonePhase"], ann["cdi.kubevirt.io/cloneType"]
+	switch {
+	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], "smaller than the source"):
+		return "validation", seen
+	case phase == "Error":
+		return "error: " + ann["cdi.kubevirt.io/cloneError"], seen
+	case ct == "" || phase == "" || phase == "Pending" || !cdirules.KnownStrategy(ct):
+		return "", seen
+	case ann["cdi.kubevirt.io/cloneFallbackReason"] != "":
+		return "copy/" + diffFallbacks[ann["cdi.kubevirt.io/cloneFallbackReason"]], seen
+	}
+	return ct, seen
+}
+
+// expectedOutcome is what the prediction says CDI does, in decideCDI's words.
+func expectedOutcome(p predict.Prediction) string {
+	switch p.Reason {
+	case predict.ReasonTargetTooSmall, predict.ReasonContentTypeMismatch:
+		return "validation"
+	case predict.ReasonClaimInvalid:
+		return "render"
+	case predict.ReasonUnknownStrategy:
+		return "error: unknown strategy/source " + p.Strategy
+	case predict.ReasonNoPopulator:
+		return "legacy-copy"
+	case predict.ReasonClassNotFound:
+		// CDI finds no CSIDriver for a missing class: the legacy path, whose
+		// claim never binds.
+		return "legacy-copy"
+	case predict.ReasonCopyStrategy, predict.ReasonDerivedCopy:
+		return cdirules.StrategyCopy
+	}
+	switch p.Path {
+	case predict.PathCSIClone:
+		return cdirules.StrategyCSIClone
+	case predict.PathSnapshotClone:
+		return cdirules.StrategySnapshot
+	case predict.PathHostAssisted:
+		return "copy/" + cdiFallbackOf(p.Reason)
+	}
+	return "blocked/" + p.Reason
+}
+
+func cdiFallbackOf(reason string) string {
+	switch reason {
+	case predict.ReasonNoVolumeSnapshotClass:
+		return cdirules.FallbackNoVolumeSnapshotClass
+	case predict.ReasonIncompatibleProvisioners:
+		return cdirules.FallbackIncompatibleProvisioners
+	case predict.ReasonIncompatibleVolumeModes:
+		return cdirules.FallbackIncompatibleVolumeModes
+	case predict.ReasonNoVolumeExpansion:
+		return cdirules.FallbackNoVolumeExpansion
+	}
+	return reason
+}
+
+// diffGuardNamespace is where the guard, in Deny, is asked about each
+// DataVolume of the catalog's golden (a dry run of the same DataVolume); the
+// batch namespaces are not guarded, so CDI gets every DataVolume.
+const diffGuardNamespace = "cdirules-guard"
+
+var diffFlavor = strings.Repeat("d1", 32)
+
+// setUpDiffGuard imports a golden of the catalog, applies the guard's
+// policy with a Deny binding for diffGuardNamespace only, and returns the
+// golden as a source.
+func setUpDiffGuard(t *testing.T, ctx context.Context, c *cluster.Cluster) diffSource {
+	t.Helper()
+	name := cluster.GoldenName(diffFlavor, talosVersion)
+	createGolden(t, ctx, c, cluster.Golden{SchematicID: diffFlavor, Version: talosVersion, StorageClass: "replicated"})
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, name, cdiv1.Succeeded)
+	cache, err := os.MkdirTemp(c.Dir, "kubectl-cache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, c, cache, "apply", "-f", deployDir+"/admission/warn/policy.yaml"); err != nil {
+		t.Fatalf("kubectl apply policy: %v\n%s", err, out)
+	}
+	if err := c.CreateNamespace(ctx, diffGuardNamespace); err != nil {
+		t.Fatal(err)
+	}
+	binding := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "cdirules-guard"},
+		"spec": map[string]any{"policyName": admissionPolicy, "validationActions": []any{"Deny"},
+			"paramRef":       map[string]any{"name": "csi-clone-sidecar-admission", "namespace": cluster.NamespaceCSI, "parameterNotFoundAction": "Deny"},
+			"matchResources": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": diffGuardNamespace}}}}}}
+	gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}
+	if _, err := c.Dynamic.Resource(gvr).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	return diffSource{name: name, mode: cdirules.Block, bytes: req.Value(), golden: true}
+}
+
+// waitGuardParams waits until the sidecar's parameters say, for the golden
+// on every class, what the prediction from the live objects says (the
+// parameters follow a batch's configuration).
+func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, s *predict.State, g predict.Golden) {
+	t.Helper()
+	want := map[string]string{}
+	for _, class := range s.ClassNames() {
+		r := s.Regions(g, predict.Target{Class: class, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}})
+		want[g.Name+".path."+class] = r.Larger.Path + "/" + r.Larger.Reason
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, "csi-clone-sidecar-admission", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		for k, v := range want {
+			if cm.Data[k] != v {
+				last = fmt.Sprintf("%s=%q, want %q", k, cm.Data[k], v)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the guard's parameters never matched the prediction: %s", last)
+	}
+	// The API server reads the parameters through an informer: wait until
+	// its decisions on a larger disk on every class are the prediction's.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, class := range s.ClassNames() {
+			a := diffArrangement{name: "probe", classSet: true, src: diffSource{name: g.Name, golden: true},
+				target: predict.Target{Class: class, Kind: cdirules.KindStorage, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}, Bytes: 40 << 30}}
+			if refused, _ := askGuard(ctx, c, a); refused != s.Predict(g, a.target).Bad() {
+				last = fmt.Sprintf("class %s: refused=%v", class, refused)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the API server never decided as the parameters say: %s", last)
+	}
+}
+
+// guardRefuses asks the real kube-apiserver, with the policy in Deny, about
+// the arrangement's DataVolume (a dry run in diffGuardNamespace). A refusal
+// that is not the guard's is a test failure.
+func guardRefuses(t *testing.T, ctx context.Context, c *cluster.Cluster, a diffArrangement) bool {
+	t.Helper()
+	refused, err := askGuard(ctx, c, a)
+	if err != nil {
+		t.Fatalf("%s: %v", a.name, err)
+	}
+	return refused
+}
+
+func askGuard(ctx context.Context, c *cluster.Cluster, a diffArrangement) (bool, error) {
+	dv := diffDataVolume(a, diffGuardNamespace, cluster.NamespaceGolden)
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
+	if err != nil {
+		return false, err
+	}
+	_, err = c.Dynamic.Resource(cluster.DataVolumeGVR).Namespace(diffGuardNamespace).Create(ctx, &unstructured.Unstructured{Object: obj},
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsInvalid(err) && strings.Contains(err.Error(), "csi-clone-sidecar:"):
+		return true, nil
+	}
+	return false, fmt.Errorf("the API server refused the dry run for another reason: %w", err)
+}
