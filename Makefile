@@ -76,7 +76,7 @@ cdidiff: build
 
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 e2e: build
-	$(GO) test -count=1 -timeout 40m -run '$(E2E_RUN)' ./test/e2e/...
+	$(GO) test -count=1 -timeout 60m -run '$(E2E_RUN)' ./test/e2e/...
 
 ## mutation: mutation testing (gremlins, from the tools cache) of the pure rules, one package at a time: predictions, metric labels, the tap's status and method mapping, the verdict rules (not part of make test; MUTATION_TIMEOUT=40m per target; report in docs/testing.md)
 mutation:
