@@ -5,7 +5,7 @@
 # docs/testing.md holds the last report and explains every mutant that lives.
 #
 #   test/tools/mutation.sh            every target
-#   test/tools/mutation.sh NAME...    only these (predict, labels, tap, verdicts)
+#   test/tools/mutation.sh NAME...    only these (predict, cdirules, labels, tap, verdicts)
 #
 # A target is a package, the tests that judge its mutants (a -run pattern,
 # passed through GOFLAGS, which gremlins' go test runs honour) and the files
@@ -24,7 +24,7 @@ WORKERS=${MUTATION_WORKERS:-1}
 out=${MUTATION_OUT:-$root/bin/mutation}
 # The sidecar's suite runs for minutes (driver kills, memory bounds); the
 # tests of what the tap reports per call judge its status and method rules.
-TAP_TESTS='^(TestStatusAsGRPCGoReportsIt|TestOnlyRequestHeadersOpenCalls|TestEarlyRepliesAreBounded|TestHostilePathsNeitherCrashNorGrowLabels|TestObserverSelectsMethods|TestOnlyDecodedMethodsAreBuffered|TestUndecodableCallsAreCountedNotPublished|TestRelayObservesCloneAndExpand|TestClientCancelReachesDriverAndIsObserved|TestTapDifferential|TestUnselectedDecodedMethodIsNotBuffered|TestMessageSizeBoundIsInclusive|TestClientResetMidRequestEndsTheCall)$'
+TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOutliveTheirStreams|TestStatusMessagesAreBounded|TestOnlyRequestHeadersOpenCalls|TestEarlyRepliesAreBounded|TestHostilePathsNeitherCrashNorGrowLabels|TestObserverSelectsMethods|TestOnlyDecodedMethodsAreBuffered|TestUndecodableCallsAreCountedNotPublished|TestRelayObservesCloneAndExpand|TestClientCancelReachesDriverAndIsObserved|TestTapDifferential|TestUnselectedDecodedMethodIsNotBuffered|TestMessageSizeBoundIsInclusive|TestClientResetMidRequestEndsTheCall)$'
 
 [ -x "$gremlins" ] || { echo "mutation: $gremlins missing: run make tools (or test/tools/build.sh gremlins)" >&2; exit 1; }
 
@@ -36,8 +36,9 @@ VERDICT_TESTS="^($(cd "$root/cloner" && grep -ho '^func Test[A-Za-z0-9_]*' verdi
 # name     package dir     tests (-run)  files mutated (the package's others are excluded)
 targets=(
 	"predict   cloner/predict  .             predict.go reasons.go pairs.go"
+	"cdirules  cloner/cdirules .             claim.go clone.go planner.go strategy.go"
 	"labels    metrics         .             clones.go metrics.go predict.go"
-	"tap       sidecar         $TAP_TESTS    call.go methods.go"
+	"tap       sidecar         $TAP_TESTS    call.go methods.go grpcstatus.go"
 	"verdicts  cloner          $VERDICT_TESTS verdict.go reasons.go cdi.go"
 )
 
