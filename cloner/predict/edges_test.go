@@ -33,7 +33,7 @@ func TestActiveCDIFollowsGetActiveCDI(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := baseInputs("")
 			in.CDIs = tc.cdis
-			p := NewState(in).Predict(golden, Target{Class: "replicated", VolumeMode: "Block"})
+			p := NewState(in).Predict(golden, Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes})
 			if tc.problem == "" {
 				if p.Path != PathCSIClone || p.Reason != ReasonCDIOverride {
 					t.Errorf("got %s/%s (%s), want the active CDI's csi-clone override", p.Path, p.Reason, p.Message)
@@ -52,10 +52,10 @@ func TestActiveCDIFollowsGetActiveCDI(t *testing.T) {
 func TestUnboundGoldenTakesItsClassesDriver(t *testing.T) {
 	g := withPhase(golden, "ImportInProgress")
 	g.Driver = ""
-	if p := NewState(baseInputs("csi-clone")).Predict(g, Target{Class: "replicated", VolumeMode: "Block"}); p.Path != PathCSIClone {
+	if p := NewState(baseInputs("csi-clone")).Predict(g, Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes}); p.Path != PathCSIClone {
 		t.Errorf("golden on replicated without a bound PV, disk on replicated: %s/%s (%s), want %s", p.Path, p.Reason, p.Message, PathCSIClone)
 	}
-	if p := NewState(baseInputs("csi-clone")).Predict(withClass(g, "ceph"), Target{Class: "replicated", VolumeMode: "Block"}); p.Reason != ReasonIncompatibleProvisioners {
+	if p := NewState(baseInputs("csi-clone")).Predict(withClass(g, "ceph"), Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes}); p.Reason != ReasonIncompatibleProvisioners {
 		t.Errorf("golden on ceph without a bound PV, disk on replicated: %s (%s), want %s", p.Reason, p.Message, ReasonIncompatibleProvisioners)
 	}
 }
@@ -65,7 +65,7 @@ func TestUnboundGoldenTakesItsClassesDriver(t *testing.T) {
 func TestNamedSnapshotClassFoundAmongOthers(t *testing.T) {
 	in := withSnapClass(withSnapClass(baseInputs(""), "a-first", linstor), "snaps", linstor)
 	in = withProfile(withProfile(in, profile("replicated", "", "snaps")), profile("replicated-b", "", "snaps"))
-	p := NewState(in).Predict(golden, Target{Class: "replicated-b", VolumeMode: "Block"})
+	p := NewState(in).Predict(golden, Target{Class: "replicated-b", VolumeMode: "Block", AccessModes: poolAccessModes})
 	if p.Path != PathSnapshotClone {
 		t.Errorf("got %s/%s (%s), want %s with VolumeSnapshotClass snaps", p.Path, p.Reason, p.Message, PathSnapshotClone)
 	}
@@ -76,7 +76,7 @@ func TestNamedSnapshotClassFoundAmongOthers(t *testing.T) {
 func TestGoldenWithoutCapacityIsMeasuredByItsRequest(t *testing.T) {
 	g := golden
 	g.CapacityBytes = 0
-	p := NewState(baseInputs("csi-clone")).Predict(g, Target{Class: "replicated-fixed", Bytes: g.RequestedBytes, VolumeMode: "Block"})
+	p := NewState(baseInputs("csi-clone")).Predict(g, Target{Class: "replicated-fixed", Bytes: g.RequestedBytes, VolumeMode: "Block", AccessModes: poolAccessModes})
 	if p.Path != PathCSIClone {
 		t.Errorf("a disk of the golden's request on a class without expansion: %s/%s (%s), want %s", p.Path, p.Reason, p.Message, PathCSIClone)
 	}
@@ -86,57 +86,63 @@ func TestGoldenWithoutCapacityIsMeasuredByItsRequest(t *testing.T) {
 // golden's import being under way changes nothing about a block.
 func TestBlockedPredictionsAreCertain(t *testing.T) {
 	in := Inputs{Classes: baseInputs("").Classes, CSIDrivers: []string{linstor}}
-	p := NewState(in).Predict(withPhase(golden, "ImportInProgress"), Target{Class: "replicated", VolumeMode: "Block"})
+	p := NewState(in).Predict(withPhase(golden, "ImportInProgress"), Target{Class: "replicated", VolumeMode: "Block", AccessModes: poolAccessModes})
 	if p.Reason != ReasonNoActiveCDI || len(p.Uncertain) != 0 {
 		t.Errorf("got %s, uncertain %q; want %s and certain", p.Reason, p.Uncertain, ReasonNoActiveCDI)
 	}
 }
 
-const overheadUncertainty = "a Filesystem claim gets CDI's filesystem overhead added"
+const overheadUncertainty = "no CDIConfig read"
 
-// A Filesystem disk of the golden's size may still need an expansion (CDI
-// adds its filesystem overhead): uncertain exactly then.
+// A sized Filesystem disk's claim depends on CDI's filesystem overhead: the
+// prediction says so exactly when no CDIConfig was read (the overhead is
+// then taken to be CDI's default); a Block claim and a sizeless disk do not
+// depend on it.
 func TestFilesystemOverheadUncertainty(t *testing.T) {
 	fs := golden
 	fs.VolumeMode = "Filesystem"
-	grown := fs
-	grown.CapacityBytes = 8 * gi // more than its request of 6Gi
+	withConfig := baseInputs("csi-clone")
+	withConfig.CDIConfigs = []*cdiv1.CDIConfig{{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{Global: "0.06"}}}}
 	for _, tc := range []struct {
 		name  string
+		in    Inputs
 		g     Golden
 		bytes int64
 		want  bool
 	}{
-		{"Filesystem golden, disk of its size", fs, fs.CapacityBytes, true},
-		{"Filesystem golden, disk between its request and capacity", grown, 7 * gi, true},
-		{"Filesystem golden, larger disk", fs, 2 * fs.CapacityBytes, false},
-		{"Filesystem golden, size unknown (larger)", fs, 0, false},
-		{"Block golden, disk of its size", golden, golden.CapacityBytes, false},
+		{"Filesystem disk of the golden's size, no CDIConfig", baseInputs("csi-clone"), fs, fs.CapacityBytes, true},
+		{"Filesystem larger disk, no CDIConfig", baseInputs("csi-clone"), fs, 2 * fs.CapacityBytes, true},
+		{"Filesystem disk, CDIConfig read", withConfig, fs, fs.CapacityBytes, false},
+		{"Filesystem sizeless disk", baseInputs("csi-clone"), fs, 0, false},
+		{"Block disk of the golden's size", baseInputs("csi-clone"), golden, golden.CapacityBytes, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := NewState(baseInputs("csi-clone")).Predict(tc.g, Target{Class: "replicated", VolumeMode: tc.g.VolumeMode, Bytes: tc.bytes})
+			p := NewState(tc.in).Predict(tc.g, Target{Class: "replicated", VolumeMode: tc.g.VolumeMode, Bytes: tc.bytes, AccessModes: poolAccessModes})
 			got := slices.ContainsFunc(p.Uncertain, func(u string) bool { return strings.HasPrefix(u, overheadUncertainty) })
 			if got != tc.want {
-				t.Errorf("uncertain %q: overhead named %v, want %v", p.Uncertain, got, tc.want)
+				t.Errorf("%s/%s, uncertain %q: overhead named %v, want %v", p.Path, p.Reason, p.Uncertain, got, tc.want)
 			}
 		})
 	}
 }
 
-// A pair's at-size disk is the golden's request, else its capacity.
-func TestPairAtSizeIsTheGoldensRequestElseCapacity(t *testing.T) {
+// A pair's at-size disk is the largest whose claim fits the golden's
+// capacity (not its request): a golden of request 6Gi and capacity 8Gi on a
+// class without expansion takes a disk of its capacity without expansion
+// and refuses a larger one. (A golden whose claim has no request cannot be
+// cloned at all: CDI's validateClone refuses it, see cdirules.)
+func TestPairAtSizeFitsTheGoldensCapacity(t *testing.T) {
 	s := NewState(baseInputs("csi-clone"))
-	g := golden
-	g.RequestedBytes = 0
-	p := s.PairsOn([]Golden{g}, "replicated-fixed", Target{Class: "replicated-fixed"})[0]
-	if p.AtSize.Path != PathCSIClone || p.Larger.Reason != ReasonNoVolumeExpansion {
-		t.Errorf("golden without a request: at size %s/%s, larger %s/%s; want csi-clone and no-volume-expansion",
-			p.AtSize.Path, p.AtSize.Reason, p.Larger.Path, p.Larger.Reason)
-	}
-	g = golden
-	g.RequestedBytes, g.CapacityBytes = 6*gi, 8*gi
-	p = s.PairsOn([]Golden{g}, "replicated-fixed", Target{Class: "replicated-fixed"})[0]
-	if p.AtSize.Path != PathCSIClone {
-		t.Errorf("golden of request 6Gi, capacity 8Gi: at size %s/%s (%s), want csi-clone", p.AtSize.Path, p.AtSize.Reason, p.AtSize.Message)
+	target := Target{Class: "replicated-fixed", VolumeMode: "Block", AccessModes: poolAccessModes}
+	for _, g := range []Golden{golden, func() Golden { g := golden; g.RequestedBytes, g.CapacityBytes = 6*gi, 8*gi; return g }()} {
+		p := s.PairsOn([]Golden{g}, "replicated-fixed", target)[0]
+		if p.AtSize.Path != PathCSIClone || p.Larger.Reason != ReasonNoVolumeExpansion {
+			t.Errorf("golden of request %d, capacity %d: at size %s/%s (%s), larger %s/%s; want csi-clone and no-volume-expansion",
+				g.RequestedBytes, g.CapacityBytes, p.AtSize.Path, p.AtSize.Reason, p.AtSize.Message, p.Larger.Path, p.Larger.Reason)
+		}
+		r := s.Regions(g, target)
+		if r.FitBytes != g.CapacityBytes {
+			t.Errorf("golden of capacity %d: FitBytes %d, want its capacity (a Block claim is the disk's size)", g.CapacityBytes, r.FitBytes)
+		}
 	}
 }

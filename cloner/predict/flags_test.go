@@ -28,7 +28,7 @@ func TestAGoldenPinnedToNodesIsFlaggedCrossNode(t *testing.T) {
 		{"unpinned golden, its own class", golden, "replicated", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := s.Predict(tc.g, Target{Class: tc.class, VolumeMode: "Block"})
+			p := s.Predict(tc.g, Target{Class: tc.class, VolumeMode: "Block", AccessModes: poolAccessModes})
 			if p.Path != PathCSIClone {
 				t.Errorf("path %s (%s), want %s: a pinned golden changes no path", p.Path, p.Message, PathCSIClone)
 			}
@@ -74,7 +74,7 @@ func TestNodeLocalReadsLINSTORsRemoteAccessAsLINSTORParsesIt(t *testing.T) {
 				t.Error("node-local without saying how")
 			}
 			p := NewState(Inputs{Classes: append(baseInputs("").Classes, sc), CDIs: []*cdiv1.CDI{cdi("csi-clone")},
-				CSIDrivers: []string{linstor}}).Predict(withClass(golden, "c"), Target{Class: "c", VolumeMode: "Block"})
+				CSIDrivers: []string{linstor}}).Predict(withClass(golden, "c"), Target{Class: "c", VolumeMode: "Block", AccessModes: poolAccessModes})
 			if p.HasFlag(FlagCrossNode) != tc.local {
 				t.Errorf("flags %v: cross-node %v, want %v", p.Flags, p.HasFlag(FlagCrossNode), tc.local)
 			}
@@ -91,23 +91,28 @@ var reasonCases = map[string]struct {
 	g      Golden
 	target Target
 }{
-	ReasonCDIOverride:              {baseInputs("csi-clone"), golden, Target{Class: "replicated"}},
-	ReasonStorageProfile:           {withProfile(baseInputs(""), profile("replicated", "csi-clone", "")), golden, Target{Class: "replicated"}},
-	ReasonDefaultSnapshot:          {withSnapClass(baseInputs(""), "snaps", linstor), golden, Target{Class: "replicated"}},
-	ReasonCopyStrategy:             {baseInputs("copy"), golden, Target{Class: "replicated"}},
-	ReasonNoPopulator:              {baseInputs("csi-clone"), golden, Target{Class: "intree"}},
-	ReasonNoVolumeSnapshotClass:    {baseInputs(""), golden, Target{Class: "replicated"}},
-	ReasonIncompatibleProvisioners: {baseInputs("csi-clone"), golden, Target{Class: "ceph"}},
-	ReasonIncompatibleVolumeModes:  {baseInputs("csi-clone"), golden, Target{Class: "replicated", VolumeMode: "Filesystem"}},
-	ReasonNoVolumeExpansion:        {baseInputs("csi-clone"), golden, Target{Class: "replicated-fixed", Bytes: 20 * gi}},
-	ReasonGoldenFailed:             {baseInputs("csi-clone"), withPhase(golden, "Failed"), Target{Class: "replicated"}},
+	ReasonCDIOverride:              {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonStorageProfile:           {withProfile(baseInputs(""), profile("replicated", "csi-clone", "")), golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonDefaultSnapshot:          {withSnapClass(baseInputs(""), "snaps", linstor), golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonCopyStrategy:             {baseInputs("copy"), golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonNoPopulator:              {baseInputs("csi-clone"), golden, Target{Class: "intree", AccessModes: poolAccessModes}},
+	ReasonNoVolumeSnapshotClass:    {baseInputs(""), golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonIncompatibleProvisioners: {baseInputs("csi-clone"), golden, Target{Class: "ceph", AccessModes: poolAccessModes}},
+	ReasonIncompatibleVolumeModes:  {baseInputs("csi-clone"), golden, Target{Class: "replicated", VolumeMode: "Filesystem", AccessModes: poolAccessModes}},
+	ReasonNoVolumeExpansion:        {baseInputs("csi-clone"), golden, Target{Class: "replicated-fixed", Bytes: 20 * gi, AccessModes: poolAccessModes}},
+	ReasonGoldenFailed:             {baseInputs("csi-clone"), withPhase(golden, "Failed"), Target{Class: "replicated", AccessModes: poolAccessModes}},
 	ReasonClassUnresolved:          {baseInputs("csi-clone"), golden, Target{Unresolved: true}},
-	ReasonClassNotFound:            {baseInputs("csi-clone"), golden, Target{Class: "gone"}},
-	ReasonNoActiveCDI:              {Inputs{Classes: baseInputs("").Classes, CSIDrivers: []string{linstor}}, golden, Target{Class: "replicated"}},
-	ReasonTargetTooSmall:           {baseInputs("csi-clone"), golden, Target{Class: "replicated", Bytes: 2 * gi}},
+	ReasonClassNotFound:            {baseInputs("csi-clone"), golden, Target{Class: "gone", AccessModes: poolAccessModes}},
+	ReasonNoActiveCDI:              {Inputs{Classes: baseInputs("").Classes, CSIDrivers: []string{linstor}}, golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonTargetTooSmall:           {baseInputs("csi-clone"), golden, Target{Class: "replicated", Bytes: 2 * gi, AccessModes: poolAccessModes}},
 	ReasonSnapshotClassNotFound: {withProfile(withProfile(withSnapClass(baseInputs(""), "snaps", linstor), profile("replicated", "", "gone")),
-		profile("replicated-b", "", "gone")), golden, Target{Class: "replicated-b"}},
-	ReasonNodeLocalTarget: {baseInputs("csi-clone"), golden, Target{Class: "local"}},
+		profile("replicated-b", "", "gone")), golden, Target{Class: "replicated-b", AccessModes: poolAccessModes}},
+	ReasonNodeLocalTarget:     {baseInputs("csi-clone"), golden, Target{Class: "local", AccessModes: poolAccessModes}},
+	ReasonDerivedCopy:         {withProfile(baseInputs(""), profile("replicated", "copy", "")), golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonUnknownStrategy:     {withProfile(baseInputs(""), profile("replicated", "fast", "")), golden, Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonContentTypeMismatch: {baseInputs("csi-clone"), golden, Target{Class: "replicated", ContentType: "archive", Bytes: 6 * gi, AccessModes: poolAccessModes}},
+	// No access modes and no StorageProfile: CDI cannot render the claim.
+	ReasonClaimInvalid: {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: []string{}}},
 }
 
 // Every reason in the closed set Reasons: some inputs predict it, it is a
@@ -128,7 +133,7 @@ func TestEveryPredictionReason(t *testing.T) {
 			if !ok {
 				t.Fatal("no case predicts it")
 			}
-			if tc.target.VolumeMode == "" {
+			if tc.target.VolumeMode == "" && tc.target.ContentType == "" {
 				tc.target.VolumeMode = "Block"
 			}
 			p := NewState(tc.in).Predict(tc.g, tc.target)
