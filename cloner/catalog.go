@@ -158,9 +158,17 @@ func newGolden(dv *cdiv1.DataVolume, inv *inventory) *Golden {
 	if pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
 		g.CapacityBytes = claimCapacity(pvc)
 	}
+	// The golden's volume mode: its PV's once bound; before that its claim's,
+	// and before CDI made the claim the DataVolume's own request. Left
+	// empty, the prediction would render a not-yet-imported Block golden as
+	// Filesystem and call every Block worker of it host-assisted.
+	g.VolumeMode, _ = requestedModes(dv)
 	if pvc != nil {
 		g.ClaimRequestBytes = claimRequest(pvc)
 		g.ContentType, g.VirtualSize = pvc.Annotations[cdirules.AnnContentType], recordedImageSize(pvc)
+		if pvc.Spec.VolumeMode != nil {
+			g.VolumeMode = string(*pvc.Spec.VolumeMode)
+		}
 	}
 	if pv != nil {
 		g.PVName = pv.Name
