@@ -12,7 +12,7 @@ import (
 
 // The sidecar's safety-net full pass runs every --resync-period, counted
 // from the moment its caches synced. A steady-state window that happens to
-// hold a pass reads as a rate several times the true one (the 2026-11-30
+// hold a pass reads as a rate several times the true one (the 2026-12-02
 // figure, 1.20 s per minute), one that misses it reads low. So steady state is
 // measured in two parts, each on its own: the rate between passes, over a
 // window placed clear of any pass, and one pass's cost, over a window
