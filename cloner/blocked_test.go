@@ -49,12 +49,12 @@ func TestCDIRefusingTheCloneIsFailedAtOnceWithCDIsWords(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
+	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	dv.Status.Phase = ""
 	msg := "The clone doesn't meet the validation requirements: target resources requests storage size is smaller than the source 4294967296 < 6442450944"
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiReasonValidationFailed, msg, t0)
 	condition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, cdiReasonValidationFailed, msg, t0)
-	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second)) // long before --stuck-after
-	r := recs["small"]
+	r := w.judgeWithCDI(t, t0.Add(time.Second))["small"] // long before --stuck-after
 	if r.Verdict != VerdictFailed || !strings.Contains(r.Message, "CloneValidationFailed") || !strings.Contains(r.Message, msg) {
 		t.Fatalf("got %s %q, want failed with CDI's reason and message", r.Verdict, r.Message)
 	}
@@ -353,9 +353,10 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
+	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
 	inv := buildInventory(w.objects(t), DefaultGoldenNamespace)
-	_, bad := reportDisks(inv, judgeClaimless(inv, configAt(t0.Add(time.Minute))))
+	_, bad := reportDisks(inv, judgeClaimless(inv, configAt(t0.Add(time.Minute)), buildPredictor(cdiAtDefaults(), inv)))
 	if len(bad) != 1 || bad[0].Verdict != VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {
 		t.Fatalf("bad disks %+v", bad)

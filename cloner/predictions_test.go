@@ -306,3 +306,56 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 		}
 	}
 }
+
+// cdiAtDefaults: csiCloneForced with a CDIConfig that reports CDI's default
+// filesystem overhead (0.06).
+func cdiAtDefaults() predict.Inputs {
+	in := csiCloneForced()
+	in.CDIConfigs = []*cdiv1.CDIConfig{{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{Global: "0.06"}}}}
+	return in
+}
+
+// judgeWithCDI judges the world with the prediction of cdiAtDefaults.
+func (w *world) judgeWithCDI(t *testing.T, now time.Time) map[string]*Record {
+	t.Helper()
+	cfg := testConfig()
+	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	recs := map[string]*Record{}
+	for _, a := range evaluateWith(inv, cfg, now, buildPredictor(cdiAtDefaults(), inv)).assessments {
+		recs[a.disk.Name] = a.record
+	}
+	return recs
+}
+
+// TestTooSmallIsWhatCDIRefuses: too-small is the CDI model's verdict on the
+// claims CDI renders (validateClone compares the target claim with the
+// source's capacity), not a comparison of the DataVolumes' requests. A
+// spec.storage Filesystem disk of 9.5Gi renders a claim of 9.5Gi/0.94, more
+// than a spec.pvc golden's 10Gi; a 4Gi one stays smaller.
+func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	fs := corev1.PersistentVolumeFilesystem
+	g := w.dataVolume(DefaultGoldenNamespace, goldenName(testSID, testVer), 10*gi, nil)
+	g.Annotations[AnnSchematicID], g.Annotations[AnnTalosVersion] = testSID, testVer
+	g.Spec.Storage = nil
+	g.Spec.PVC = &corev1.PersistentVolumeClaimSpec{StorageClassName: ptrTo(testClass), VolumeMode: &fs,
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: qty(10 * gi)}}}
+	g.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"}}
+	succeed(g, t0.Add(-time.Hour))
+	gpvc, gpv := w.claim(g, testClass, 10*gi, 10*gi, "golden-vol")
+	gpvc.Spec.VolumeMode, gpv.Spec.VolumeMode = &fs, &fs
+	for name, size := range map[string]int64{"within-overhead": 19 * gi / 2, "small": 4 * gi} {
+		d := w.worker("tenant-a", name, "p", g, size, ptrTo(testClass))
+		d.Spec.Storage.VolumeMode = &fs
+		d.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	recs := w.judgeWithCDI(t, t0)
+	if r := recs["within-overhead"]; reasonsOf(r)[ReasonTooSmall] || r.Predicted != predict.PathCSIClone {
+		t.Errorf("within-overhead: predicted %s (%s), reasons %v; want csi-clone and not too-small", r.Predicted, r.PredictedReason, r.BadReasons())
+	}
+	if r := recs["small"]; !reasonsOf(r)[ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
+		t.Errorf("small: predicted %s (%s), reasons %v; want target-too-small and too-small", r.Predicted, r.PredictedReason, r.BadReasons())
+	}
+}

@@ -155,11 +155,16 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 	}
 	data := &ReportData{Ledger: name}
 	data.Flavors = reportFlavors(inv, ledger)
-	data.Pools, data.BadDisks = reportDisks(inv, judgeClaimless(inv, cfg))
-	data.Untrusted = reportUntrusted(inv)
-	if data.ClonePaths, err = clonePaths(ctx, clients, inv, ""); err != nil {
+	// A claimless disk is judged with the prediction when it can be read:
+	// too-small is what the model of CDI's rules says.
+	pred, err := readPredictor(ctx, clients, inv)
+	if err != nil {
 		data.ClonePathsError = err.Error()
+	} else {
+		data.ClonePaths = pathsOn(pred, inv, "")
 	}
+	data.Pools, data.BadDisks = reportDisks(inv, judgeClaimless(inv, cfg, pred))
+	data.Untrusted = reportUntrusted(inv)
 	return data, nil
 }
 
@@ -295,9 +300,9 @@ func reportUntrusted(inv *inventory) []UntrustedGoldenReport {
 // clone, or has not got to it): the leader's verdict on them has no object
 // to be persisted on, and depends only on the DataVolume and its golden,
 // which the report reads as the leader does.
-func judgeClaimless(inv *inventory, cfg Config) map[types.UID]*Record {
+func judgeClaimless(inv *inventory, cfg Config, pred *predictor) map[types.UID]*Record {
 	out := map[types.UID]*Record{}
-	for _, a := range evaluate(inv, cfg, cfg.now()).assessments {
+	for _, a := range evaluateWith(inv, cfg, cfg.now(), pred).assessments {
 		if inv.claimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
 			out[a.disk.UID] = a.record
 		}

@@ -56,11 +56,24 @@ func ReportClonePaths(ctx context.Context, clients Clients, cfg Config, w io.Wri
 // class (a name, or predict.EmptyClass), predicted even if it is not a CSI
 // class or does not exist.
 func clonePaths(ctx context.Context, clients Clients, inv *inventory, class string) ([]ClonePathReport, error) {
+	p, err := readPredictor(ctx, clients, inv)
+	if err != nil {
+		return nil, err
+	}
+	return pathsOn(p, inv, class), nil
+}
+
+// readPredictor predicts from the prediction's objects, read once.
+func readPredictor(ctx context.Context, clients Clients, inv *inventory) (*predictor, error) {
 	in, err := listPredictionInputs(ctx, clients)
 	if err != nil {
 		return nil, err
 	}
-	p := buildPredictor(in, inv)
+	return buildPredictor(in, inv), nil
+}
+
+// pathsOn is what clonePaths reports of a predictor.
+func pathsOn(p *predictor, inv *inventory, class string) []ClonePathReport {
 	pairs := p.pairs
 	if class != "" {
 		pairs = nil
@@ -76,7 +89,7 @@ func clonePaths(ctx context.Context, clients Clients, inv *inventory, class stri
 	}
 	out := p.reports(pairs)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Golden < out[j].Golden })
-	return out, nil
+	return out
 }
 
 // listPredictionInputs reads what the prediction needs, straight from the

@@ -351,8 +351,8 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 		add(ReasonClassMismatch, fmt.Sprintf("disk StorageClass %q (%s) differs from golden %s's %q (%s)",
 			f.class.Name, f.class.How, r.Golden, g.Class.Name, g.Class.How))
 	}
-	if gb := goldenSize(g); gb > 0 && f.disk.RequestedBytes > 0 && f.disk.RequestedBytes < gb {
-		add(ReasonTooSmall, fmt.Sprintf("disk size %d bytes is smaller than golden %s's %d bytes", f.disk.RequestedBytes, r.Golden, gb))
+	if msg := tooSmall(r, f); msg != "" {
+		add(ReasonTooSmall, msg)
 	}
 	if msg := resizeMissing(r, f); msg != "" {
 		add(ReasonResizeMissing, msg)
@@ -375,13 +375,20 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	return out
 }
 
-// goldenSize is the golden's size as the platform's render compares it: the
-// DataVolume's requested size, else its capacity.
-func goldenSize(g *Golden) int64 {
-	if g.RequestedBytes > 0 {
-		return g.RequestedBytes
+// tooSmall: the model of CDI's rules (package cdirules, through the disk's
+// prediction) says CDI refuses the clone because the claim it renders for
+// the disk is smaller than the golden's. That compares claims, overhead and
+// minimum size included, never the DataVolumes' requests; without a
+// prediction there is no finding (CDI's own refusal still fails the disk).
+func tooSmall(r *Record, f diskFacts) string {
+	p := f.predicted
+	if p == nil || p.Reason != predict.ReasonTargetTooSmall {
+		return ""
 	}
-	return g.SizeBytes()
+	if p.Message != "" {
+		return p.Message
+	}
+	return fmt.Sprintf("disk size %d bytes: CDI's rules predicted its claim smaller than golden %s's (%s)", r.DiskBytes, r.Golden, p.Reason)
 }
 
 // resizeMissing: a finished clone whose volume is smaller than its claim
