@@ -3,6 +3,8 @@ package cloner
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -357,5 +359,61 @@ func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
 	}
 	if r := recs["small"]; !reasonsOf(r)[ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
 		t.Errorf("small: predicted %s (%s), reasons %v; want target-too-small and too-small", r.Predicted, r.PredictedReason, r.BadReasons())
+	}
+}
+
+// TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade: a disk CDI has not made
+// yet whose prediction is host-assisted or blocked is what the admission
+// guard warns about; a DataVolume made by a controller never shows that
+// warning to a person, so the disk carries the finding bad-path-predicted
+// (a Warning event and csi_clone_bad_disks) until its verdict is decided.
+func TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
+	g, _ := w.golden(testSID, testVer)
+	rwo, block := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, corev1.PersistentVolumeBlock
+	for name, class := range map[string]string{"on-fixed": "fixed", "on-golden-class": testClass, "done-on-fixed": "fixed", "no-class": "no-such-class"} {
+		d := w.worker("tenant-a", name, "p", g, 20*gi, ptrTo(class))
+		d.Spec.Storage.AccessModes, d.Spec.Storage.VolumeMode = rwo, &block
+		if name == "done-on-fixed" {
+			w.cloned(d, "fixed", "copy", 20*gi, tapClone("", 20*gi, 20*gi))
+		}
+	}
+	recs := w.judgeWithCDI(t, t0.Add(time.Minute))
+	for name, want := range map[string]bool{"on-fixed": true, "on-golden-class": false, "done-on-fixed": false, "no-class": true} {
+		r := recs[name]
+		if got := reasonsOf(r)[ReasonBadPathPredicted]; got != want {
+			t.Errorf("%s: verdict %s, predicted %s (%s), reasons %v; want bad-path-predicted %v", name, r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons(), want)
+		}
+	}
+	r := recs["on-fixed"]
+	msg := r.messageFor(ReasonBadPathPredicted)
+	if !strings.Contains(msg, predict.PathHostAssisted) || !strings.Contains(msg, predict.ReasonNoVolumeExpansion) ||
+		!strings.Contains(msg, predict.Fix(predict.ReasonNoVolumeExpansion)) {
+		t.Errorf("on-fixed: message %q does not say the path, the reason and its fix", msg)
+	}
+	if recs["done-on-fixed"].Verdict != VerdictHostAssisted {
+		t.Errorf("done-on-fixed: verdict %s, want host-assisted (the verdict speaks once decided)", recs["done-on-fixed"].Verdict)
+	}
+}
+
+// TestGuardedPathsAreThePolicys: the paths a pending disk is flagged for
+// are the ones the shipped policy's CEL refuses, read from the policy.
+func TestGuardedPathsAreThePolicys(t *testing.T) {
+	b, err := os.ReadFile("../deploy/admission/warn/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`!\(variables\.path in \[([^\]]*)\]\)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("policy.yaml: no validation of variables.path in a list")
+	}
+	var inPolicy []string
+	for _, q := range strings.Split(string(m[1]), ",") {
+		inPolicy = append(inPolicy, strings.Trim(strings.TrimSpace(q), "'"))
+	}
+	if fmt.Sprint(inPolicy) != fmt.Sprint(guardedPaths) {
+		t.Fatalf("the policy refuses paths %q, the cloner flags %q", inPolicy, guardedPaths)
 	}
 }

@@ -372,6 +372,9 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	if msg := predictionWrong(r); msg != "" {
 		add(ReasonPredictionWrong, msg)
 	}
+	if msg := badPathPredicted(r, f); msg != "" {
+		add(ReasonBadPathPredicted, msg)
+	}
 	return out
 }
 

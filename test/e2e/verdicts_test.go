@@ -481,6 +481,16 @@ func assertWarnings(t *testing.T, ctx context.Context, c *cluster.Cluster, name 
 			t.Errorf("%s: event %s names no fix: %q", name, e.Reason, e.Message)
 		}
 	}
+	// A disk seen pending on a path the guard refuses was warned about
+	// before CDI made it, if the sidecar judged it before it finished
+	// (TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade, and the admission
+	// test, which holds one pending).
+	early := cloner.EventReason(cloner.ReasonBadPathPredicted)
+	if got[early] == 1 && want[early] == 0 {
+		if rec := readRecord(t, ctx, c, verdictTenant, name); rec != nil && cloner.GuardRefuses(rec.Predicted) {
+			delete(got, early)
+		}
+	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s: warnings %v, want %v", name, got, want)
 	}
