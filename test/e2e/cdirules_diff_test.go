@@ -372,8 +372,8 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 	}
 	t.Class = class
 	if boundary {
-		// The driver's classes, with and without expansion.
-		t.Class, a.classSet = []string{"replicated", "replicated-fixed", "replicated-b"}[rng.IntN(3)], true
+		// The driver's classes, half of them the one without expansion.
+		t.Class, a.classSet = []string{"replicated", "replicated-fixed", "replicated-fixed", "replicated-b"}[rng.IntN(4)], true
 	} else if rng.IntN(12) == 0 {
 		t.ContentType = cdirules.ContentArchive
 		if !a.classSet {
