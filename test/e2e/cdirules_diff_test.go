@@ -107,6 +107,10 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 			{Name: "replicated-b", Pool: "b", Default: true},
 		},
 		SidecarArgs: []string{"--resync-period=2s", "--admission-params=true"},
+		// No namespace controller runs: a decided chunk's volumes stay, and
+		// a thousand arrangements' sources and clones outgrow the default
+		// 1TiB pools (sparse files: bookkeeping only).
+		DriverArgs: []string{"--capacity=replicated=32Ti", "--capacity=fixed=32Ti", "--capacity=b=32Ti"},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 38*time.Minute)
 	defer cancel()
@@ -129,7 +133,8 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 		r.mismatches += checkDiffProfiles(t, ctx, c, r.brk, r.byBreak)
 		ns := fmt.Sprintf("cdirules-%d", i)
 		r.runChunk(t, ctx, c, ns, cfg, min(diffChunk, total-i*diffChunk), rng)
-		// Decided: the clones still running would only slow the next chunk.
+		// Decided: the namespace is marked for deletion (no namespace
+		// controller empties it; the pools are sized for that).
 		if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
