@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -33,16 +32,21 @@ import (
 // within the filesystem overhead of the source, smaller, larger), target
 // classes (the source's, another of the driver, one without expansion,
 // another driver's, one without a CSIDriver object, a missing one, the
-// empty class), StorageProfile strategies (none, csi-clone, snapshot, an
-// unknown one) under the CDI override and without it. Each DataVolume is
-// created on the loopback stack and what CDI did (cloneType, fallback
-// reason, CloneValidationFailed, a render error, a clone error) must be what
-// the prediction says.
+// empty class), under a configuration per chunk (cdirules_diff_config_test.go:
+// the CDI override, StorageProfile strategies incl. an unknown one, class
+// clone-strategy annotations, claimPropertySets, minimum supported sizes,
+// global and per-class filesystem overheads, VolumeSnapshotClasses). Each
+// DataVolume is created on the loopback stack and what CDI did (cloneType,
+// fallback reason, CloneValidationFailed, a render error, a clone error)
+// must be what the prediction says; each StorageProfile's strategy and
+// snapshot class must be what the model of CDI's profile controller says.
 //
 //	CDIRULES_ARRANGEMENTS=1000 CDIRULES_SEED=42 go test -run '^TestCDIRulesMatchCDIController$' ./test/e2e/
 //
-// CDIRULES_BREAK=overhead predicts without CDI's filesystem overhead: the
-// test must then report mismatches.
+// CDIRULES_BREAK=<break> predicts from deliberately wrong inputs (diffBreaks:
+// overhead, minsize, volumemode, snapshotclass, strategy, override,
+// expansion, derivedcopy): the test must then report mismatches. Every run
+// also counts the mismatches each break would have.
 
 const (
 	diffDefaultArrangements = 240
@@ -67,13 +71,6 @@ func (s diffSource) namespace(batch string) string {
 		return cluster.NamespaceGolden
 	}
 	return batch
-}
-
-// diffBatch is one global configuration: the CDI override and each
-// class's StorageProfile spec.cloneStrategy.
-type diffBatch struct {
-	override   string
-	strategies map[string]string
 }
 
 // diffArrangement is one worker DataVolume.
@@ -102,6 +99,7 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 	seed := diffEnvInt(t, "CDIRULES_SEED", time.Now().UnixNano())
 	total := int(diffEnvInt(t, "CDIRULES_ARRANGEMENTS", diffDefaultArrangements))
 	t.Logf("differential test against cdi-controller: seed %d, %d arrangements (CDIRULES_SEED, CDIRULES_ARRANGEMENTS)", seed, total)
+	brk := diffBreak(t, os.Getenv("CDIRULES_BREAK"))
 	c := cluster.Start(t, cluster.Options{
 		StorageClasses: []cluster.StorageClass{
 			{Name: "replicated", DefaultVirt: true},
@@ -109,8 +107,14 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 			{Name: "replicated-b", Pool: "b", Default: true},
 		},
 		SidecarArgs: []string{"--resync-period=2s", "--admission-params=true"},
+		// No namespace controller runs: a decided chunk's volumes stay, and
+		// a thousand arrangements' sources and clones outgrow the default
+		// 1TiB pools (sparse files: bookkeeping only).
+		DriverArgs: []string{"--capacity=replicated=32Ti", "--capacity=fixed=32Ti", "--capacity=b=32Ti"},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	// A chunk takes 25s on a quiet machine and 70-100s on a loaded one
+	// (1,000 arrangements took 38 minutes under a load average of 12-24).
+	ctx, cancel := context.WithTimeout(context.Background(), max(38*time.Minute, time.Duration(total)*4*time.Second))
 	defer cancel()
 	if err := c.StartOtherDriver(ctx, otherDriver, cluster.StorageClass{Name: otherClass}); err != nil {
 		t.Fatal(err)
@@ -121,52 +125,63 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 	if _, err := c.Dynamic.Resource(classes).Create(ctx, noCSI, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	golden := setUpDiffGuard(t, ctx, c)
-	batches := []diffBatch{
-		{override: "csi-clone"},
-		{strategies: map[string]string{"replicated-b": "csi-clone", "replicated-fixed": "fast", otherClass: "snapshot"}},
-		{strategies: map[string]string{"replicated": "snapshot", "replicated-b": "copy"}},
-	}
+	r := &diffRun{brk: brk, golden: setUpDiffGuard(t, ctx, c),
+		byBreak: map[string]int{}, coverage: diffCoverage{}}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	mismatches, checked, guarded := 0, 0, 0
-	for i, b := range batches {
-		n := total / len(batches)
-		if i == len(batches)-1 {
-			n = total - n*(len(batches)-1)
-		}
-		mm, ck, gd := runDiffBatch(t, ctx, c, i, b, n, rng, golden)
-		mismatches, checked, guarded = mismatches+mm, checked+ck, guarded+gd
-	}
-	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny), %d mismatches", seed, checked, guarded, mismatches)
-	if mismatches > 0 || checked != total {
-		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, mismatches, total, checked)
-	}
-}
-
-// runDiffBatch applies a batch's configuration, creates its sources and n
-// arrangements in a namespace of its own, and compares each.
-func runDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, idx int, b diffBatch, n int, rng *rand.Rand, golden diffSource) (mismatches, checked, guarded int) {
-	t.Helper()
-	applyDiffBatch(t, ctx, c, b)
-	// Chunks of diffChunk DataVolumes, a namespace each: CDI decides a
-	// chunk in seconds; hundreds at once queue behind each other.
-	for chunk := 0; chunk*diffChunk < n; chunk++ {
-		m := min(diffChunk, n-chunk*diffChunk)
-		ns := fmt.Sprintf("cdirules-%d-%d", idx, chunk)
-		mm, ck, gd := runDiffChunk(t, ctx, c, ns, idx, m, rng, golden)
-		mismatches, checked, guarded = mismatches+mm, checked+ck, guarded+gd
-		// Decided: the clones still running would only slow the next chunk.
+	derived := diffDerivedPropertySets(t, ctx, c)
+	configs := genConfigs(rng, (total+diffChunk-1)/diffChunk)
+	for i, cfg := range configs {
+		applyDiffConfig(t, ctx, c, cfg, derived)
+		r.mismatches += checkDiffProfiles(t, ctx, c, r.brk, r.byBreak)
+		ns := fmt.Sprintf("cdirules-%d", i)
+		r.runChunk(t, ctx, c, ns, cfg, min(diffChunk, total-i*diffChunk), rng)
+		// Decided: the namespace is marked for deletion (no namespace
+		// controller empties it; the pools are sized for that).
 		if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return mismatches, checked, guarded
+	t.Logf("seed %d: coverage (arrangements per value of each input):%s", seed, r.coverage)
+	var caught []string
+	for _, b := range diffBreakNames {
+		caught = append(caught, fmt.Sprintf("%s=%d", b, r.byBreak[b]))
+	}
+	t.Logf("seed %d: mismatches each break would have (CDIRULES_BREAK): %s", seed, strings.Join(caught, " "))
+	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny), %d mismatches", seed, r.checked, r.guarded, r.mismatches)
+	if r.mismatches > 0 || r.checked != total {
+		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, r.mismatches, total, r.checked)
+	}
+	if total < diffDefaultArrangements {
+		return
+	}
+	for _, b := range diffBreakNames {
+		if r.byBreak[b] == 0 {
+			t.Errorf("seed %d: break %s changes no outcome in %d arrangements: the generator does not exercise its rules", seed, b, total)
+		}
+	}
 }
 
-// diffChunk is how many DataVolumes are created before their outcomes are read.
-const diffChunk = 40
+// diffRun is a run's state and counts.
+type diffRun struct {
+	// brk is CDIRULES_BREAK ("" none).
+	brk    string
+	golden diffSource
+	// mismatches, checked, guarded: arrangements differing from CDI,
+	// compared, also shown to the guard.
+	mismatches, checked, guarded int
+	// byBreak: arrangements and profiles each break would get wrong.
+	byBreak  map[string]int
+	coverage diffCoverage
+}
 
-func runDiffChunk(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, idx, n int, rng *rand.Rand, golden diffSource) (mismatches, checked, guarded int) {
+// diffChunk is how many DataVolumes are created before their outcomes are
+// read, in a namespace and a configuration of their own: CDI decides a
+// chunk in seconds; hundreds at once queue behind each other.
+const diffChunk = 30
+
+// runChunk creates the chunk's sources and n arrangements in namespace ns
+// and compares each with what CDI did.
+func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, cfg diffConfig, n int, rng *rand.Rand) {
 	t.Helper()
 	if err := c.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
@@ -177,80 +192,75 @@ func runDiffChunk(t *testing.T, ctx context.Context, c *cluster.Cluster, ns stri
 	for _, s := range sources {
 		createDiffSource(t, ctx, c, ns, s)
 	}
-	state := liveState(t, ctx, c)
+	in := liveInputs(t, ctx, c)
+	truth := predict.NewState(in)
+	state := predict.NewState(breakInputs(r.brk, in))
+	broken := map[string]*predict.State{}
+	for _, b := range diffBreakNames {
+		broken[b] = predict.NewState(breakInputs(b, in))
+	}
 	goldens := map[string]predict.Golden{}
 	for _, s := range sources {
 		goldens[s.name] = sourceGolden(t, ctx, c, ns, s)
 	}
-	// The catalog's golden: its workers are also shown to the guard.
+	// The catalog's golden: its workers are also shown to the guard, once
+	// its parameters follow the configuration.
+	golden := r.golden
 	goldens[golden.name] = sourceGolden(t, ctx, c, cluster.NamespaceGolden, golden)
-	waitGuardParams(t, ctx, c, state, goldens[golden.name])
+	waitGuardParams(t, ctx, c, truth, goldens[golden.name])
 	sources = append(sources, golden, golden)
 	arrs := make([]diffArrangement, n)
 	for i := range arrs {
-		arrs[i] = genArrangement(rng, i, sources, state)
+		arrs[i] = genArrangement(rng, i, sources, cfg)
 		createDiffDataVolume(t, ctx, c, ns, arrs[i])
 	}
 	for _, a := range arrs {
 		got := observeCDI(t, ctx, c, ns, a.name)
-		p := state.Predict(goldens[a.src.name], a.target)
+		g := goldens[a.src.name]
+		p := state.Predict(g, a.target)
 		want := expectedOutcome(p)
-		checked++
+		r.checked++
+		r.coverage.add(a.dims(cfg, got))
+		for _, b := range diffBreakNames {
+			if expectedOutcome(broken[b].Predict(g, a.target)) != got {
+				r.byBreak[b]++
+			}
+		}
 		if want != got {
-			mismatches++
-			t.Errorf("batch %d %s: source %s (%s, %d bytes), target %+v: predicted %s, CDI did %s",
-				idx, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, want, got)
+			r.mismatches++
+			t.Errorf("%s/%s: source %s (%s, %d bytes), target %+v, configuration %v: predicted %s, CDI did %s",
+				ns, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, cfg.dims(a.target.Class), want, got)
 		}
 		if a.src.name != golden.name {
 			continue
 		}
-		guarded++
+		r.guarded++
 		refused := guardRefuses(t, ctx, c, a)
 		if refused && (got == cdirules.StrategyCSIClone || got == cdirules.StrategySnapshot) {
-			mismatches++
-			t.Errorf("batch %d %s: the guard in Deny refused a DataVolume CDI clones at the storage layer (%s): %+v", idx, a.name, got, a.target)
+			r.mismatches++
+			t.Errorf("%s/%s: the guard in Deny refused a DataVolume CDI clones at the storage layer (%s): %+v", ns, a.name, got, a.target)
 		} else if refused != p.Bad() {
-			mismatches++
-			t.Errorf("batch %d %s: the guard refused=%v, the prediction is %s/%s (CDI did %s): %+v", idx, a.name, refused, p.Path, p.Reason, got, a.target)
+			r.mismatches++
+			t.Errorf("%s/%s: the guard refused=%v, the prediction is %s/%s (CDI did %s): %+v", ns, a.name, refused, p.Path, p.Reason, got, a.target)
 		}
 	}
-	return mismatches, checked, guarded
 }
 
-// applyDiffBatch sets the CDI override and the StorageProfiles' strategies
-// and waits until CDI's status shows them.
-func applyDiffBatch(t *testing.T, ctx context.Context, c *cluster.Cluster, b diffBatch) {
-	t.Helper()
-	override := "null"
-	if b.override != "" {
-		override = strconv.Quote(b.override)
+// dims are the arrangement's own inputs, the configuration's for its
+// class, and what CDI did, for the coverage counts.
+func (a diffArrangement) dims(cfg diffConfig, got string) map[string]string {
+	d := cfg.dims(a.target.Class)
+	mode := a.target.VolumeMode
+	if mode == "" {
+		mode = "unset"
 	}
-	if _, err := c.Dynamic.Resource(cluster.CDIGVR).Patch(ctx, "cdi", types.MergePatchType,
-		[]byte(`{"spec":{"cloneStrategyOverride":`+override+`}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+	d["spec kind"], d["volumeMode"], d["source"] = string(a.target.Kind), mode, a.src.name
+	d["class"] = a.target.Class
+	if !a.classSet {
+		d["class"] = "empty (" + a.target.Class + ")"
 	}
-	for _, class := range []string{"replicated", "replicated-fixed", "replicated-b", otherClass, diffNoCSIClass} {
-		strategy := "null"
-		if s := b.strategies[class]; s != "" {
-			strategy = strconv.Quote(s)
-		}
-		if _, err := c.Dynamic.Resource(cluster.StorageProfileGVR).Patch(ctx, class, types.MergePatchType,
-			[]byte(`{"spec":{"cloneStrategy":`+strategy+`}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		want := b.strategies[class]
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			sp, err := c.Dynamic.Resource(cluster.StorageProfileGVR).Get(ctx, class, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			got, _, _ := unstructured.NestedString(sp.Object, "status", "cloneStrategy")
-			return want == "" || got == want, nil
-		})
-		if err != nil {
-			t.Fatalf("StorageProfile %s never showed strategy %q: %v", class, want, err)
-		}
-	}
+	d["CDI did"] = got
+	return d
 }
 
 // createDiffSource makes a bound source claim on the golden's class.
@@ -285,8 +295,8 @@ func sourceGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, ns stri
 		VolumeMode: s.mode, CapacityBytes: capacity.Value(), RequestedBytes: s.bytes}
 }
 
-// liveState builds the prediction's state from the objects CDI reads.
-func liveState(t *testing.T, ctx context.Context, c *cluster.Cluster) *predict.State {
+// liveInputs are the prediction's inputs, the objects CDI reads.
+func liveInputs(t *testing.T, ctx context.Context, c *cluster.Cluster) predict.Inputs {
 	t.Helper()
 	var in predict.Inputs
 	classes, err := c.Client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
@@ -306,12 +316,16 @@ func liveState(t *testing.T, ctx context.Context, c *cluster.Cluster) *predict.S
 	in.Profiles = listAs[cdiv1.StorageProfile](t, ctx, c, cluster.StorageProfileGVR)
 	in.CDIs = listAs[cdiv1.CDI](t, ctx, c, cluster.CDIGVR)
 	in.CDIConfigs = listAs[cdiv1.CDIConfig](t, ctx, c, cluster.CDIConfigGVR)
-	if os.Getenv("CDIRULES_BREAK") == "overhead" {
-		for _, cfg := range in.CDIConfigs {
-			cfg.Status.FilesystemOverhead = &cdiv1.FilesystemOverhead{Global: "0"}
-		}
+	vscs, err := c.Dynamic.Resource(cluster.VolumeSnapshotClassGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return predict.NewState(in)
+	for _, v := range vscs.Items {
+		driver, _, _ := unstructured.NestedString(v.Object, "driver")
+		in.SnapshotClasses = append(in.SnapshotClasses, predict.SnapshotClass{Name: v.GetName(), Driver: driver,
+			Default: v.GetAnnotations()["snapshot.storage.k8s.io/is-default-class"] == "true"})
+	}
+	return in
 }
 
 func listAs[T any](t *testing.T, ctx context.Context, c *cluster.Cluster, gvr schema.GroupVersionResource) []*T {
@@ -331,20 +345,26 @@ func listAs[T any](t *testing.T, ctx context.Context, c *cluster.Cluster, gvr sc
 	return out
 }
 
-// genArrangement draws one worker DataVolume.
-func genArrangement(rng *rand.Rand, i int, sources []diffSource, s *predict.State) diffArrangement {
+// genArrangement draws one worker DataVolume under a configuration.
+func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig) diffArrangement {
+	// One in four is a spec.storage Filesystem clone of a Filesystem source
+	// onto a class of its driver, sized within the overhead of it: where the
+	// class's overhead, minimum size and expansion decide between a clone,
+	// NoVolumeExpansion and CloneValidationFailed.
+	boundary := rng.IntN(4) == 0
 	src := sources[rng.IntN(len(sources))]
+	for boundary && (src.golden || src.mode != cdirules.Filesystem) {
+		src = sources[rng.IntN(len(sources))]
+	}
 	a := diffArrangement{name: fmt.Sprintf("dv-%03d", i), src: src}
 	t := &a.target
 	t.Kind = []cdirules.SpecKind{cdirules.KindPVC, cdirules.KindStorage}[rng.IntN(2)]
 	t.VolumeMode = []string{"", cdirules.Block, cdirules.Filesystem}[rng.IntN(3)]
+	if boundary {
+		t.Kind, t.VolumeMode = cdirules.KindStorage, cdirules.Filesystem
+	}
 	if t.Kind == cdirules.KindPVC || rng.IntN(2) == 0 {
 		t.AccessModes = []string{"ReadWriteOnce"}
-	}
-	sizes := []int64{0, 10 << 30, 19 << 29, 10<<30 + 1<<20, src.bytes, cdirules.RequiredSpace(cdirules.DefaultOverhead, src.bytes), 11 << 30, 2 << 30}
-	t.Bytes = sizes[rng.IntN(len(sizes))]
-	if t.Kind == cdirules.KindPVC && t.Bytes == 0 {
-		t.Bytes = 20 << 30 // a claim without a size is not a valid PVC
 	}
 	classes := []string{"replicated", "replicated-fixed", "replicated-b", otherClass, diffNoCSIClass, "missing-class", ""}
 	class := classes[rng.IntN(len(classes))]
@@ -358,11 +378,28 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, s *predict.Stat
 		}
 	}
 	t.Class = class
-	if rng.IntN(12) == 0 {
+	if boundary {
+		// The driver's classes, half of them the one without expansion.
+		t.Class, a.classSet = []string{"replicated", "replicated-fixed", "replicated-fixed", "replicated-b"}[rng.IntN(4)], true
+	} else if rng.IntN(12) == 0 {
 		t.ContentType = cdirules.ContentArchive
 		if !a.classSet {
 			t.Class = "replicated-b" // the Kubernetes default
 		}
+	}
+	// Sizes around the source's: none, the same, the largest image whose
+	// Filesystem claim on the class fits the source, sizes between it and
+	// the source's (where the class's overhead decides), smaller, larger.
+	edge := cdirules.LargestImage(src.bytes, cfg.overheadOf(t.Class))
+	between := (edge + src.bytes) / 2 / (1 << 20) * (1 << 20)
+	sizes := []int64{0, 10 << 30, 19 << 29, 10<<30 + 1<<20, src.bytes, cdirules.RequiredSpace(cdirules.DefaultOverhead, src.bytes),
+		edge, edge + 1<<20, between, src.bytes - 1<<20, 11 << 30, 2 << 30}
+	t.Bytes = sizes[rng.IntN(len(sizes))]
+	if boundary {
+		t.Bytes = sizes[7+rng.IntN(3)] // edge + 1MiB, between, the source's - 1MiB
+	}
+	if t.Kind == cdirules.KindPVC && t.Bytes == 0 {
+		t.Bytes = 20 << 30 // a claim without a size is not a valid PVC
 	}
 	return a
 }
