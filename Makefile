@@ -70,9 +70,9 @@ fuzz:
 diff:
 	CSI_CLONE_DIFF_TIME=$(DIFFTIME) $(GO) test -count=1 -v -run '^TestTapDifferential$$' ./sidecar
 
-## cdidiff: cloner/cdirules (the prediction) against the real cdi-controller over seeded arrangements; `make e2e` runs it with 240 (CDIRULES_ARRANGEMENTS=1000 for more, CDIRULES_SEED=<n> to replay a run)
+## cdidiff: cloner/cdirules (the prediction) against the real cdi-controller over seeded arrangements; `make e2e` runs it with 240 (CDIRULES_ARRANGEMENTS=1000 for more, CDIRULES_SEED=<n> to replay a run, CDIRULES_BREAK=<break> to see it fail)
 cdidiff: build
-	$(GO) test -count=1 -v -timeout 40m -run '^TestCDIRulesMatchCDIController$$' ./test/e2e/
+	$(GO) test -count=1 -v -timeout 90m -run '^TestCDIRulesMatchCDIController$$' ./test/e2e/
 
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 e2e: build noskip
