@@ -27,10 +27,6 @@ import (
 // the tap's bound: a message of exactly the bound is grpc-go's byte for
 // byte, bytes that are not UTF-8 included.
 func TestStatusMessagesDecodeAsGRPCGo(t *testing.T) {
-	o, err := oracle()
-	if err != nil {
-		t.Fatal(err)
-	}
 	_, long := tapReply(t, trailersOnly("application/grpc", codes.Internal, strings.Repeat("x", 8<<10)))
 	bound := len(long)
 	if bound == 0 || bound >= 8<<10 {
@@ -38,13 +34,8 @@ func TestStatusMessagesDecodeAsGRPCGo(t *testing.T) {
 	}
 	for _, sent := range []string{"plain", "50%", "x%4", "%", "%%", "%4", "%41%4", "%zz%41", "a%41b%", "%e2%82%ac", "%C3",
 		strings.Repeat("%FF", bound)} {
-		reply := trailersOnly("application/grpc", codes.Internal, sent)
-		_, want, err := o.ask(reply, oracleWait)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, got := tapReply(t, reply); got != want {
-			t.Errorf("grpc-message %.40q: the tap reports %.40q, grpc-go's client %.40q", sent, got, want)
+		if tap, grpcGo := bothReport(t, trailersOnly("application/grpc", codes.Internal, sent)); tap.msg != grpcGo.msg {
+			t.Errorf("grpc-message %.40q: the tap reports %.40q, grpc-go's client %.40q", sent, tap.msg, grpcGo.msg)
 		}
 	}
 }
@@ -53,19 +44,10 @@ func TestStatusMessagesDecodeAsGRPCGo(t *testing.T) {
 // followed by '+' or ';' (grpcutil.ContentSubtype); any other is judged by
 // its :status, whatever its grpc-status says.
 func TestContentTypesAsGRPCGo(t *testing.T) {
-	o, err := oracle()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, ct := range []string{"application/grpc", "application/grpc+proto", "application/grpc;charset=utf-8", "application/grpc+",
 		"application/grpcx", "application/grpc-web", "application/gr", "APPLICATION/GRPC", "text/html", ""} {
-		reply := trailersOnly(ct, codes.Internal, "m")
-		want, _, err := o.ask(reply, oracleWait)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := tapReply(t, reply); got != want {
-			t.Errorf("content-type %q: the tap reports %v, grpc-go's client %v", ct, got, want)
+		if tap, grpcGo := bothReport(t, trailersOnly(ct, codes.Internal, "m")); tap.code != grpcGo.code {
+			t.Errorf("content-type %q: the tap reports %v, grpc-go's client %v", ct, tap.code, grpcGo.code)
 		}
 	}
 }
@@ -77,10 +59,6 @@ func TestContentTypesAsGRPCGo(t *testing.T) {
 // message of exactly 4 MiB is within the limit (here cut short by the
 // trailers), one byte more is not.
 func TestReplyFramingAsGRPCGo(t *testing.T) {
-	o, err := oracle()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A DeleteVolumeResponse holding one unknown field (15, varint 1): a
 	// body to read past, which decodes.
 	const body = "\x78\x01"
@@ -99,14 +77,31 @@ func TestReplyFramingAsGRPCGo(t *testing.T) {
 			{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}},
 			{{Name: "grpc-status", Value: "0"}},
 		}, dataAfter: 1, data: data, endOnBlock: true}
-		want, _, err := o.ask(reply, oracleWait)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := tapReply(t, reply); got != want {
-			t.Errorf("%s: the tap reports %v, grpc-go's client %v", name, got, want)
+		if tap, grpcGo := bothReport(t, reply); tap.code != grpcGo.code {
+			t.Errorf("%s: the tap reports %v, grpc-go's client %v", name, tap.code, grpcGo.code)
 		}
 	}
+}
+
+// reported is a call's status as a client sees it.
+type reported struct {
+	code codes.Code
+	msg  string
+}
+
+// bothReport returns what the tap and grpc-go's client report of one call
+// the driver answers with reply.
+func bothReport(t *testing.T, reply diffHalf) (tap, grpcGo reported) {
+	t.Helper()
+	o, err := oracle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grpcGo.code, grpcGo.msg, err = o.ask(reply, oracleWait); err != nil {
+		t.Fatal(err)
+	}
+	tap.code, tap.msg = tapReply(t, reply)
+	return tap, grpcGo
 }
 
 // trailersOnly is a driver's reply of one header block: the status alone.
