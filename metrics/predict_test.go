@@ -43,3 +43,24 @@ csi_clone_admission_params_synced 1
 		t.Errorf("a replica that does not lead exports %d prediction series", n)
 	}
 }
+
+// Several goldens of one flavor (one misnamed) would repeat a series: the
+// first of each (flavor, class) pair is exported, and the pairs after a
+// repeated one still are.
+func TestPredictedPathsAreOneSeriesPerFlavorAndClass(t *testing.T) {
+	s := leaderSnapshot()
+	s.Paths = []cloner.ClonePathReport{
+		{Golden: "a", SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated", Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride}},
+		{Golden: "b", SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
+		{Golden: "a", SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated-fixed", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
+	}
+	want := `
+# HELP csi_clone_path_predicted The clone path CDI is predicted to take for a worker disk larger than the golden, one series per (golden flavor, StorageClass) pair with value 1: path csi-clone, snapshot-clone, host-assisted or blocked, and its reason. storage_class="(default)" is a disk that names no class, resolved to the default.
+# TYPE csi_clone_path_predicted gauge
+csi_clone_path_predicted{path="csi-clone",reason="cdi-override",schematic_id="` + sid + `",storage_class="replicated",version="v1.13.2"} 1
+csi_clone_path_predicted{path="host-assisted",reason="no-volume-expansion",schematic_id="` + sid + `",storage_class="replicated-fixed",version="v1.13.2"} 1
+`
+	if err := testutil.CollectAndCompare(NewPredictionCollector(snapshotSource{s}), strings.NewReader(want), "csi_clone_path_predicted"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"encoding/base64"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -91,8 +92,9 @@ func reservedHeader(name string) bool {
 }
 
 // grpcTimeout reads a grpc-timeout value as decodeTimeout does: 1 to 8
-// digits and a unit; ok is false for anything else (grpc-go's server would
-// refuse the call; the tap then knows no deadline).
+// digits and a unit, hours beyond what a Duration holds clamped to the
+// longest one; ok is false for anything else (grpc-go's server would refuse
+// the call; the tap then knows no deadline).
 func grpcTimeout(s string) (time.Duration, bool) {
 	if len(s) < 2 || len(s) > 9 {
 		return 0, false
@@ -107,7 +109,10 @@ func grpcTimeout(s string) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return time.Duration(n) * unit, true // 8 digits of hours fit an int64 of nanoseconds
+	if n > uint64(math.MaxInt64/unit) { // only hours get here: 8 digits of any other unit fit
+		return math.MaxInt64, true
+	}
+	return time.Duration(n) * unit, true
 }
 
 // deadlinePassed tells whether a stream cancelled at `at` was cancelled at

@@ -24,7 +24,7 @@ WORKERS=${MUTATION_WORKERS:-1}
 out=${MUTATION_OUT:-$root/bin/mutation}
 # The sidecar's suite runs for minutes (driver kills, memory bounds); the
 # tests of what the tap reports per call judge its status and method rules.
-TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOutliveTheirStreams|TestStatusMessagesAreBounded|TestOnlyRequestHeadersOpenCalls|TestEarlyRepliesAreBounded|TestHostilePathsNeitherCrashNorGrowLabels|TestObserverSelectsMethods|TestOnlyDecodedMethodsAreBuffered|TestUndecodableCallsAreCountedNotPublished|TestRelayObservesCloneAndExpand|TestClientCancelReachesDriverAndIsObserved|TestTapDifferential|TestUnselectedDecodedMethodIsNotBuffered|TestMessageSizeBoundIsInclusive|TestClientResetMidRequestEndsTheCall)$'
+TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOutliveTheirStreams|TestStatusMessagesAreBounded|TestOnlyRequestHeadersOpenCalls|TestEarlyRepliesAreBounded|TestHostilePathsNeitherCrashNorGrowLabels|TestObserverSelectsMethods|TestOnlyDecodedMethodsAreBuffered|TestUndecodableCallsAreCountedNotPublished|TestRelayObservesCloneAndExpand|TestClientCancelReachesDriverAndIsObserved|TestTapDifferential|TestUnselectedDecodedMethodIsNotBuffered|TestMessageSizeBoundIsInclusive|TestClientResetMidRequestEndsTheCall|TestDriverResetMidRequestWaitsOnlyForKeptRequests|TestRequestWithoutAMessageEndsAtItsStatus|TestOnlyTheRequestsFirstMessageIsKept|TestReplyBufferIsTakenFromTheBudgetAsItGrows|TestGRPCTimeoutFollowsDecodeTimeout|TestAHugeTimeoutPutsNoDeadlineNear|TestStatusMessagesDecodeAsGRPCGo|TestContentTypesAsGRPCGo|TestReplyFramingAsGRPCGo)$'
 
 [ -x "$gremlins" ] || { echo "mutation: $gremlins missing: run make tools (or test/tools/build.sh gremlins)" >&2; exit 1; }
 
@@ -33,19 +33,24 @@ TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOut
 # reasons_table_test.go and cdi_rules_test.go, which evaluate worlds directly.
 VERDICT_TESTS="^($(cd "$root/cloner" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go reasons_table_test.go cdi_rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
 
-# name     package dir     tests (-run)  files mutated (the package's others are excluded)
+# gremlins bounds each mutant's go test, its build included, by the coverage
+# run's time times a coefficient. A package whose tests run in a second
+# needs a larger one, or a busy machine's link time alone times its mutants
+# out (and a timed-out mutant counts as neither killed nor lived).
+#
+# name     package dir     coefficient tests (-run)  files mutated (the package's others are excluded)
 targets=(
-	"predict   cloner/predict  .             predict.go reasons.go pairs.go"
-	"cdirules  cloner/cdirules .             claim.go clone.go planner.go strategy.go"
-	"labels    metrics         .             clones.go metrics.go predict.go"
-	"tap       sidecar         $TAP_TESTS    call.go methods.go grpcstatus.go"
-	"verdicts  cloner          $VERDICT_TESTS verdict.go reasons.go cdi.go"
+	"predict   cloner/predict  20 .             predict.go reasons.go pairs.go"
+	"cdirules  cloner/cdirules 20 .             claim.go clone.go planner.go strategy.go"
+	"labels    metrics         3  .             clones.go metrics.go predict.go"
+	"tap       sidecar         3  $TAP_TESTS    call.go methods.go grpcstatus.go"
+	"verdicts  cloner          3  $VERDICT_TESTS verdict.go reasons.go cdi.go"
 )
 
 # main is one function so that the whole script is parsed before it runs:
 # editing this file while a long run goes on cannot derail it.
 main() {
-	local name dir run files row base f start status killed lived timedout viable eff failed=0
+	local name dir coef run files row base f start status killed lived timedout viable eff failed=0
 	declare -A wanted=()
 	for n in "$@"; do wanted[$n]=1; done
 
@@ -53,7 +58,7 @@ main() {
 	cd "$root"
 	printf '%-9s %-15s %7s %6s %9s %8s %9s\n' target package killed lived "timed out" "not viable" efficacy >"$out/summary.txt"
 	for row in "${targets[@]}"; do
-		read -r name dir run files <<<"$row"
+		read -r name dir coef run files <<<"$row"
 		[ ${#wanted[@]} -eq 0 ] || [ -n "${wanted[$name]:-}" ] || continue
 		# gremlins matches -E against paths relative to the package directory,
 		# and walks subpackages too: exclude them and the package's other files.
@@ -71,7 +76,7 @@ main() {
 		echo "mutation: $name ($dir: $files), at most $TIMEOUT"
 		start=$SECONDS
 		status=done
-		if ! GOFLAGS="${GOFLAGS:+$GOFLAGS }-run=$run" timeout "$TIMEOUT" "$gremlins" unleash --workers "$WORKERS" --timeout-coefficient 3 \
+		if ! GOFLAGS="${GOFLAGS:+$GOFLAGS }-run=$run" timeout "$TIMEOUT" "$gremlins" unleash --workers "$WORKERS" --timeout-coefficient "$coef" \
 			--invert-logical --invert-loopctrl --remove-self-assignments \
 			-o "$out/$name.json" "${excludes[@]}" "./$dir" >"$out/$name.log" 2>&1; then
 			# Counted below all the same: the log has every mutant tested so far.

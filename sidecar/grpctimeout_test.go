@@ -1,0 +1,60 @@
+package sidecar
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
+)
+
+// grpcTimeout reads grpc-timeout as grpc-go's decodeTimeout
+// (internal/transport/http_util.go): 2 to 9 characters, 1 to 8 digits and
+// one of the six units; hours beyond what a Duration holds are clamped to
+// the longest one.
+func TestGRPCTimeoutFollowsDecodeTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"1S", time.Second, true},
+		{"12345678n", 12345678, true},
+		{"2562047H", 2562047 * time.Hour, true},
+		{"2562048H", math.MaxInt64, true}, // past what a Duration holds: clamped
+		{"5124096H", math.MaxInt64, true}, // unclamped, 2^64 ns and 25 minutes: 25 minutes
+		{"99999999H", math.MaxInt64, true},
+		{"5m", 5 * time.Millisecond, true},
+		{"5u", 5 * time.Microsecond, true},
+		{"5M", 5 * time.Minute, true},
+		{"S", 0, false},
+		{"", 0, false},
+		{"123456789S", 0, false},
+		{"1s", 0, false},
+		{"+1S", 0, false},
+		{"1.5S", 0, false},
+	} {
+		if got, ok := grpcTimeout(tc.in); got != tc.want || ok != tc.ok {
+			t.Errorf("grpcTimeout(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A cancel half an hour into a call whose grpc-timeout is millions of hours
+// is a cancel, not the deadline (which an unclamped reading of the timeout
+// put 25 minutes after the start).
+func TestAHugeTimeoutPutsNoDeadlineNear(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	start := time.Now()
+	w.headers(true, 1, false, ":method", "POST", ":path", MethodProbe, "content-type", "application/grpc", "grpc-timeout", "5124096H")
+	w.check(w.cfr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+	u.tc.FromClient().Feed(w.client.Bytes(), start)
+	w.check(w.dfr.WriteRSTStream(1, http2.ErrCodeCancel))
+	u.tc.FromDriver().Feed(w.driver.Bytes(), start.Add(30*time.Minute))
+	if got := fmt.Sprint(u.rec.finished); got != fmt.Sprint([]codes.Code{codes.Canceled}) {
+		t.Fatalf("finished %s, want one Canceled", got)
+	}
+	u.close()
+}
