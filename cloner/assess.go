@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -24,19 +25,19 @@ type evaluation struct {
 }
 
 // evaluate judges every worker disk of the inventory.
-func evaluate(inv *inventory, cfg Config, now time.Time) *evaluation {
+func evaluate(inv *inventory, cfg config.Config, now time.Time) *evaluation {
 	return evaluateWith(inv, cfg, now, nil)
 }
 
 // evaluateWith judges every worker disk, recording each one's clone-path
 // prediction when pred is not nil.
-func evaluateWith(inv *inventory, cfg Config, now time.Time, pred *predictor) *evaluation {
+func evaluateWith(inv *inventory, cfg config.Config, now time.Time, pred *predictor) *evaluation {
 	return evaluateHearing(inv, cfg, now, pred, nil)
 }
 
 // evaluateHearing is evaluateWith that also knows what CDI's Warning events
 // said of each disk (the controller's passes).
-func evaluateHearing(inv *inventory, cfg Config, now time.Time, pred *predictor, hearingOf func(*WorkerDisk) hearing) *evaluation {
+func evaluateHearing(inv *inventory, cfg config.Config, now time.Time, pred *predictor, hearingOf func(*WorkerDisk) hearing) *evaluation {
 	ev := &evaluation{inv: inv, pred: pred, hearingOf: hearingOf, malformed: append([]malformedObject(nil), inv.malformed...)}
 	for _, d := range inv.disks {
 		if d.Kind == DiskHTTPImport {

@@ -3,6 +3,8 @@ package cloner
 import (
 	"fmt"
 	"time"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 )
 
 // judgeBlocked decides an unfinished clone that a definite error keeps from
@@ -21,7 +23,7 @@ import (
 //     with a definite code and no later call succeeded: stuck.
 //
 // The message carries CDI's or the driver's own words.
-func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg Config, now time.Time) bool {
+func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg config.Config, now time.Time) bool {
 	d := f.disk
 	if c := cdiRefusal(d); c != nil {
 		r.Verdict = VerdictFailed

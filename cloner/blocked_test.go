@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -37,7 +38,7 @@ func (w *world) pendingTarget(dv *cdiv1.DataVolume) *corev1.PersistentVolumeClai
 // tmpClaim is CDI's tmp-pvc-<target uid> in the golden's namespace, bound to
 // a volume cloned from the golden, carrying the tap's evidence.
 func (w *world) tmpClaim(target *corev1.PersistentVolumeClaim, ev *VolumeEvidence) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
-	tmp := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultGoldenNamespace, Name: cdiTmpPVCPrefix + string(target.UID)}}
+	tmp := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultGoldenNamespace, Name: cdiTmpPVCPrefix + string(target.UID)}}
 	pvc, pv := w.claim(tmp, testClass, claimRequest(target), 6*gi, "vol-tmp-"+string(target.UID))
 	if ev != nil {
 		pv.Annotations[AnnCSIEvidence] = mustJSON(ev)
@@ -209,7 +210,7 @@ func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 	if got := recs["slow"].BadReasons(); len(got) != 0 {
 		t.Fatalf("an expansion the resizer retries is no finding before --stuck-after: %v", got)
 	}
-	recs, _ = w.judgeAll(t, testConfig(), t0.Add(DefaultStuckAfter))
+	recs, _ = w.judgeAll(t, testConfig(), t0.Add(config.DefaultStuckAfter))
 	if r := recs["hang"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
 		t.Fatalf("hang after --stuck-after: %s %q", r.Verdict, r.Message)
 	}
@@ -259,7 +260,7 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["d"]
-	if r.SchematicID != "" || r.Version != "" || !reasonsOf(r)[ReasonInvalidGolden] || r.Golden != DefaultGoldenNamespace+"/"+g.Name {
+	if r.SchematicID != "" || r.Version != "" || !reasonsOf(r)[ReasonInvalidGolden] || r.Golden != config.DefaultGoldenNamespace+"/"+g.Name {
 		t.Fatalf("record %+v: the disk must name the golden but carry no flavor", r)
 	}
 	c := &Controller{cfg: testConfig(), judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
@@ -354,7 +355,7 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
-	inv := buildInventory(w.objects(t), DefaultGoldenNamespace)
+	inv := buildInventory(w.objects(t), config.DefaultGoldenNamespace)
 	_, bad := reportDisks(inv, judgeClaimless(inv, configAt(t0.Add(time.Minute))))
 	if len(bad) != 1 || bad[0].Verdict != VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {

@@ -13,6 +13,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 )
 
 // What the informers keep. Each object is trimmed as it enters the cache
@@ -296,7 +297,7 @@ func claimSpec(p *corev1.PersistentVolumeClaimSpec) *corev1.PersistentVolumeClai
 }
 
 // cacheVolume is the PV transform for the default golden namespace.
-var cacheVolume = cacheVolumeFor(DefaultGoldenNamespace)
+var cacheVolume = cacheVolumeFor(config.DefaultGoldenNamespace)
 
 // cacheVolumeFor is the PV informer's transform: the CSI source keeps only
 // the driver and the handle; a PV of another kind keeps no source at all.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,10 +100,12 @@ func (fc *fakeCluster) react(verb, resource string, fn clienttesting.ReactionFun
 	fc.kube.PrependReactor(verb, resource, fn)
 }
 
-func (fc *fakeCluster) clients() Clients { return Clients{Kube: fc.kube, Dynamic: fc.dyn} }
+func (fc *fakeCluster) clients() config.Clients {
+	return config.Clients{Kube: fc.kube, Dynamic: fc.dyn}
+}
 
 // controller starts a Controller on the cluster and waits for its caches.
-func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg Config) *Controller {
+func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg config.Config) *Controller {
 	t.Helper()
 	return fc.controllerWith(t, ctx, cfg, fc.clients())
 }
@@ -110,7 +113,7 @@ func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg Config)
 // controllerWith starts a Controller on the given clients (fc's, wrapped):
 // a client is wrapped before the controller starts, since swapping it later
 // races the controller's goroutines that read it.
-func (fc *fakeCluster) controllerWith(t *testing.T, ctx context.Context, cfg Config, clients Clients) *Controller {
+func (fc *fakeCluster) controllerWith(t *testing.T, ctx context.Context, cfg config.Config, clients config.Clients) *Controller {
 	t.Helper()
 	cfg.ResyncPeriod = time.Second
 	c, err := New(cfg, clients)
@@ -223,7 +226,7 @@ func (fc *fakeCluster) record(t *testing.T, ns, name string) *Record {
 }
 
 // ledger is the whole ledger, root and shards summed, with every mark.
-func (fc *fakeCluster) ledger(t *testing.T, cfg Config) *Ledger {
+func (fc *fakeCluster) ledger(t *testing.T, cfg config.Config) *Ledger {
 	t.Helper()
 	b, err := readLedgerBook(context.Background(), fc.kube, cfg.LedgerNamespace, cfg.LedgerName)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -36,8 +37,8 @@ const (
 // Controller is the cloner: every replica feeds it observations (Observe)
 // and runs RunEvidence; the leader also runs RunVerdicts.
 type Controller struct {
-	cfg     Config
-	clients Clients
+	cfg     config.Config
+	clients config.Clients
 
 	obs     chan sidecar.Observation
 	dropped atomic.Int64
@@ -108,11 +109,11 @@ type Controller struct {
 
 // New validates the configuration and builds a Controller; nothing runs
 // until Start.
-func New(cfg Config, clients Clients) (*Controller, error) {
+func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := clients.validate(); err != nil {
+	if err := clients.Validate(); err != nil {
 		return nil, err
 	}
 	return &Controller{

@@ -45,7 +45,7 @@ func (c *Controller) warn(ctx context.Context, t eventTarget, reason, occasion, 
 	if done {
 		return nil
 	}
-	now := metav1.NewTime(c.cfg.now())
+	now := metav1.NewTime(c.cfg.Clock())
 	ns := t.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault // where Kubernetes puts events of cluster-scoped objects

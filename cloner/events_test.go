@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -22,7 +23,7 @@ func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
 	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, nil)
 	pvc.Annotations[AnnCDIFallbackReason] = "different volume modes"
 	ghost := &cdiv1.DataVolume{}
-	ghost.Namespace, ghost.Name = DefaultGoldenNamespace, goldenName("abc", "v1.0.0")
+	ghost.Namespace, ghost.Name = config.DefaultGoldenNamespace, goldenName("abc", "v1.0.0")
 	w.worker("tenant-a", "orphan", "p", ghost, 20*gi, ptrTo(testClass)) // no PVC: nothing to persist on
 	fc := newFakeCluster(t, &w)
 	cfg := configAt(t0.Add(time.Hour))

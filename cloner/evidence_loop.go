@@ -80,7 +80,7 @@ func (c *Controller) persistRemaining(ctx context.Context) error {
 	for {
 		c.drain()
 		c.flushEvidence(ctx)
-		fresh := c.book.volumesSeenSince(c.cfg.now().Add(-finishFresh))
+		fresh := c.book.volumesSeenSince(c.cfg.Clock().Add(-finishFresh))
 		if len(c.obs) == 0 && fresh == 0 {
 			return nil
 		}
@@ -124,7 +124,7 @@ func (c *Controller) flushEvidence(ctx context.Context) {
 		}
 		delete(b.volumes, handle)
 	}
-	now := c.cfg.now()
+	now := c.cfg.Clock()
 	for claim, pe := range b.errors {
 		// A retry with the same error refreshes the annotation at most once
 		// a minute; a new error is written at once.

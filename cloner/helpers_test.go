@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -111,7 +112,7 @@ func (w *world) claim(dv *cdiv1.DataVolume, class string, request, capacity int6
 
 // golden adds an imported golden of 6Gi on class testClass.
 func (w *world) golden(sid, ver string) (*cdiv1.DataVolume, *corev1.PersistentVolume) {
-	dv := w.dataVolume(DefaultGoldenNamespace, goldenName(sid, ver), 6*gi, ptrTo(testClass))
+	dv := w.dataVolume(config.DefaultGoldenNamespace, goldenName(sid, ver), 6*gi, ptrTo(testClass))
 	dv.Annotations[AnnSchematicID], dv.Annotations[AnnTalosVersion] = sid, ver
 	dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{
 		URL: "https://factory.talos.dev/image/" + sid + "/" + ver + "/openstack-amd64.raw.xz"}}
@@ -175,7 +176,7 @@ func toUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured
 }
 
 // judgeAll evaluates the world at now with cfg and returns records by DV name.
-func (w *world) judgeAll(t *testing.T, cfg Config, now time.Time) (map[string]*Record, *evaluation) {
+func (w *world) judgeAll(t *testing.T, cfg config.Config, now time.Time) (map[string]*Record, *evaluation) {
 	t.Helper()
 	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
 	ev := evaluate(inv, cfg, now)
@@ -186,14 +187,14 @@ func (w *world) judgeAll(t *testing.T, cfg Config, now time.Time) (map[string]*R
 	return out, ev
 }
 
-func testConfig() Config {
-	cfg := DefaultConfig()
+func testConfig() config.Config {
+	cfg := config.DefaultConfig()
 	cfg.LedgerNamespace = "cozy-linstor"
 	return cfg
 }
 
 // configAt is testConfig with its clock stopped at at.
-func configAt(at time.Time) Config {
+func configAt(at time.Time) config.Config {
 	cfg := testConfig()
 	cfg.Now = newClock(at).now
 	return cfg

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -355,7 +356,7 @@ func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.U
 // imports fetched (goldens and HTTP workers, restarts included) and, for a
 // finished disk cloned from a trusted golden, one fetch avoided. Nothing is
 // counted for an untrusted golden's flavor: its labels cannot be trusted.
-func ledgerFacts(ev *evaluation, cfg Config) []ledgerFact {
+func ledgerFacts(ev *evaluation, cfg config.Config) []ledgerFact {
 	var out []ledgerFact
 	for _, g := range ev.inv.goldens {
 		if !g.Trusted() {
@@ -394,7 +395,7 @@ func providedFromGolden(verdict string) bool {
 
 // bytesPerFetch is --factory-image-bytes when set, else the golden volume's
 // size: the image the golden imported is at most that large.
-func bytesPerFetch(g *Golden, cfg Config) int64 {
+func bytesPerFetch(g *Golden, cfg config.Config) int64 {
 	if cfg.FactoryImageBytes > 0 {
 		return cfg.FactoryImageBytes
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,7 +34,7 @@ func TestLedgerShardsFit(t *testing.T) {
 			func(i int) string { return fmt.Sprintf("%s%06d", strings.Repeat("d", 247), i) }},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
-			b := &ledgerBook{ns: "cozy-linstor", name: DefaultLedgerName, root: newLedger()}
+			b := &ledgerBook{ns: "cozy-linstor", name: config.DefaultLedgerName, root: newLedger()}
 			var facts [ledgerShards][]ledgerFact
 			for i := range 100_000 {
 				uid := types.UID(fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i*7919))

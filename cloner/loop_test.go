@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -95,14 +96,14 @@ func TestConfigValidate(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, mutate := range map[string]func(*Config){
-		"--golden-namespace":    func(c *Config) { c.GoldenNamespace = "Not_A_Namespace" },
-		"--ledger-namespace":    func(c *Config) { c.LedgerNamespace = "" },
-		"--ledger-name":         func(c *Config) { c.LedgerName = "UPPER" },
-		"--stuck-after":         func(c *Config) { c.StuckAfter = 0 },
-		"--resync-period":       func(c *Config) { c.ResyncPeriod = -time.Second },
-		"--factory-image-bytes": func(c *Config) { c.FactoryImageBytes = -1 },
-		"--evidence-queue":      func(c *Config) { c.EvidenceQueue = 0 },
+	for name, mutate := range map[string]func(*config.Config){
+		"--golden-namespace":    func(c *config.Config) { c.GoldenNamespace = "Not_A_Namespace" },
+		"--ledger-namespace":    func(c *config.Config) { c.LedgerNamespace = "" },
+		"--ledger-name":         func(c *config.Config) { c.LedgerName = "UPPER" },
+		"--stuck-after":         func(c *config.Config) { c.StuckAfter = 0 },
+		"--resync-period":       func(c *config.Config) { c.ResyncPeriod = -time.Second },
+		"--factory-image-bytes": func(c *config.Config) { c.FactoryImageBytes = -1 },
+		"--evidence-queue":      func(c *config.Config) { c.EvidenceQueue = 0 },
 	} {
 		c := good
 		mutate(&c)
@@ -111,7 +112,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: got %v, want a one-line error naming the flag", name, err)
 		}
 	}
-	if _, err := New(good, Clients{}); err == nil {
+	if _, err := New(good, config.Clients{}); err == nil {
 		t.Fatal("New without clients must fail")
 	}
 }
@@ -142,7 +143,7 @@ func TestPassRefusesHalfFilledCaches(t *testing.T) {
 }
 
 func TestReportConfigNeedsNoLedgerNamespace(t *testing.T) {
-	c := DefaultConfig() // no POD_NAMESPACE outside the pod
+	c := config.DefaultConfig() // no POD_NAMESPACE outside the pod
 	if err := c.ValidateReport(); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -294,14 +295,14 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 	for i := 0; i < 20; i++ {
 		w.golden(fmt.Sprintf("%064d", i), testVer)
 	}
-	inv := buildInventory(w.objects(t), DefaultGoldenNamespace)
+	inv := buildInventory(w.objects(t), config.DefaultGoldenNamespace)
 	in := csiCloneForced()
 	b.ReportAllocs()
 	for b.Loop() {
 		p := buildPredictor(in, inv)
 		s := &Snapshot{}
 		addPredictions(s, p)
-		if len(s.Paths) != 20*31 || len(admissionData(p, DefaultGoldenNamespace)) < 20*30*2 {
+		if len(s.Paths) != 20*31 || len(admissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {
 			b.Fatalf("%d pairs", len(s.Paths))
 		}
 	}

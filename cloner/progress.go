@@ -34,7 +34,7 @@ func (c *Controller) deferProgress(key string, rec, old *recordDigest) bool {
 	if !progressOnly(rec, old) {
 		return false
 	}
-	now := c.cfg.now()
+	now := c.cfg.Clock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	last, ok := c.progressWritten[key]
@@ -57,7 +57,7 @@ func (c *Controller) noteWritten(key string, rec *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rec.Verdict == VerdictPending {
-		c.progressWritten[key] = c.cfg.now()
+		c.progressWritten[key] = c.cfg.Clock()
 	} else {
 		delete(c.progressWritten, key)
 	}

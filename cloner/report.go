@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,7 +102,7 @@ const VerdictUnjudged = "unjudged"
 // persisted on worker PVCs and the ledger. It changes nothing and needs no
 // leadership. cfg.LedgerNamespace may be empty: the ledger is then found by
 // its label. format is "table" or "json".
-func Report(ctx context.Context, clients Clients, cfg Config, w io.Writer, format string) error {
+func Report(ctx context.Context, clients config.Clients, cfg config.Config, w io.Writer, format string) error {
 	if err := checkFormat(format); err != nil {
 		return err
 	}
@@ -130,8 +131,8 @@ func writeReport(w io.Writer, format string, v any, table func(io.Writer) error)
 }
 
 // readInventory lists everything once, straight from the API server.
-func readInventory(ctx context.Context, clients Clients, cfg Config) (*inventory, error) {
-	if err := clients.validate(); err != nil {
+func readInventory(ctx context.Context, clients config.Clients, cfg config.Config) (*inventory, error) {
+	if err := clients.Validate(); err != nil {
 		return nil, err
 	}
 	objs, err := listObjects(ctx, clients)
@@ -139,12 +140,12 @@ func readInventory(ctx context.Context, clients Clients, cfg Config) (*inventory
 		return nil, err
 	}
 	if cfg.GoldenNamespace == "" {
-		cfg.GoldenNamespace = DefaultGoldenNamespace
+		cfg.GoldenNamespace = config.DefaultGoldenNamespace
 	}
 	return buildInventory(objs, cfg.GoldenNamespace), nil
 }
 
-func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData, error) {
+func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config) (*ReportData, error) {
 	inv, err := readInventory(ctx, clients, cfg)
 	if err != nil {
 		return nil, err
@@ -164,7 +165,7 @@ func gatherReport(ctx context.Context, clients Clients, cfg Config) (*ReportData
 }
 
 // listObjects reads everything once, straight from the API server.
-func listObjects(ctx context.Context, clients Clients) (objects, error) {
+func listObjects(ctx context.Context, clients config.Clients) (objects, error) {
 	var o objects
 	dvs, err := clients.Dynamic.Resource(DataVolumeGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -199,10 +200,10 @@ func listObjects(ctx context.Context, clients Clients) (objects, error) {
 
 // findLedger reads the ledger named by cfg, or the one ConfigMap carrying
 // the ledger label when no namespace is given.
-func findLedger(ctx context.Context, clients Clients, cfg Config) (*Ledger, string, error) {
+func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) (*Ledger, string, error) {
 	name := cfg.LedgerName
 	if name == "" {
-		name = DefaultLedgerName
+		name = config.DefaultLedgerName
 	}
 	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelLedger + "=" + ledgerLabelRoot})
 	if err != nil {
@@ -295,9 +296,9 @@ func reportUntrusted(inv *inventory) []UntrustedGoldenReport {
 // clone, or has not got to it): the leader's verdict on them has no object
 // to be persisted on, and depends only on the DataVolume and its golden,
 // which the report reads as the leader does.
-func judgeClaimless(inv *inventory, cfg Config) map[types.UID]*Record {
+func judgeClaimless(inv *inventory, cfg config.Config) map[types.UID]*Record {
 	out := map[types.UID]*Record{}
-	for _, a := range evaluate(inv, cfg, cfg.now()).assessments {
+	for _, a := range evaluate(inv, cfg, cfg.Clock()).assessments {
 		if inv.claimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
 			out[a.disk.UID] = a.record
 		}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -33,7 +34,7 @@ type ClonePathReport struct {
 // ReportClonePaths prints the predicted clone path of every golden on
 // class (every CSI class and the empty one when class is ""), in format
 // "table" or "json". It reads the objects once and changes nothing.
-func ReportClonePaths(ctx context.Context, clients Clients, cfg Config, w io.Writer, format, class string) error {
+func ReportClonePaths(ctx context.Context, clients config.Clients, cfg config.Config, w io.Writer, format, class string) error {
 	if err := checkFormat(format); err != nil {
 		return err
 	}
@@ -55,7 +56,7 @@ func ReportClonePaths(ctx context.Context, clients Clients, cfg Config, w io.Wri
 // clonePaths predicts from the API's objects; with class set, only that
 // class (a name, or predict.EmptyClass), predicted even if it is not a CSI
 // class or does not exist.
-func clonePaths(ctx context.Context, clients Clients, inv *inventory, class string) ([]ClonePathReport, error) {
+func clonePaths(ctx context.Context, clients config.Clients, inv *inventory, class string) ([]ClonePathReport, error) {
 	in, err := listPredictionInputs(ctx, clients)
 	if err != nil {
 		return nil, err
@@ -81,7 +82,7 @@ func clonePaths(ctx context.Context, clients Clients, inv *inventory, class stri
 
 // listPredictionInputs reads what the prediction needs, straight from the
 // API server. VolumeSnapshotClasses not served means none, as for CDI.
-func listPredictionInputs(ctx context.Context, clients Clients) (predict.Inputs, error) {
+func listPredictionInputs(ctx context.Context, clients config.Clients) (predict.Inputs, error) {
 	var in predict.Inputs
 	drivers, err := clients.Kube.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{})
 	if err != nil {

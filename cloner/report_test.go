@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
@@ -34,7 +35,7 @@ func reportWorld() (*world, string) {
 // reportOf runs one verdict pass over reportWorld, then `report` with cfg
 // in format; it returns the output, the credential the world hides and the
 // cluster.
-func reportOf(t *testing.T, cfg Config, format string) (string, string, *fakeCluster) {
+func reportOf(t *testing.T, cfg config.Config, format string) (string, string, *fakeCluster) {
 	t.Helper()
 	w, secret := reportWorld()
 	fc := newFakeCluster(t, w)
@@ -51,7 +52,7 @@ func reportOf(t *testing.T, cfg Config, format string) (string, string, *fakeClu
 
 func TestReportJSONMatchesTheCluster(t *testing.T) {
 	// No ledger namespace: the report finds the ledger by its label.
-	out, secret, _ := reportOf(t, DefaultConfig(), "json")
+	out, secret, _ := reportOf(t, config.DefaultConfig(), "json")
 	if strings.Contains(out, secret) {
 		t.Fatal("the report printed a credential from a DataVolume URL")
 	}
@@ -59,7 +60,7 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Ledger != "cozy-linstor/"+DefaultLedgerName || len(d.Flavors) != 2 {
+	if d.Ledger != "cozy-linstor/"+config.DefaultLedgerName || len(d.Flavors) != 2 {
 		t.Fatalf("ledger %q, %d flavors", d.Ledger, len(d.Flavors))
 	}
 	old, cur := d.Flavors[0], d.Flavors[1] // sorted by key: "0ld/..." first
@@ -101,7 +102,7 @@ func TestReportBeforeAnyVerdictShowsUnjudged(t *testing.T) {
 	w, _ := reportWorld()
 	fc := newFakeCluster(t, w)
 	var out bytes.Buffer
-	if err := Report(context.Background(), fc.clients(), DefaultConfig(), &out, "json"); err != nil {
+	if err := Report(context.Background(), fc.clients(), config.DefaultConfig(), &out, "json"); err != nil {
 		t.Fatal(err)
 	}
 	var d ReportData

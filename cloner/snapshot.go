@@ -105,7 +105,7 @@ func (c *Controller) setSnapshot(s *Snapshot) {
 // buildSnapshot summarises every disk as last judged, the catalog and the
 // ledger as last read or written.
 func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
-	s := &Snapshot{Leader: true, Taken: c.cfg.now()}
+	s := &Snapshot{Leader: true, Taken: c.cfg.Clock()}
 	c.mu.Lock()
 	c.tally.fill(s)
 	cons := maps.Clone(c.tally.consumers)

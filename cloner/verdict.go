@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -133,7 +134,7 @@ type diskFacts struct {
 // one that a definite error blocks is failed or stuck at once (judgeBlocked,
 // blocked.go); otherwise it is pending while its golden imports, stuck once a
 // requested clone has waited --stuck-after, pending before that.
-func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string) assessment {
+func judge(f diskFacts, cfg config.Config, now time.Time, snapshotOf map[string]string) assessment {
 	d, g := f.disk, f.golden
 	r := &Record{Verdict: VerdictPending, Source: SourceNone, Pool: d.Pool, Golden: d.GoldenRef.String(),
 		DiskBytes: d.RequestedBytes, Class: f.class.Name}
@@ -192,7 +193,7 @@ func judge(f diskFacts, cfg Config, now time.Time, snapshotOf map[string]string)
 
 // evidenceDue is when a PV's tap evidence, if any replica saw its
 // CreateVolume, has had time to be written.
-func evidenceDue(pv *corev1.PersistentVolume, cfg Config) time.Time {
+func evidenceDue(pv *corev1.PersistentVolume, cfg config.Config) time.Time {
 	return pv.CreationTimestamp.Add(cfg.EvidenceGrace)
 }
 

@@ -79,14 +79,14 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		// claims and golden: never do it.
 		return false, errors.New("cloner: informers not synced yet")
 	}
-	keys, full, more := c.takeDue(c.cfg.now())
+	keys, full, more := c.takeDue(c.cfg.Clock())
 	if !full && len(keys) == 0 && c.ledger != nil {
 		return more, c.awaitWrites()
 	}
 	klog.V(4).InfoS("Verdict pass", "full", full, "disks", len(keys), "first", firstKey(keys))
 	inv := c.storeInventory(keys)
 	pred, badInputs := c.newPredictor(inv)
-	now := c.cfg.now()
+	now := c.cfg.Clock()
 	ev := evaluateHearing(inv, c.cfg, now, pred, c.hearingOf(now))
 	c.hearCDI(ctx, ev, now)
 	ev.malformed = append(ev.malformed, badInputs...)
@@ -279,7 +279,7 @@ func (c *Controller) recheckTimer() <-chan time.Time {
 	if at.IsZero() {
 		return nil
 	}
-	return time.After(at.Sub(c.cfg.now()))
+	return time.After(at.Sub(c.cfg.Clock()))
 }
 
 // publish persists one disk's record and emits a Warning for each bad
@@ -302,7 +302,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 	if c.awaitingEcho(key, pvc, digest) || c.deferProgress(key, digest, old) {
 		return nil
 	}
-	rec.Since = c.cfg.now().UTC().Truncate(time.Second)
+	rec.Since = c.cfg.Clock().UTC().Truncate(time.Second)
 	if old != nil && old.Verdict == rec.Verdict && !old.Since.IsZero() {
 		rec.Since = old.Since
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -189,7 +190,7 @@ func TestCDIDisagreeingWithTheDriverLosesToTheDriver(t *testing.T) {
 
 func TestGoldenStillImportingIsPendingNotStuck(t *testing.T) {
 	var w world
-	g, _ := w.dataVolume(DefaultGoldenNamespace, goldenName(testSID, testVer), 6*gi, ptrTo(testClass)), 0
+	g, _ := w.dataVolume(config.DefaultGoldenNamespace, goldenName(testSID, testVer), 6*gi, ptrTo(testClass)), 0
 	g.Status.Phase = cdiv1.ImportInProgress
 	w.claim(g, testClass, 6*gi, 0, "")
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
@@ -257,7 +258,7 @@ func TestUnknownGolden(t *testing.T) {
 	var w world
 	w.golden(testSID, testVer)
 	ghost := &cdiv1.DataVolume{}
-	ghost.Namespace, ghost.Name = DefaultGoldenNamespace, goldenName("abc", "v9.9.9")
+	ghost.Namespace, ghost.Name = config.DefaultGoldenNamespace, goldenName("abc", "v9.9.9")
 	w.worker("tenant-a", "d", "p", ghost, 20*gi, ptrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["d"]; !reasonsOf(r)[ReasonUnknownGolden] {

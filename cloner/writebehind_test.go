@@ -258,7 +258,7 @@ func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 		inv := c.storeInventory([]string{key})
 		inv.claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
 		pred, _ := c.newPredictor(inv)
-		ev := evaluateWith(inv, c.cfg, c.cfg.now(), pred)
+		ev := evaluateWith(inv, c.cfg, c.cfg.Clock(), pred)
 		if len(ev.assessments) != 1 {
 			t.Fatalf("%d assessments, want 1", len(ev.assessments))
 		}

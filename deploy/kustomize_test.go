@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
@@ -280,7 +281,7 @@ func TestRoleNamesEveryLedgerObject(t *testing.T) {
 		for _, n := range names {
 			got = append(got, n.(string))
 		}
-		want := append(cloner.LedgerObjectNames(cloner.DefaultLedgerName), cloner.AdmissionParamsName)
+		want := append(cloner.LedgerObjectNames(config.DefaultLedgerName), cloner.AdmissionParamsName)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Role names %v\nthe ledger is %v", got, want)
 		}

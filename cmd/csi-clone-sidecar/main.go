@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/metrics"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -46,7 +47,7 @@ type options struct {
 	tap             bool
 	verdicts        bool
 	pprof           bool
-	cloner          cloner.Config
+	cloner          config.Config
 
 	// listenPath and driverPath are --listen-address and --csi-address as
 	// socket paths, set by validate.
@@ -104,7 +105,7 @@ func runSidecar(args []string) error {
 // state the sidecar persisted; it needs read access only.
 func runReport(args []string) error {
 	fs := flag.NewFlagSet("csi-clone-sidecar report", flag.ContinueOnError)
-	var c cloner.Config
+	var c config.Config
 	registerClonerFlags(fs, &c)
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig; in-cluster config when empty.")
 	format := fs.String("o", "table", "Output format: table or json.")
@@ -150,8 +151,8 @@ func registerFlags(fs *flag.FlagSet) *options {
 	return o
 }
 
-func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
-	*c = cloner.DefaultConfig()
+func registerClonerFlags(fs *flag.FlagSet, c *config.Config) {
+	*c = config.DefaultConfig()
 	fs.StringVar(&c.GoldenNamespace, "golden-namespace", c.GoldenNamespace, "Namespace of the golden DataVolumes.")
 	fs.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "A requested clone not bound after this long is reported as stuck.")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "Spacing of full verdict passes (a safety net: a change re-judges the disks it touches at once).")
@@ -415,7 +416,7 @@ func startVerdicts(ctx, evidenceCtx context.Context, ctrl *cloner.Controller, ku
 	go func() { logIfFailed("leader election", cloner.RunElected(ctx, kube, le, lead)) }()
 }
 
-func kubeClients(cfg standardflags.SidecarConfiguration) (cloner.Clients, kubernetes.Interface, error) {
+func kubeClients(cfg standardflags.SidecarConfiguration) (config.Clients, kubernetes.Interface, error) {
 	var rc *rest.Config
 	var err error
 	if cfg.KubeConfig != "" {
@@ -424,19 +425,19 @@ func kubeClients(cfg standardflags.SidecarConfiguration) (cloner.Clients, kubern
 		rc, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return cloner.Clients{}, nil, fmt.Errorf("no Kubernetes access (pass --kubeconfig, run in a pod, or --verdicts=false): %w", err)
+		return config.Clients{}, nil, fmt.Errorf("no Kubernetes access (pass --kubeconfig, run in a pod, or --verdicts=false): %w", err)
 	}
 	rc.QPS, rc.Burst = float32(cfg.KubeAPIQPS), cfg.KubeAPIBurst
 	rc.UserAgent = "csi-clone-sidecar/" + version
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return cloner.Clients{}, nil, err
+		return config.Clients{}, nil, err
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
-		return cloner.Clients{}, nil, err
+		return config.Clients{}, nil, err
 	}
-	return cloner.Clients{Kube: kube, Dynamic: dyn}, kube, nil
+	return config.Clients{Kube: kube, Dynamic: dyn}, kube, nil
 }
 
 func logIfFailed(what string, err error) {

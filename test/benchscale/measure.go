@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -382,7 +383,7 @@ func printMetrics(c *cluster.Cluster) {
 
 func printLedger(ctx context.Context, f *fleet) {
 	total, largest, objects := 0, 0, 0
-	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+	for _, name := range cloner.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := f.kube.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue

@@ -20,6 +20,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -179,7 +180,7 @@ func restartSidecar(t *testing.T, ctx context.Context, c *cluster.Cluster, edit 
 	}
 	for _, err := range []error{
 		c.Client.CoordinationV1().Leases(cluster.NamespaceCSI).Delete(ctx, "csi-clone-sidecar", metav1.DeleteOptions{}),
-		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.DefaultLedgerName, metav1.DeleteOptions{}),
+		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, config.DefaultLedgerName, metav1.DeleteOptions{}),
 		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}),
 	} {
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -465,9 +466,9 @@ func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *cloner
 // and its shards.
 func ledgerCounted(ctx context.Context, c *cluster.Cluster) (map[string]json.RawMessage, error) {
 	counted := map[string]json.RawMessage{}
-	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+	for _, name := range cloner.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) && name != cloner.DefaultLedgerName {
+		if apierrors.IsNotFound(err) && name != config.DefaultLedgerName {
 			continue
 		}
 		if err != nil {

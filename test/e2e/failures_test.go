@@ -17,6 +17,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -192,7 +193,7 @@ func verdictOf(t *testing.T, ctx context.Context, c *cluster.Cluster, name strin
 		return nil // a claim that carries no verdict yet
 	}
 	var out bytes.Buffer
-	if err := cloner.Report(ctx, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cloner.DefaultConfig(), &out, "json"); err != nil {
+	if err := cloner.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
 		t.Fatal(err)
 	}
 	var rep cloner.ReportData
@@ -276,7 +277,7 @@ func checkWarningWords(t *testing.T, ctx context.Context, c *cluster.Cluster, f 
 func checkReportLines(t *testing.T, ctx context.Context, c *cluster.Cluster, f failureCase) {
 	t.Helper()
 	var out bytes.Buffer
-	if err := cloner.Report(ctx, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cloner.DefaultConfig(), &out, "table"); err != nil {
+	if err := cloner.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "table"); err != nil {
 		t.Fatal(err)
 	}
 	for _, reason := range f.reasons {

@@ -21,6 +21,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -257,15 +258,15 @@ func checkStateMetrics(t *testing.T, s scrape) {
 func checkReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	t.Helper()
 	var out bytes.Buffer
-	cfg := cloner.DefaultConfig()
-	if err := cloner.Report(ctx, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cfg, &out, "json"); err != nil {
+	cfg := config.DefaultConfig()
+	if err := cloner.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cfg, &out, "json"); err != nil {
 		t.Fatal(err)
 	}
 	var rep cloner.ReportData
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Ledger != ledgerNS+"/"+cloner.DefaultLedgerName {
+	if rep.Ledger != ledgerNS+"/"+config.DefaultLedgerName {
 		t.Errorf("report ledger %q", rep.Ledger)
 	}
 	s := scrapeSidecar(t, c)
@@ -322,9 +323,9 @@ func checkReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 func checkSecondLeaderCountsNothing(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	t.Helper()
 	before := ledgerData(t, ctx, c)
-	cfg := cloner.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.LedgerNamespace = ledgerNS
-	ctrl, err := cloner.New(cfg, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic})
+	ctrl, err := cloner.New(cfg, config.Clients{Kube: c.Client, Dynamic: c.Dynamic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,9 +349,9 @@ func checkSecondLeaderCountsNothing(t *testing.T, ctx context.Context, c *cluste
 func ledgerData(t *testing.T, ctx context.Context, c *cluster.Cluster) string {
 	t.Helper()
 	var out []string
-	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+	for _, name := range cloner.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := c.Client.CoreV1().ConfigMaps(ledgerNS).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) && name != cloner.DefaultLedgerName {
+		if apierrors.IsNotFound(err) && name != config.DefaultLedgerName {
 			continue
 		}
 		if err != nil {

@@ -1,4 +1,6 @@
-package cloner
+// Package config holds the cloner's settings: the values of its flags, their
+// defaults and validation, and the API clients it is given.
+package config
 
 import (
 	"errors"
@@ -131,7 +133,7 @@ func (c Config) ValidateReport() error {
 	return nil
 }
 
-func (c Config) now() time.Time {
+func (c Config) Clock() time.Time {
 	if c.Now != nil {
 		return c.Now()
 	}
@@ -145,7 +147,7 @@ type Clients struct {
 	Dynamic dynamic.Interface
 }
 
-func (c Clients) validate() error {
+func (c Clients) Validate() error {
 	if c.Kube == nil || c.Dynamic == nil {
 		return errors.New("cloner needs both a typed and a dynamic Kubernetes client")
 	}
