@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -148,14 +149,14 @@ func (c *Controller) publishAdmissionParams(ctx context.Context, p *predictor) (
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: AdmissionParamsName, Namespace: c.cfg.LedgerNamespace,
 			Labels: map[string]string{"app.kubernetes.io/name": "csi-clone-sidecar", "app.kubernetes.io/part-of": "csi-clone-sidecar"}},
 			Data: want}
-		_, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: eventSourceComponent})
+		_, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: fleet.EventSourceComponent})
 	case err != nil:
 	case maps.Equal(cur.Data, want):
 		return AdmissionParamsSynced, nil
 	default:
 		cur = cur.DeepCopy()
 		cur.Data = want
-		_, err = cms.Update(ctx, cur, metav1.UpdateOptions{FieldManager: eventSourceComponent})
+		_, err = cms.Update(ctx, cur, metav1.UpdateOptions{FieldManager: fleet.EventSourceComponent})
 	}
 	if err != nil {
 		return AdmissionParamsFailed, fmt.Errorf("writing the admission parameters ConfigMap %s/%s: %w", c.cfg.LedgerNamespace, AdmissionParamsName, err)

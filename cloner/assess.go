@@ -5,15 +5,16 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // evaluation is one pass of judgement over an inventory.
 type evaluation struct {
-	inv         *inventory
+	inv         *fleet.Inventory
 	assessments []assessment
 	// malformed adds unreadable annotations to the inventory's unreadable objects.
-	malformed []malformedObject
+	malformed []fleet.MalformedObject
 	// recheckAt is the earliest time a verdict may change with no object
 	// changing; zero when none will.
 	recheckAt time.Time
@@ -21,30 +22,30 @@ type evaluation struct {
 	pred *predictor
 	// hearingOf tells what was heard of a disk's Warning events; nil: no
 	// events are read (report, tests), a stuck disk is judged without them.
-	hearingOf func(*WorkerDisk) hearing
+	hearingOf func(*fleet.WorkerDisk) hearing
 }
 
 // evaluate judges every worker disk of the inventory.
-func evaluate(inv *inventory, cfg config.Config, now time.Time) *evaluation {
+func evaluate(inv *fleet.Inventory, cfg config.Config, now time.Time) *evaluation {
 	return evaluateWith(inv, cfg, now, nil)
 }
 
 // evaluateWith judges every worker disk, recording each one's clone-path
 // prediction when pred is not nil.
-func evaluateWith(inv *inventory, cfg config.Config, now time.Time, pred *predictor) *evaluation {
+func evaluateWith(inv *fleet.Inventory, cfg config.Config, now time.Time, pred *predictor) *evaluation {
 	return evaluateHearing(inv, cfg, now, pred, nil)
 }
 
 // evaluateHearing is evaluateWith that also knows what CDI's Warning events
 // said of each disk (the controller's passes).
-func evaluateHearing(inv *inventory, cfg config.Config, now time.Time, pred *predictor, hearingOf func(*WorkerDisk) hearing) *evaluation {
-	ev := &evaluation{inv: inv, pred: pred, hearingOf: hearingOf, malformed: append([]malformedObject(nil), inv.malformed...)}
-	for _, d := range inv.disks {
-		if d.Kind == DiskHTTPImport {
-			ev.assessments = append(ev.assessments, judgeHTTP(d, inv.goldenForFlavor(d.Flavor)))
+func evaluateHearing(inv *fleet.Inventory, cfg config.Config, now time.Time, pred *predictor, hearingOf func(*fleet.WorkerDisk) hearing) *evaluation {
+	ev := &evaluation{inv: inv, pred: pred, hearingOf: hearingOf, malformed: append([]fleet.MalformedObject(nil), inv.Malformed...)}
+	for _, d := range inv.Disks {
+		if d.Kind == fleet.DiskHTTPImport {
+			ev.assessments = append(ev.assessments, judgeHTTP(d, inv.GoldenForFlavor(d.Flavor)))
 			continue
 		}
-		a := judge(ev.factsOf(d), cfg, now, inv.snapshotOf)
+		a := judge(ev.factsOf(d), cfg, now, inv.SnapshotOf)
 		if !a.recheckAt.IsZero() && (ev.recheckAt.IsZero() || a.recheckAt.Before(ev.recheckAt)) {
 			ev.recheckAt = a.recheckAt
 		}
@@ -54,12 +55,12 @@ func evaluateHearing(inv *inventory, cfg config.Config, now time.Time, pred *pre
 }
 
 // factsOf joins a clone disk with its golden, claim, volume and evidence.
-func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
+func (ev *evaluation) factsOf(d *fleet.WorkerDisk) diskFacts {
 	inv := ev.inv
-	f := diskFacts{disk: d, golden: inv.goldenByRef[d.GoldenRef], pvc: inv.claimOf(d.Namespace, d.ClaimName)}
-	f.pv = inv.boundPV(f.pvc)
-	f.class = inv.classes.resolveDiskClass(f.pvc, f.pv, d)
-	f.goldenClaimExists = inv.claimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
+	f := diskFacts{disk: d, golden: inv.GoldenByRef[d.GoldenRef], pvc: inv.ClaimOf(d.Namespace, d.ClaimName)}
+	f.pv = inv.BoundPV(f.pvc)
+	f.class = inv.Classes.ResolveDiskClass(f.pvc, f.pv, d)
+	f.goldenClaimExists = inv.ClaimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
 	ev.followClonePath(&f)
 	f.heard = hearing{known: true}
 	if ev.hearingOf != nil {
@@ -69,18 +70,18 @@ func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
 		f.predicted = ev.pred.forDisk(f)
 	}
 	if pv := f.volumeOf(); pv != nil {
-		var tap VolumeEvidence
-		if ok, err := decodeAnnotation(pv, AnnCSIEvidence, &tap); err != nil {
+		var tap fleet.VolumeEvidence
+		if ok, err := fleet.DecodeAnnotation(pv, fleet.AnnCSIEvidence, &tap); err != nil {
 			ev.malformed = append(ev.malformed, malformedAnnotation(pv, "PersistentVolume", err))
-		} else if ok && tap.created() {
+		} else if ok && tap.CreateSeen() {
 			f.tap = &tap
 		} else if ok {
 			f.partial = &tap
 		}
 	}
 	if f.pvc != nil {
-		var de DriverError
-		if ok, err := decodeAnnotation(f.pvc, AnnDriverError, &de); err != nil {
+		var de fleet.DriverError
+		if ok, err := fleet.DecodeAnnotation(f.pvc, fleet.AnnDriverError, &de); err != nil {
 			ev.malformed = append(ev.malformed, malformedAnnotation(f.pvc, "PersistentVolumeClaim", err))
 		} else if ok && !staleDriverError(&de, f.tap) {
 			f.drvErr = &de
@@ -89,23 +90,13 @@ func (ev *evaluation) factsOf(d *WorkerDisk) diskFacts {
 	return f
 }
 
-// goldenForFlavor is the trusted golden of a flavor (the first by name).
-func (inv *inventory) goldenForFlavor(f Flavor) *Golden {
-	for _, g := range inv.goldens {
-		if g.Flavor == f && g.Trusted() {
-			return g
-		}
-	}
-	return nil
-}
-
 func malformedAnnotation(obj interface {
 	GetNamespace() string
 	GetName() string
 	GetResourceVersion() string
-}, kind string, err error) malformedObject {
-	m := malformedObject{Kind: kind, APIVersion: "v1", Namespace: obj.GetNamespace(), Name: obj.GetName(),
-		ResourceVersion: obj.GetResourceVersion(), Err: clip(err.Error(), 300)}
+}, kind string, err error) fleet.MalformedObject {
+	m := fleet.MalformedObject{Kind: kind, APIVersion: "v1", Namespace: obj.GetNamespace(), Name: obj.GetName(),
+		ResourceVersion: obj.GetResourceVersion(), Err: fleet.Clip(err.Error(), 300)}
 	switch o := obj.(type) {
 	case *corev1.PersistentVolume:
 		m.UID = o.UID
@@ -133,7 +124,7 @@ func readRecord(pvc *corev1.PersistentVolumeClaim) (*Record, error) {
 		return nil, nil
 	}
 	var r Record
-	ok, err := decodeAnnotation(pvc, AnnCloneEvidence, &r)
+	ok, err := fleet.DecodeAnnotation(pvc, fleet.AnnCloneEvidence, &r)
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // judgeBlocked decides an unfinished clone that a definite error keeps from
@@ -25,12 +26,12 @@ import (
 // The message carries CDI's or the driver's own words.
 func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg config.Config, now time.Time) bool {
 	d := f.disk
-	if c := cdiRefusal(d); c != nil {
+	if c := fleet.CdiRefusal(d); c != nil {
 		r.Verdict = VerdictFailed
 		r.Message = fmt.Sprintf("CDI refused the clone (%s): %s", c.Reason, orNone(c.Message))
 		return true
 	}
-	if msg, since, ok := cdiCloneError(d, f.pvc); ok && f.golden != nil && f.golden.Imported() {
+	if msg, since, ok := fleet.CdiCloneError(d, f.pvc); ok && f.golden != nil && f.golden.Imported() {
 		if due := since.Add(cfg.EvidenceGrace); now.Before(due) {
 			a.recheckAt = due
 		} else {
@@ -42,7 +43,7 @@ func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg config.Config, now 
 	if goldenGone(f) {
 		r.Verdict = VerdictStuck
 		r.Message = fmt.Sprintf("golden %s does not exist and no volume was cloned from it yet: CDI waits for the source", r.Golden)
-		if c := cdiWaitsForSource(d); c != nil {
+		if c := fleet.CdiWaitsForSource(d); c != nil {
 			r.Message += " (" + c.Reason + ": " + c.Message + ")"
 		}
 		return true
@@ -50,7 +51,7 @@ func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg config.Config, now 
 	if x := failedExpansion(f.evidenceOf()); x != nil && definiteCode(x.Code) && f.volumeOf() != nil {
 		r.Verdict = VerdictStuck
 		r.Message = fmt.Sprintf("the driver refused to grow the clone's volume %s to %d bytes (%s): %s; CDI waits (phase %s)",
-			csiHandle(f.volumeOf()), x.RequiredBytes, claimText(f), r.DriverError, orNone(d.Phase))
+			fleet.CsiHandle(f.volumeOf()), x.RequiredBytes, claimText(f), r.DriverError, orNone(d.Phase))
 		return true
 	}
 	if de := f.drvErr; de != nil && de.Method == methodCreateVolume && definiteCode(de.Code) {
@@ -69,7 +70,7 @@ func goldenGone(f diskFacts) bool {
 	if f.golden != nil || f.goldenClaimExists || f.volumeOf() != nil {
 		return false
 	}
-	return f.pvc != nil || cdiWaitsForSource(f.disk) != nil
+	return f.pvc != nil || fleet.CdiWaitsForSource(f.disk) != nil
 }
 
 // claimText names the claim a volume is bound to while the disk's own claim

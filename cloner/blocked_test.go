@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -30,18 +31,18 @@ func condition(dv *cdiv1.DataVolume, typ cdiv1.DataVolumeConditionType, status c
 // pendingTarget is the disk's claim as CDI's populator path makes it:
 // Pending, no volume, clone type chosen.
 func (w *world) pendingTarget(dv *cdiv1.DataVolume) *corev1.PersistentVolumeClaim {
-	pvc, _ := w.claim(dv, testClass, requestedBytes(dv), 0, "")
-	pvc.Annotations[AnnCDICloneType] = "csi-clone"
+	pvc, _ := w.claim(dv, testClass, fleet.RequestedBytes(dv), 0, "")
+	pvc.Annotations[fleet.AnnCDICloneType] = "csi-clone"
 	return pvc
 }
 
 // tmpClaim is CDI's tmp-pvc-<target uid> in the golden's namespace, bound to
 // a volume cloned from the golden, carrying the tap's evidence.
-func (w *world) tmpClaim(target *corev1.PersistentVolumeClaim, ev *VolumeEvidence) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
-	tmp := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultGoldenNamespace, Name: cdiTmpPVCPrefix + string(target.UID)}}
-	pvc, pv := w.claim(tmp, testClass, claimRequest(target), 6*gi, "vol-tmp-"+string(target.UID))
+func (w *world) tmpClaim(target *corev1.PersistentVolumeClaim, ev *fleet.VolumeEvidence) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	tmp := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultGoldenNamespace, Name: fleet.CdiTmpPVCPrefix + string(target.UID)}}
+	pvc, pv := w.claim(tmp, testClass, fleet.ClaimRequest(target), 6*gi, "vol-tmp-"+string(target.UID))
 	if ev != nil {
-		pv.Annotations[AnnCSIEvidence] = mustJSON(ev)
+		pv.Annotations[fleet.AnnCSIEvidence] = mustJSON(ev)
 	}
 	return pvc, pv
 }
@@ -52,8 +53,8 @@ func TestCDIRefusingTheCloneIsFailedAtOnceWithCDIsWords(t *testing.T) {
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
 	dv.Status.Phase = ""
 	msg := "The clone doesn't meet the validation requirements: target resources requests storage size is smaller than the source 4294967296 < 6442450944"
-	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiReasonValidationFailed, msg, t0)
-	condition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, cdiReasonValidationFailed, msg, t0)
+	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, msg, t0)
+	condition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, msg, t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second)) // long before --stuck-after
 	r := recs["small"]
 	if r.Verdict != VerdictFailed || !strings.Contains(r.Message, "CloneValidationFailed") || !strings.Contains(r.Message, msg) {
@@ -70,8 +71,8 @@ func TestCDICloneErrorIsFailedOnceItLasts(t *testing.T) {
 	dv := w.worker("tenant-a", "quota", "p", g, 20*gi, ptrTo(testClass))
 	pvc := w.pendingTarget(dv)
 	quota := `persistentvolumeclaims "tmp-pvc-x" is forbidden: exceeded quota: golden-quota, requested: persistentvolumeclaims=1, used: persistentvolumeclaims=1, limited: persistentvolumeclaims=1`
-	pvc.Annotations[AnnCDIClonePhase], pvc.Annotations[AnnCDICloneError] = "Error", quota
-	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiReasonError, quota, t0.Add(time.Minute))
+	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", quota
+	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, quota, t0.Add(time.Minute))
 	cfg := testConfig()
 
 	// Within the grace (an update conflict clears in a moment): not yet,
@@ -98,7 +99,7 @@ func TestCloneErrorTheDataVolumeDoesNotShowIsNotFailed(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	pvc := w.pendingTarget(dv)
-	pvc.Annotations[AnnCDIClonePhase], pvc.Annotations[AnnCDICloneError] = "Error", "Operation cannot be fulfilled: the object has been modified"
+	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "Operation cannot be fulfilled: the object has been modified"
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Populator is running", "", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["d"]; r.Verdict == VerdictFailed {
@@ -114,7 +115,7 @@ func TestGoldenGoneBeforeTheCloneIsStuckAtOnce(t *testing.T) {
 	dv := w.worker("tenant-a", "mid", "p", g, 20*gi, ptrTo(testClass))
 	w.pendingTarget(dv)
 	waiting := w.worker("tenant-a", "no-claim", "p", g, 20*gi, ptrTo(testClass))
-	condition(waiting, cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiReasonWithoutSource,
+	condition(waiting, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonWithoutSource,
 		"The source pvc "+g.Name+" doesn't exist", t0)
 	notLooked := w.worker("tenant-a", "not-looked", "p", g, 20*gi, ptrTo(testClass))
 	_ = notLooked
@@ -162,7 +163,7 @@ func TestFailedExpansionOnTheTmpClaimIsResizeFailedWhileUnbound(t *testing.T) {
 	dv.Status.Phase = cdiv1.PrepClaimInProgress
 	target := w.pendingTarget(dv)
 	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
-	ev.Expansions = []Expansion{
+	ev.Expansions = []fleet.Expansion{
 		{At: t0.Add(3 * time.Second), RequiredBytes: 20 * gi, Code: "OutOfRange", Message: "pool replicated has 2147483648 bytes free, 15032385536 more requested"},
 		{At: t0.Add(5 * time.Second), RequiredBytes: 20 * gi, Code: "OutOfRange", Message: "pool replicated has 2147483648 bytes free, 15032385536 more requested"},
 	}
@@ -181,8 +182,8 @@ func TestFailedExpansionOnTheTmpClaimIsResizeFailedWhileUnbound(t *testing.T) {
 	}
 
 	// The resizer retried and the driver grew it: nothing is left of it.
-	ev.Expansions = append(ev.Expansions, Expansion{At: t0.Add(time.Minute), RequiredBytes: 20 * gi, CapacityBytes: 20 * gi, Code: "OK"})
-	tmpPV.Annotations[AnnCSIEvidence] = mustJSON(ev)
+	ev.Expansions = append(ev.Expansions, fleet.Expansion{At: t0.Add(time.Minute), RequiredBytes: 20 * gi, CapacityBytes: 20 * gi, Code: "OK"})
+	tmpPV.Annotations[fleet.AnnCSIEvidence] = mustJSON(ev)
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(2*time.Minute))
 	if r := recs["grow"]; r.Verdict != VerdictPending || len(r.BadReasons()) != 0 || r.DriverError != "" {
 		t.Fatalf("after a successful retry: %s %v %q", r.Verdict, r.BadReasons(), r.DriverError)
@@ -195,11 +196,11 @@ func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 	dv := w.worker("tenant-a", "slow", "p", g, 20*gi, ptrTo(testClass))
 	target := w.pendingTarget(dv)
 	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
-	ev.Expansions = []Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "Unavailable", Message: "try later"}}
+	ev.Expansions = []fleet.Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "Unavailable", Message: "try later"}}
 	w.tmpClaim(target, ev)
 	dv2 := w.worker("tenant-a", "hang", "p", g, 20*gi, ptrTo("local"))
 	t2 := w.pendingTarget(dv2)
-	t2.Annotations[AnnDriverError] = mustJSON(DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
+	t2.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
 		Message: "context deadline exceeded", Claim: "cozy-public/tmp-pvc-" + string(t2.UID), First: t0, Last: t0})
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
 	for _, n := range []string{"slow", "hang"} {
@@ -224,9 +225,9 @@ func TestDefiniteCreateVolumeErrorIsStuckAtOnceUntilARetrySucceeds(t *testing.T)
 	g, gpv := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "local", "p", g, 20*gi, ptrTo("local"))
 	target := w.pendingTarget(dv)
-	de := DriverError{Method: "CreateVolume", Code: "InvalidArgument", Message: "cannot clone volume g into node-local pool local",
+	de := fleet.DriverError{Method: "CreateVolume", Code: "InvalidArgument", Message: "cannot clone volume g into node-local pool local",
 		Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: t0, Last: t0.Add(time.Second)}
-	target.Annotations[AnnDriverError] = mustJSON(de)
+	target.Annotations[fleet.AnnDriverError] = mustJSON(de)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
 	r := recs["local"]
 	if r.Verdict != VerdictStuck || r.DriverError != "CreateVolume InvalidArgument: "+de.Message || !strings.Contains(r.Message, r.DriverError) {
@@ -279,8 +280,8 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 
 func TestPVCSpecGetsOnlyTheKubernetesDefault(t *testing.T) {
 	var w world
-	w.class("virt", map[string]string{AnnDefaultVirtClass: "true"}, t0)
-	w.class("k8s", map[string]string{AnnDefaultClass: "true"}, t0)
+	w.class("virt", map[string]string{fleet.AnnDefaultVirtClass: "true"}, t0)
+	w.class("k8s", map[string]string{fleet.AnnDefaultClass: "true"}, t0)
 	g, _ := w.golden(testSID, testVer)
 	pvcSpec := w.worker("tenant-a", "pvc-spec", "p", g, 20*gi, nil)
 	pvcSpec.Spec.PVC = &corev1.PersistentVolumeClaimSpec{Resources: pvcSpec.Spec.Storage.Resources}
@@ -300,10 +301,10 @@ func TestPVCSpecGetsOnlyTheKubernetesDefault(t *testing.T) {
 }
 
 func TestFallbackTextNamesCDIsEvent(t *testing.T) {
-	if got := fallbackText("No volume expansion is possible"); got != "NoVolumeExpansion: No volume expansion is possible" {
+	if got := fleet.FallbackText("No volume expansion is possible"); got != "NoVolumeExpansion: No volume expansion is possible" {
 		t.Fatalf("got %q", got)
 	}
-	if got := fallbackText("something new"); got != "something new" {
+	if got := fleet.FallbackText("something new"); got != "something new" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -318,7 +319,7 @@ func TestDriverErrorIsRemovedWhenARetrySucceeds(t *testing.T) {
 	dv := w.worker("tenant-a", "retry", "p", g, 20*gi, ptrTo(testClass))
 	target := w.pendingTarget(dv)
 	claim := "cozy-public/tmp-pvc-" + string(target.UID)
-	target.Annotations[AnnDriverError] = mustJSON(DriverError{Method: "CreateVolume", Code: "ResourceExhausted",
+	target.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: "CreateVolume", Code: "ResourceExhausted",
 		Message: "pool full", Claim: claim, First: t0, Last: t0})
 	fc := newFakeCluster(t, &w)
 	ctx := t.Context()
@@ -326,7 +327,7 @@ func TestDriverErrorIsRemovedWhenARetrySucceeds(t *testing.T) {
 	go func() { _ = c.RunEvidence(ctx) }()
 	c.Observe(createVolume("pvc-tmp", claim, gpv.Spec.CSI.VolumeHandle, 6*gi, "vol-r", t0.Add(30*time.Second)))
 	eventually(t, "the void driver error removed from the claim", func() bool {
-		_, has := fc.pvc(t, "tenant-a", "retry").Annotations[AnnDriverError]
+		_, has := fc.pvc(t, "tenant-a", "retry").Annotations[fleet.AnnDriverError]
 		return !has
 	})
 }
@@ -340,8 +341,8 @@ func TestCloneErrorWhileTheGoldenImportsIsWaiting(t *testing.T) {
 	g.Status.Phase = cdiv1.ImportInProgress
 	dv := w.worker("tenant-a", "early", "p", g, 20*gi, ptrTo(testClass))
 	pvc := w.pendingTarget(dv)
-	pvc.Annotations[AnnCDIClonePhase], pvc.Annotations[AnnCDICloneError] = "Error", "source/target size info missing"
-	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiReasonError, "source/target size info missing", t0)
+	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "source/target size info missing"
+	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "source/target size info missing", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
 	if r := recs["early"]; r.Verdict != VerdictPending || len(r.BadReasons()) != 0 {
 		t.Fatalf("got %s %v %q, want pending while the golden imports", r.Verdict, r.BadReasons(), r.Message)
@@ -354,8 +355,8 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
-	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, cdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
-	inv := buildInventory(w.objects(t), config.DefaultGoldenNamespace)
+	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
+	inv := fleet.BuildInventory(w.objects(t), config.DefaultGoldenNamespace)
 	_, bad := reportDisks(inv, judgeClaimless(inv, configAt(t0.Add(time.Minute))))
 	if len(bad) != 1 || bad[0].Verdict != VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {

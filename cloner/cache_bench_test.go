@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -58,8 +59,8 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 		for k, v := range cdiClaimAnnotations(string(dv.UID)) {
 			pvc.Annotations[k] = v
 		}
-		pvc.Annotations[AnnCloneVerdict] = VerdictCSIClone
-		pvc.Annotations[AnnCloneEvidence] = record(g.Namespace+"/"+g.Name, dv.Annotations[AnnPool], pv.Spec.CSI.VolumeHandle)
+		pvc.Annotations[fleet.AnnCloneVerdict] = VerdictCSIClone
+		pvc.Annotations[fleet.AnnCloneEvidence] = record(g.Namespace+"/"+g.Name, dv.Annotations[fleet.AnnPool], pv.Spec.CSI.VolumeHandle)
 		pvc.Labels = map[string]string{"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"}
 		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: dv.Name, UID: dv.UID}}
 		pv.Annotations["pv.kubernetes.io/provisioned-by"] = "linstor.csi.linbit.com"
@@ -115,12 +116,12 @@ func cachedBytes(b *testing.B, wire []wireDisk) float64 {
 		if err := pv.Unmarshal(d.pv); err != nil {
 			b.Fatal(err)
 		}
-		cachedDV, cachedPVC := mustTransform(cacheDataVolume(u)), mustTransform(cacheClaim(pvc))
+		cachedDV, cachedPVC := mustTransform(fleet.CacheDataVolume(u)), mustTransform(cacheClaim(pvc))
 		mustAdd(b, dvs, cachedDV)
 		mustAdd(b, pvcs, cachedPVC)
 		dataVolumeUIDs.set(cachedDV, true)
 		claimUIDs.set(cachedPVC, true)
-		mustAdd(b, pvs, mustTransform(cacheVolume(pv)))
+		mustAdd(b, pvs, mustTransform(fleet.CacheVolume(pv)))
 	}
 	held := liveHeap() - before
 	runtime.KeepAlive([]cache.Indexer{dvs, pvcs, pvs})

@@ -3,6 +3,7 @@ package cloner
 import (
 	"testing"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -11,14 +12,14 @@ import (
 // cdiCloneError takes the populator's cloneError, else the message of the
 // DataVolume's Running condition that mirrors it.
 func TestCDICloneErrorFallsBackToTheRunningCondition(t *testing.T) {
-	d := &WorkerDisk{Conditions: []CDICondition{{Type: string(cdiv1.DataVolumeRunning), Status: "False",
-		Reason: cdiReasonError, Message: "from the condition"}}}
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnCDIClonePhase: cdiClonePhaseError}}}
-	if msg, _, ok := cdiCloneError(d, pvc); !ok || msg != "from the condition" {
+	d := &fleet.WorkerDisk{Conditions: []fleet.CDICondition{{Type: string(cdiv1.DataVolumeRunning), Status: "False",
+		Reason: fleet.CdiReasonError, Message: "from the condition"}}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{fleet.AnnCDIClonePhase: fleet.CdiClonePhaseError}}}
+	if msg, _, ok := fleet.CdiCloneError(d, pvc); !ok || msg != "from the condition" {
 		t.Errorf("no cloneError annotation: %q, %v; want the condition's message", msg, ok)
 	}
-	pvc.Annotations[AnnCDICloneError] = "from the claim"
-	if msg, _, ok := cdiCloneError(d, pvc); !ok || msg != "from the claim" {
+	pvc.Annotations[fleet.AnnCDICloneError] = "from the claim"
+	if msg, _, ok := fleet.CdiCloneError(d, pvc); !ok || msg != "from the claim" {
 		t.Errorf("with a cloneError annotation: %q, %v; want the annotation", msg, ok)
 	}
 }
@@ -26,25 +27,25 @@ func TestCDICloneErrorFallsBackToTheRunningCondition(t *testing.T) {
 // cdiExplanation: the first condition, Running before Bound before Ready,
 // that is not True, carries a message and is not one every clone passes.
 func TestCDIExplanationPicksTheTellingCondition(t *testing.T) {
-	cond := func(typ cdiv1.DataVolumeConditionType, status, reason, msg string) CDICondition {
-		return CDICondition{Type: string(typ), Status: status, Reason: reason, Message: msg}
+	cond := func(typ cdiv1.DataVolumeConditionType, status, reason, msg string) fleet.CDICondition {
+		return fleet.CDICondition{Type: string(typ), Status: status, Reason: reason, Message: msg}
 	}
 	for _, tc := range []struct {
 		name  string
-		conds []CDICondition
+		conds []fleet.CDICondition
 		want  string
 	}{
 		{"nothing", nil, ""},
-		{"a true condition says nothing", []CDICondition{cond(cdiv1.DataVolumeRunning, "True", "X", "running")}, ""},
-		{"no message", []CDICondition{cond(cdiv1.DataVolumeRunning, "False", "X", "")}, ""},
-		{"a boring reason", []CDICondition{cond(cdiv1.DataVolumeRunning, "False", "Pending", "waiting")}, ""},
-		{"the telling one", []CDICondition{cond(cdiv1.DataVolumeBound, "False", "Quota", "exceeded")}, "Quota: exceeded"},
-		{"Running before Bound", []CDICondition{cond(cdiv1.DataVolumeBound, "False", "B", "bound"),
+		{"a true condition says nothing", []fleet.CDICondition{cond(cdiv1.DataVolumeRunning, "True", "X", "running")}, ""},
+		{"no message", []fleet.CDICondition{cond(cdiv1.DataVolumeRunning, "False", "X", "")}, ""},
+		{"a boring reason", []fleet.CDICondition{cond(cdiv1.DataVolumeRunning, "False", "Pending", "waiting")}, ""},
+		{"the telling one", []fleet.CDICondition{cond(cdiv1.DataVolumeBound, "False", "Quota", "exceeded")}, "Quota: exceeded"},
+		{"Running before Bound", []fleet.CDICondition{cond(cdiv1.DataVolumeBound, "False", "B", "bound"),
 			cond(cdiv1.DataVolumeRunning, "False", "R", "running")}, "R: running"},
-		{"skips the true one for the next", []CDICondition{cond(cdiv1.DataVolumeRunning, "True", "R", "running"),
+		{"skips the true one for the next", []fleet.CDICondition{cond(cdiv1.DataVolumeRunning, "True", "R", "running"),
 			cond(cdiv1.DataVolumeReady, "False", "N", "not ready")}, "N: not ready"},
 	} {
-		if got := cdiExplanation(&WorkerDisk{Conditions: tc.conds}); got != tc.want {
+		if got := fleet.CdiExplanation(&fleet.WorkerDisk{Conditions: tc.conds}); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -52,8 +53,8 @@ type hearing struct {
 }
 
 // hearingOf is the controller's record of what it heard of a disk.
-func (c *Controller) hearingOf(now time.Time) func(d *WorkerDisk) hearing {
-	return func(d *WorkerDisk) hearing {
+func (c *Controller) hearingOf(now time.Time) func(d *fleet.WorkerDisk) hearing {
+	return func(d *fleet.WorkerDisk) hearing {
 		c.mu.Lock()
 		h, ok := c.heard[d.Namespace+"/"+d.Name]
 		c.mu.Unlock()
@@ -86,7 +87,7 @@ func (c *Controller) hearCDI(ctx context.Context, ev *evaluation, now time.Time)
 		c.mu.Lock()
 		c.heard[a.disk.Namespace+"/"+a.disk.Name] = h
 		c.mu.Unlock()
-		*a = judge(ev.factsOf(a.disk), c.cfg, now, ev.inv.snapshotOf)
+		*a = judge(ev.factsOf(a.disk), c.cfg, now, ev.inv.SnapshotOf)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -133,7 +134,7 @@ func (c *Controller) readWarnings(ctx context.Context, f diskFacts) []heardEvent
 }
 
 func ownEvent(e *corev1.Event) bool {
-	return e.Source.Component == eventSourceComponent || e.ReportingController == eventSourceComponent
+	return e.Source.Component == fleet.EventSourceComponent || e.ReportingController == fleet.EventSourceComponent
 }
 
 // latestDistinct keeps the newest event of each reason and message (a
@@ -144,7 +145,7 @@ func latestDistinct(evs []corev1.Event) []heardEvent {
 	var out []heardEvent
 	seen := map[heardEvent]bool{}
 	for _, e := range evs {
-		h := heardEvent{Reason: e.Reason, Message: clip(withoutCopyPrefix(e.Message), maxMessageBytes)}
+		h := heardEvent{Reason: e.Reason, Message: fleet.Clip(withoutCopyPrefix(e.Message), fleet.MaxMessageBytes)}
 		if seen[h] {
 			continue
 		}
@@ -160,7 +161,7 @@ func latestDistinct(evs []corev1.Event) []heardEvent {
 // withoutCopyPrefix drops the "[tmp-pvc-<uid>] : " CDI puts before the
 // events it copies from the tmp-pvc onto the target claim.
 func withoutCopyPrefix(msg string) string {
-	if rest, ok := strings.CutPrefix(msg, "["+cdiTmpPVCPrefix); ok {
+	if rest, ok := strings.CutPrefix(msg, "["+fleet.CdiTmpPVCPrefix); ok {
 		if _, after, found := strings.Cut(rest, "] : "); found {
 			return after
 		}

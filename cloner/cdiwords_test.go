@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,7 +51,7 @@ func TestStuckVerdictQuotesCDIsWarningEvents(t *testing.T) {
 		event(tmp.Namespace, tmp.Name, tmp.UID, corev1.EventTypeWarning, "ProvisioningFailed", "csi-provisioner", full, t0.Add(time.Minute)),
 		event("tenant-a", "held", target.UID, corev1.EventTypeNormal, "Provisioning", "csi-provisioner", "just so", t0.Add(4*time.Minute)),
 		event("tenant-a", "held", dv.UID, corev1.EventTypeWarning, "ErrClaimNotValid", "datavolume-pvc-clone-controller", "claim says no", t0),
-		event("tenant-a", "held", dv.UID, corev1.EventTypeWarning, "CloneStuck", eventSourceComponent, "ours", t0.Add(5*time.Minute)),
+		event("tenant-a", "held", dv.UID, corev1.EventTypeWarning, "CloneStuck", fleet.EventSourceComponent, "ours", t0.Add(5*time.Minute)),
 	} {
 		if _, err := fc.kube.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,8 +44,8 @@ func newFakeCluster(t *testing.T, w *world) *fakeCluster {
 	}
 	kube := kubefake.NewSimpleClientset(kubeObjs...)
 	kube.Resources = []*metav1.APIResourceList{
-		{GroupVersion: DataVolumeGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "datavolumes", Namespaced: true, Kind: "DataVolume"}}},
-		{GroupVersion: VolumeSnapshotContentGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "volumesnapshotcontents", Kind: "VolumeSnapshotContent"}}},
+		{GroupVersion: fleet.DataVolumeGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "datavolumes", Namespaced: true, Kind: "DataVolume"}}},
+		{GroupVersion: fleet.VolumeSnapshotContentGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "volumesnapshotcontents", Kind: "VolumeSnapshotContent"}}},
 	}
 	enforceResourceVersion(kube, "configmaps")
 	var dynObjs []runtime.Object
@@ -55,7 +56,7 @@ func newFakeCluster(t *testing.T, w *world) *fakeCluster {
 		dynObjs = append(dynObjs, u)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		DataVolumeGVR: "DataVolumeList", VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
+		fleet.DataVolumeGVR: "DataVolumeList", fleet.VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
 		StorageProfileGVR: "StorageProfileList", CDIGVR: "CDIList", CDIConfigGVR: "CDIConfigList", DataSourceGVR: "DataSourceList", VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
 	}, dynObjs...)
 	return &fakeCluster{kube: kube, dyn: dyn}
@@ -148,17 +149,17 @@ func (fc *fakeCluster) settle(t *testing.T, c *Controller) {
 	eventually(t, "caches caught up", func() bool {
 		pvcs, _ := fc.kube.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
 		pvs, _ := fc.kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		dvs, _ := fc.dyn.Resource(DataVolumeGVR).List(ctx, metav1.ListOptions{})
+		dvs, _ := fc.dyn.Resource(fleet.DataVolumeGVR).List(ctx, metav1.ListOptions{})
 		var wantPVC, wantPV, wantDV []any
 		// The caches hold what the informers' transforms keep.
 		for i := range pvcs.Items {
 			wantPVC = append(wantPVC, mustTransform(cacheClaim(&pvcs.Items[i])))
 		}
 		for i := range pvs.Items {
-			wantPV = append(wantPV, mustTransform(cacheVolume(&pvs.Items[i])))
+			wantPV = append(wantPV, mustTransform(fleet.CacheVolume(&pvs.Items[i])))
 		}
 		for i := range dvs.Items {
-			wantDV = append(wantDV, mustTransform(cacheDataVolume(&dvs.Items[i])))
+			wantDV = append(wantDV, mustTransform(fleet.CacheDataVolume(&dvs.Items[i])))
 		}
 		return sameObjects(c.pvcInf.GetStore().List(), wantPVC) && sameObjects(c.pvInf.GetStore().List(), wantPV) &&
 			sameObjects((*c.dvInf.Load()).GetStore().List(), wantDV)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -43,7 +44,7 @@ type Controller struct {
 	obs     chan sidecar.Observation
 	dropped atomic.Int64
 	expired atomic.Int64
-	book    *evidenceBook
+	book    *fleet.EvidenceBook
 
 	started  atomic.Bool
 	coreSync []cache.InformerSynced
@@ -119,7 +120,7 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	return &Controller{
 		cfg: cfg, clients: clients,
 		obs:       make(chan sidecar.Observation, cfg.EvidenceQueue),
-		book:      newEvidenceBook(cfg.EvidenceTTL),
+		book:      fleet.NewEvidenceBook(cfg.EvidenceTTL),
 		dvReady:   make(chan struct{}),
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
 		wake:            make(chan struct{}, 1),
@@ -174,7 +175,7 @@ func (c *Controller) Start(ctx context.Context) {
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
 	must(c.pvcInf.SetTransform(cacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
-	must(c.pvInf.SetTransform(cacheVolumeFor(c.cfg.GoldenNamespace)))
+	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespace)))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
 	c.claimUIDs.track(c.pvcInf)
 	c.watchForVerdicts()
@@ -203,16 +204,16 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
-		if c.vscInf.Load() == nil && c.served(VolumeSnapshotContentGVR) {
-			inf := f.ForResource(VolumeSnapshotContentGVR).Informer()
-			must(inf.SetTransform(cacheUnstructured))
+		if c.vscInf.Load() == nil && c.served(fleet.VolumeSnapshotContentGVR) {
+			inf := f.ForResource(fleet.VolumeSnapshotContentGVR).Informer()
+			must(inf.SetTransform(fleet.CacheUnstructured))
 			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: snapshotHandleIndex}))
 			c.vscInf.Store(&inf)
 			f.Start(ctx.Done())
 		}
-		if c.dvInf.Load() == nil && c.served(DataVolumeGVR) {
-			inf := f.ForResource(DataVolumeGVR).Informer()
-			must(inf.SetTransform(cacheDataVolume))
+		if c.dvInf.Load() == nil && c.served(fleet.DataVolumeGVR) {
+			inf := f.ForResource(fleet.DataVolumeGVR).Informer()
+			must(inf.SetTransform(fleet.CacheDataVolume))
 			must(inf.AddIndexers(c.dataVolumeIndexers()))
 			onEvent(inf, c.dataVolumeChanged)
 			c.dataVolumeUIDs.track(inf)
@@ -228,7 +229,7 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 			return
 		}
 		if c.dvInf.Load() == nil {
-			klog.V(2).InfoS("DataVolumes are not served yet (is CDI installed?); verdicts wait", "resource", DataVolumeGVR.String())
+			klog.V(2).InfoS("DataVolumes are not served yet (is CDI installed?); verdicts wait", "resource", fleet.DataVolumeGVR.String())
 		}
 		select {
 		case <-ctx.Done():
@@ -257,7 +258,7 @@ func (c *Controller) served(gvr schema.GroupVersionResource) bool {
 // others are indexed (pvByHandle).
 func pvHandleIndex(obj any) ([]string, error) {
 	if pv, ok := obj.(*corev1.PersistentVolume); ok {
-		if h := csiHandle(pv); h != "" && h != pv.Name {
+		if h := fleet.CsiHandle(pv); h != "" && h != pv.Name {
 			return []string{h}, nil
 		}
 	}

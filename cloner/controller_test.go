@@ -15,6 +15,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -27,7 +28,7 @@ func (c *clock) now() time.Time   { return time.Unix(0, c.ns.Load()).UTC() }
 
 func (fc *fakeCluster) putDV(t *testing.T, dv *cdiv1.DataVolume) {
 	t.Helper()
-	if _, err := fc.dyn.Resource(DataVolumeGVR).Namespace(dv.Namespace).Update(context.Background(), toUnstructured(t, dv), metav1.UpdateOptions{}); err != nil {
+	if _, err := fc.dyn.Resource(fleet.DataVolumeGVR).Namespace(dv.Namespace).Update(context.Background(), toUnstructured(t, dv), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -43,7 +44,7 @@ func createVolume(name, claim, src string, size int64, volID string, at time.Tim
 	ns, n, _ := strings.Cut(claim, "/")
 	return sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: at, End: at.Add(time.Second), Code: codes.OK,
 		Request: sidecar.Request{Name: name, RequiredBytes: size, SourceVolumeID: src, Block: true,
-			Parameters: map[string]string{ParamPVCName: n, ParamPVCNamespace: ns, "password": "hunter2"}},
+			Parameters: map[string]string{fleet.ParamPVCName: n, fleet.ParamPVCNamespace: ns, "password": "hunter2"}},
 		Response: sidecar.Response{VolumeID: volID, CapacityBytes: size}}
 }
 
@@ -81,11 +82,11 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var ev VolumeEvidence
+	var ev fleet.VolumeEvidence
 	eventually(t, "evidence on the PV", func() bool {
 		got, err := fc.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-tmp1", metav1.GetOptions{})
-		ok, _ := decodeAnnotation(got, AnnCSIEvidence, &ev)
-		return err == nil && ok && len(ev.Expansions) == 1 && ev.created()
+		ok, _ := fleet.DecodeAnnotation(got, fleet.AnnCSIEvidence, &ev)
+		return err == nil && ok && len(ev.Expansions) == 1 && ev.CreateSeen()
 	})
 	if ev.SourceVolume != gpv.Spec.CSI.VolumeHandle || ev.Claim != "cozy-public/tmp-pvc-"+string(target.UID) {
 		t.Fatalf("evidence %+v", ev)
@@ -94,7 +95,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 	// CDI rebinds the PV to the target and finishes.
 	target.Spec.VolumeName, target.Status.Phase = "pvc-tmp1", corev1.ClaimBound
 	target.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: qty(20 * gi)}
-	target.Annotations[AnnCDICloneType] = "csi-clone"
+	target.Annotations[fleet.AnnCDICloneType] = "csi-clone"
 	fc.putPVC(t, target)
 	succeed(dv, t0.Add(time.Minute))
 	fc.putDV(t, dv)
@@ -106,7 +107,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 	if r.Verdict != VerdictCSIClone || r.Source != SourceCSITap || len(r.BadReasons()) != 0 {
 		t.Fatalf("record %+v", r)
 	}
-	if v := fc.pvc(t, "tenant-a", "md0-0").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+	if v := fc.pvc(t, "tenant-a", "md0-0").Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
 		t.Fatalf("verdict annotation %q", v)
 	}
 	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
@@ -122,7 +123,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 
 	// SIGKILL and restart: nothing in memory survives, nothing changes.
 	cancel()
-	before := fc.pvc(t, "tenant-a", "md0-0").Annotations[AnnCloneEvidence]
+	before := fc.pvc(t, "tenant-a", "md0-0").Annotations[fleet.AnnCloneEvidence]
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	c2 := fc.controller(t, ctx2, cfg)
@@ -132,7 +133,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 		}
 	}
 	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
-	if after := fc.pvc(t, "tenant-a", "md0-0").Annotations[AnnCloneEvidence]; after != before {
+	if after := fc.pvc(t, "tenant-a", "md0-0").Annotations[fleet.AnnCloneEvidence]; after != before {
 		t.Fatalf("restart rewrote the record:\n%s\n%s", before, after)
 	}
 	if s := c2.Snapshot(); !s.Leader || len(s.Flavors) != 1 || s.Flavors[0].FetchesAvoided != 1 {
@@ -142,7 +143,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 
 func assertTotals(t *testing.T, l *Ledger, want FlavorTotals) {
 	t.Helper()
-	got := l.Flavors[Flavor{testSID, testVer}.Key()]
+	got := l.Flavors[fleet.Flavor{SchematicID: testSID, Version: testVer}.Key()]
 	if got == nil || *got != want {
 		t.Fatalf("ledger totals %+v, want %+v", got, want)
 	}
@@ -195,7 +196,7 @@ func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
 	assertTotals(t, fc.ledger(t, cfg), want)
 
 	// A restarted controller and a deleted disk change no total.
-	if err := fc.dyn.Resource(DataVolumeGVR).Namespace("tenant-a").Delete(ctx, "d1", metav1.DeleteOptions{}); err != nil {
+	if err := fc.dyn.Resource(fleet.DataVolumeGVR).Namespace("tenant-a").Delete(ctx, "d1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c := fc.controller(t, ctx, cfg)

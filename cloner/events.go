@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,8 +25,8 @@ type eventTarget struct {
 	UID                               types.UID
 }
 
-func dataVolumeTarget(d *WorkerDisk) eventTarget {
-	return eventTarget{APIVersion: DataVolumeGVR.GroupVersion().String(), Kind: "DataVolume",
+func dataVolumeTarget(d *fleet.WorkerDisk) eventTarget {
+	return eventTarget{APIVersion: fleet.DataVolumeGVR.GroupVersion().String(), Kind: "DataVolume",
 		Namespace: d.Namespace, Name: d.Name, UID: d.UID}
 }
 
@@ -54,8 +55,8 @@ func (c *Controller) warn(ctx context.Context, t eventTarget, reason, occasion, 
 		ObjectMeta: metav1.ObjectMeta{Name: key, Namespace: ns},
 		InvolvedObject: corev1.ObjectReference{APIVersion: t.APIVersion, Kind: t.Kind,
 			Namespace: t.Namespace, Name: t.Name, UID: t.UID},
-		Reason: reason, Message: clip(message, maxEventMessage), Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: eventSourceComponent},
+		Reason: reason, Message: fleet.Clip(message, maxEventMessage), Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: fleet.EventSourceComponent},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	_, err := c.clients.Kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
@@ -93,7 +94,7 @@ func newMalformedTracker() *malformedTracker {
 }
 
 // add records an object; it reports whether it is new.
-func (m *malformedTracker) add(o malformedObject) bool {
+func (m *malformedTracker) add(o fleet.MalformedObject) bool {
 	key := fmt.Sprintf("%s/%s/%s/%s/%s", o.Kind, o.Namespace, o.Name, o.UID, o.ResourceVersion)
 	if m.seen[key] {
 		return false

@@ -12,6 +12,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -21,7 +22,7 @@ func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	copied := w.worker("tenant-a", "copied", "p", g, 20*gi, ptrTo(testClass))
 	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, nil)
-	pvc.Annotations[AnnCDIFallbackReason] = "different volume modes"
+	pvc.Annotations[fleet.AnnCDIFallbackReason] = "different volume modes"
 	ghost := &cdiv1.DataVolume{}
 	ghost.Namespace, ghost.Name = config.DefaultGoldenNamespace, goldenName("abc", "v1.0.0")
 	w.worker("tenant-a", "orphan", "p", ghost, 20*gi, ptrTo(testClass)) // no PVC: nothing to persist on
@@ -103,15 +104,15 @@ func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
 		replica.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: t0, End: t0.Add(time.Duration(i) * time.Second),
 			Code: codes.DeadlineExceeded, Message: "context deadline exceeded",
 			Request: sidecar.Request{Name: "pvc-tmp9", Parameters: map[string]string{
-				ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public"}}})
+				fleet.ParamPVCName: "tmp-pvc-" + string(target.UID), fleet.ParamPVCNamespace: "cozy-public"}}})
 	}
 	// A repeated error is rewritten at most once per driverErrorRefresh:
 	// past it, the annotation counts every attempt however the three
 	// observations were batched.
-	clk.set(t0.Add(time.Minute + driverErrorRefresh + time.Second))
-	var de DriverError
+	clk.set(t0.Add(time.Minute + fleet.DriverErrorRefresh + time.Second))
+	var de fleet.DriverError
 	eventually(t, "driver error on the target PVC", func() bool {
-		ok, _ := decodeAnnotation(fc.pvc(t, "tenant-a", "local-0"), AnnDriverError, &de)
+		ok, _ := fleet.DecodeAnnotation(fc.pvc(t, "tenant-a", "local-0"), fleet.AnnDriverError, &de)
 		return ok && de.Attempts == 3
 	})
 	if de.Code != "DeadlineExceeded" || de.Claim != "cozy-public/tmp-pvc-"+string(target.UID) {
@@ -138,7 +139,7 @@ func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	good := w.worker("tenant-a", "good", "p", g, 20*gi, ptrTo(testClass))
 	_, pv := w.cloned(good, testClass, "csi-clone", 20*gi, nil)
-	pv.Annotations[AnnCSIEvidence] = "{not json"
+	pv.Annotations[fleet.AnnCSIEvidence] = "{not json"
 	w.raw = append(w.raw, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
 		"metadata": map[string]any{"name": "broken", "namespace": "tenant-x", "uid": "broken-uid"},
@@ -230,16 +231,16 @@ func TestEvidenceFromTwoReplicasMergesOnThePV(t *testing.T) {
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	read := func() VolumeEvidence {
-		var ev VolumeEvidence
+	read := func() fleet.VolumeEvidence {
+		var ev fleet.VolumeEvidence
 		got, _ := fc.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-1", metav1.GetOptions{})
-		_, _ = decodeAnnotation(got, AnnCSIEvidence, &ev)
+		_, _ = fleet.DecodeAnnotation(got, fleet.AnnCSIEvidence, &ev)
 		return ev
 	}
-	eventually(t, "create evidence", func() bool { ev := read(); return ev.created() })
+	eventually(t, "create evidence", func() bool { ev := read(); return ev.CreateSeen() })
 	// After a provisioner/resizer failover the expansion reaches the other replica.
 	b.Observe(expandVolume("vol-1", 20*gi, t0.Add(10*time.Second)))
-	eventually(t, "merged evidence", func() bool { ev := read(); return ev.created() && len(ev.Expansions) == 1 })
+	eventually(t, "merged evidence", func() bool { ev := read(); return ev.CreateSeen() && len(ev.Expansions) == 1 })
 	if ev := read(); ev.SourceVolume != "golden-vol" || ev.Expansions[0].CapacityBytes != 20*gi {
 		t.Fatalf("evidence %+v", ev)
 	}

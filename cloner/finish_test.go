@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -49,8 +50,8 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 		t.Fatalf("RunEvidence = %v after finishing", err)
 	}
 	got, err := fc.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-late", metav1.GetOptions{})
-	var ev VolumeEvidence
-	if ok, _ := decodeAnnotation(got, AnnCSIEvidence, &ev); err != nil || !ok || ev.Name != "pvc-late" {
+	var ev fleet.VolumeEvidence
+	if ok, _ := fleet.DecodeAnnotation(got, fleet.AnnCSIEvidence, &ev); err != nil || !ok || ev.Name != "pvc-late" {
 		t.Fatalf("PV after FinishEvidence: evidence %+v (%v); want the CreateVolume of pvc-late", ev, err)
 	}
 
@@ -86,7 +87,7 @@ func TestFinishEvidenceDoesNotWaitForStaleEvidence(t *testing.T) {
 	if err := c.FinishEvidence(fctx); err != nil {
 		t.Fatalf("FinishEvidence with only stale evidence waiting = %v; want nil at once", err)
 	}
-	if n := c.book.volumesSeenSince(time.Time{}); n != 1 {
+	if n := c.book.VolumesSeenSince(time.Time{}); n != 1 {
 		t.Fatalf("volumes waiting for a PV after the finish: %d, want the stale one kept (1)", n)
 	}
 }

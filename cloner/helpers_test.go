@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -113,18 +114,18 @@ func (w *world) claim(dv *cdiv1.DataVolume, class string, request, capacity int6
 // golden adds an imported golden of 6Gi on class testClass.
 func (w *world) golden(sid, ver string) (*cdiv1.DataVolume, *corev1.PersistentVolume) {
 	dv := w.dataVolume(config.DefaultGoldenNamespace, goldenName(sid, ver), 6*gi, ptrTo(testClass))
-	dv.Annotations[AnnSchematicID], dv.Annotations[AnnTalosVersion] = sid, ver
+	dv.Annotations[fleet.AnnSchematicID], dv.Annotations[fleet.AnnTalosVersion] = sid, ver
 	dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{
 		URL: "https://factory.talos.dev/image/" + sid + "/" + ver + "/openstack-amd64.raw.xz"}}
 	succeed(dv, t0.Add(-time.Hour))
-	_, pv := w.claim(dv, testClass, 6*gi, 6*gi, "golden-vol-"+clip(sid, 8)+"-"+ver)
+	_, pv := w.claim(dv, testClass, 6*gi, 6*gi, "golden-vol-"+fleet.Clip(sid, 8)+"-"+ver)
 	return dv, pv
 }
 
 // worker adds a worker disk DataVolume cloning golden g.
 func (w *world) worker(ns, name, pool string, g *cdiv1.DataVolume, size int64, class *string) *cdiv1.DataVolume {
 	dv := w.dataVolume(ns, name, size, class)
-	dv.Annotations[AnnGolden], dv.Annotations[AnnPool] = g.Name, pool
+	dv.Annotations[fleet.AnnGolden], dv.Annotations[fleet.AnnPool] = g.Name, pool
 	dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: g.Namespace, Name: g.Name}}
 	dv.Status.Phase = cdiv1.CloneScheduled
 	return dv
@@ -132,36 +133,36 @@ func (w *world) worker(ns, name, pool string, g *cdiv1.DataVolume, size int64, c
 
 // cloned finishes a worker as CDI does: claim bound to a volume, cloneType
 // annotated, optional tap evidence on the PV.
-func (w *world) cloned(dv *cdiv1.DataVolume, class, cloneType string, capacity int64, ev *VolumeEvidence) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+func (w *world) cloned(dv *cdiv1.DataVolume, class, cloneType string, capacity int64, ev *fleet.VolumeEvidence) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	succeed(dv, t0.Add(time.Minute))
-	pvc, pv := w.claim(dv, class, requestedBytes(dv), capacity, "vol-"+dv.Name)
+	pvc, pv := w.claim(dv, class, fleet.RequestedBytes(dv), capacity, "vol-"+dv.Name)
 	if cloneType != "" {
-		pvc.Annotations[AnnCDICloneType] = cloneType
+		pvc.Annotations[fleet.AnnCDICloneType] = cloneType
 	}
 	if ev != nil {
-		pv.Annotations[AnnCSIEvidence] = mustJSON(ev)
+		pv.Annotations[fleet.AnnCSIEvidence] = mustJSON(ev)
 	}
 	return pvc, pv
 }
 
 // tapClone is the evidence of a CSI clone of src grown to size.
-func tapClone(src string, from, size int64) *VolumeEvidence {
-	ev := &VolumeEvidence{Name: "pvc-x", Claim: "cozy-public/tmp-pvc-x", FirstAttempt: t0, Created: t0.Add(2 * time.Second),
+func tapClone(src string, from, size int64) *fleet.VolumeEvidence {
+	ev := &fleet.VolumeEvidence{Name: "pvc-x", Claim: "cozy-public/tmp-pvc-x", FirstAttempt: t0, Created: t0.Add(2 * time.Second),
 		Attempts: 1, RequiredBytes: from, CapacityBytes: from, SourceVolume: src, Block: true}
 	if size > from {
-		ev.Expansions = []Expansion{{At: t0.Add(5 * time.Second), RequiredBytes: size, CapacityBytes: size, Code: "OK"}}
+		ev.Expansions = []fleet.Expansion{{At: t0.Add(5 * time.Second), RequiredBytes: size, CapacityBytes: size, Code: "OK"}}
 	}
 	return ev
 }
 
-func (w *world) objects(t *testing.T) objects {
+func (w *world) objects(t *testing.T) fleet.Objects {
 	t.Helper()
-	o := objects{Claims: w.pvcs, Volumes: w.pvs, Classes: w.scs, SnapshotContents: w.vscs}
+	o := fleet.Objects{Claims: w.pvcs, Volumes: w.pvs, Classes: w.scs, SnapshotContents: w.vscs}
 	for _, dv := range w.dvs {
-		o.DataVolumes = append(o.DataVolumes, readDataVolume(toUnstructured(t, dv)))
+		o.DataVolumes = append(o.DataVolumes, fleet.ReadDataVolume(toUnstructured(t, dv)))
 	}
 	for _, u := range w.raw {
-		o.DataVolumes = append(o.DataVolumes, readDataVolume(u))
+		o.DataVolumes = append(o.DataVolumes, fleet.ReadDataVolume(u))
 	}
 	return o
 }
@@ -178,7 +179,7 @@ func toUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured
 // judgeAll evaluates the world at now with cfg and returns records by DV name.
 func (w *world) judgeAll(t *testing.T, cfg config.Config, now time.Time) (map[string]*Record, *evaluation) {
 	t.Helper()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	ev := evaluate(inv, cfg, now)
 	out := map[string]*Record{}
 	for _, a := range ev.assessments {

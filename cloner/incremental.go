@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -31,7 +32,7 @@ type judgedDisk struct {
 	namespace, pool string
 	kind            string
 	goldenRef       types.NamespacedName
-	flavor          Flavor
+	flavor          fleet.Flavor
 	verdict         string
 	badReasons      []string
 	class           string // a clone's resolved class, "" otherwise
@@ -43,9 +44,9 @@ type judgedDisk struct {
 // dataVolumeIndexers index the DataVolume cache for the joins from a
 // changed PVC, PV or golden back to the disks it touches.
 func (c *Controller) dataVolumeIndexers() cache.Indexers {
-	one := func(f func(*cachedDataVolume) string) cache.IndexFunc {
+	one := func(f func(*fleet.CachedDataVolume) string) cache.IndexFunc {
 		return func(obj any) ([]string, error) {
-			if dv, ok := obj.(*cachedDataVolume); ok && dv.readErr == "" {
+			if dv, ok := obj.(*fleet.CachedDataVolume); ok && dv.ReadErr == "" {
 				if k := f(dv); k != "" {
 					return []string{k}, nil
 				}
@@ -56,13 +57,13 @@ func (c *Controller) dataVolumeIndexers() cache.Indexers {
 	return cache.Indexers{
 		// Sparse: CDI names a DataVolume's PVC after it, and a store
 		// lookup finds those; only the others are indexed (dataVolumesOf).
-		indexByClaim: one(func(dv *cachedDataVolume) string {
-			if claim := claimName(&dv.DataVolume); claim != dv.Name {
+		indexByClaim: one(func(dv *fleet.CachedDataVolume) string {
+			if claim := fleet.ClaimName(&dv.DataVolume); claim != dv.Name {
 				return dv.Namespace + "/" + claim
 			}
 			return ""
 		}),
-		indexByGolden: one(func(dv *cachedDataVolume) string {
+		indexByGolden: one(func(dv *fleet.CachedDataVolume) string {
 			if src := dv.Spec.Source; src != nil && src.PVC != nil {
 				ns := src.PVC.Namespace
 				if ns == "" {
@@ -70,14 +71,14 @@ func (c *Controller) dataVolumeIndexers() cache.Indexers {
 				}
 				return ns + "/" + src.PVC.Name
 			}
-			if ann := dv.Annotations[AnnGolden]; ann != "" {
-				return goldenAnnotationRef(ann, c.cfg.GoldenNamespace).String()
+			if ann := dv.Annotations[fleet.AnnGolden]; ann != "" {
+				return fleet.GoldenAnnotationRef(ann, c.cfg.GoldenNamespace).String()
 			}
 			return ""
 		}),
-		indexByFlavor: one(func(dv *cachedDataVolume) string {
+		indexByFlavor: one(func(dv *fleet.CachedDataVolume) string {
 			if src := dv.Spec.Source; src != nil && src.HTTP != nil {
-				if f, ok := factoryFlavor(src.HTTP.URL); ok {
+				if f, ok := fleet.FactoryFlavor(src.HTTP.URL); ok {
 					return f.Key()
 				}
 			}
@@ -120,9 +121,9 @@ func sameButVersion(old, cur any) bool {
 	case *corev1.PersistentVolume:
 		c, ok := cur.(*corev1.PersistentVolume)
 		return ok && equalButVersion(*o, *c)
-	case *cachedDataVolume:
-		c, ok := cur.(*cachedDataVolume)
-		return ok && o.readErr == c.readErr && equalButVersion(o.DataVolume, c.DataVolume)
+	case *fleet.CachedDataVolume:
+		c, ok := cur.(*fleet.CachedDataVolume)
+		return ok && o.ReadErr == c.ReadErr && equalButVersion(o.DataVolume, c.DataVolume)
 	}
 	return false
 }
@@ -176,7 +177,7 @@ func (c *Controller) claimChanged(key string) {
 func dataVolumesOf(idx cache.Indexer, key string) []any {
 	objs, _ := idx.ByIndex(indexByClaim, key)
 	if o, ok, _ := idx.GetByKey(key); ok {
-		if dv := o.(*cachedDataVolume); dv.readErr == "" && claimName(&dv.DataVolume) == dv.Name {
+		if dv := o.(*fleet.CachedDataVolume); dv.ReadErr == "" && fleet.ClaimName(&dv.DataVolume) == dv.Name {
 			objs = append(objs, o)
 		}
 	}
@@ -186,7 +187,7 @@ func dataVolumesOf(idx cache.Indexer, key string) []any {
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
 // the claim key, when key is such a tmp-pvc in the golden namespace.
 func (c *Controller) cloneTarget(key string) (string, bool) {
-	uid, ok := strings.CutPrefix(key, c.cfg.GoldenNamespace+"/"+cdiTmpPVCPrefix)
+	uid, ok := strings.CutPrefix(key, c.cfg.GoldenNamespace+"/"+fleet.CdiTmpPVCPrefix)
 	if !ok || uid == "" {
 		return "", false
 	}
@@ -209,7 +210,7 @@ func (c *Controller) dataVolumeChanged(obj any) {
 		if p := c.dvInf.Load(); p != nil {
 			idx := (*p).GetIndexer()
 			users, _ := idx.IndexKeys(indexByGolden, keys[0])
-			f, _ := goldenFlavor(m.GetName(), m.GetAnnotations())
+			f, _ := fleet.GoldenFlavor(m.GetName(), m.GetAnnotations())
 			imports, _ := idx.IndexKeys(indexByFlavor, f.Key())
 			keys = append(append(keys, users...), imports...)
 		}
@@ -266,7 +267,7 @@ func (c *Controller) takeDue(now time.Time) (keys []string, full, more bool) {
 
 // storeInventory is the catalog and the given DataVolumes, joined through
 // the informers' stores.
-func (c *Controller) storeInventory(keys []string) *inventory {
+func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 	var classes []*storagev1.StorageClass
 	for _, x := range c.scInf.GetStore().List() {
 		classes = append(classes, x.(*storagev1.StorageClass))
@@ -275,22 +276,22 @@ func (c *Controller) storeInventory(keys []string) *inventory {
 	if p := c.vscInf.Load(); p != nil {
 		vscs = (*p).GetStore().List()
 	}
-	inv := newInventory(classes, unstructuredList(vscs), c.claim, c.volume)
+	inv := fleet.NewInventory(classes, unstructuredList(vscs), c.claim, c.volume)
 	idx := (*c.dvInf.Load()).GetIndexer()
-	var dvs []*cachedDataVolume
+	var dvs []*fleet.CachedDataVolume
 	seen := map[string]bool{}
 	goldens, _ := idx.ByIndex(cache.NamespaceIndex, c.cfg.GoldenNamespace)
 	for _, o := range goldens {
-		dv := o.(*cachedDataVolume)
+		dv := o.(*fleet.CachedDataVolume)
 		seen[dv.Namespace+"/"+dv.Name] = true
 		dvs = append(dvs, dv)
 	}
 	for _, k := range keys {
 		if o, ok, _ := idx.GetByKey(k); ok && !seen[k] {
-			dvs = append(dvs, o.(*cachedDataVolume))
+			dvs = append(dvs, o.(*fleet.CachedDataVolume))
 		}
 	}
-	inv.addDataVolumes(dvs, c.cfg.GoldenNamespace)
+	inv.AddDataVolumes(dvs, c.cfg.GoldenNamespace)
 	return inv
 }
 
@@ -324,9 +325,9 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 		d := a.disk
 		k := d.Namespace + "/" + d.Name
 		j := judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
-			flavor: Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}, verdict: a.record.Verdict,
+			flavor: fleet.Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}, verdict: a.record.Verdict,
 			badReasons: a.record.BadReasons()}
-		if d.Kind == DiskClone {
+		if d.Kind == fleet.DiskClone {
 			j.class = a.record.Class
 		}
 		j.predictionChecked, j.predictionRight = checkPrediction(a.record)

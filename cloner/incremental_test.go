@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -39,7 +40,7 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	if got := c.judgedCount.Load(); got < n {
 		t.Fatalf("first pass judged %d disks, want %d", got, n)
 	}
-	if v := fc.pvc(t, "tenant-a", "d39").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+	if v := fc.pvc(t, "tenant-a", "d39").Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
 		t.Fatalf("first pass wrote verdict %q, want %s", v, VerdictCSIClone)
 	}
 	// The verdict writes come back as PVC events: judge what they make due.
@@ -61,7 +62,7 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	if got := settled() - before; got < 1 || got > 6 {
 		t.Fatalf("one disk's claim, volume and DataVolume changing re-judged %d disks, want 1 per event (at most 6)", got)
 	}
-	if v := fc.pvc(t, "tenant-a", "d00").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+	if v := fc.pvc(t, "tenant-a", "d00").Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
 		t.Fatalf("the changed disk's verdict is %q, want %s", v, VerdictCSIClone)
 	}
 
@@ -123,7 +124,7 @@ func TestAFullPassGoesInChunks(t *testing.T) {
 		t.Errorf("passes judged %v, want %d disks (and the golden) in chunks of %d", passes, n, chunk)
 	}
 	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
 			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
 		}
 	}
@@ -183,7 +184,7 @@ func barrier(t *testing.T, ctx context.Context, fc *fakeCluster, c *Controller, 
 	key := barrierNamespace + "/" + name
 	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: barrierNamespace, Name: name}}
-	if _, err := fc.dyn.Resource(DataVolumeGVR).Namespace(barrierNamespace).Create(ctx, toUnstructured(t, dv), metav1.CreateOptions{}); err != nil {
+	if _, err := fc.dyn.Resource(fleet.DataVolumeGVR).Namespace(barrierNamespace).Create(ctx, toUnstructured(t, dv), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	takeDue(t, c, key, "DataVolume")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -304,9 +305,9 @@ func (l *Ledger) add(o *Ledger, marks bool) {
 }
 
 // splitFlavorKey undoes Flavor.Key.
-func splitFlavorKey(k string) Flavor {
+func splitFlavorKey(k string) fleet.Flavor {
 	sid, ver, _ := strings.Cut(k, "/")
-	return Flavor{SchematicID: sid, Version: ver}
+	return fleet.Flavor{SchematicID: sid, Version: ver}
 }
 
 // countLedger adds one pass's facts to the ledger and forgets the marks of
@@ -345,7 +346,7 @@ func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.U
 	if !ok {
 		return false
 	}
-	u, err := c.clients.Dynamic.Resource(DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	u, err := c.clients.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return true
 	}
@@ -358,7 +359,7 @@ func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.U
 // counted for an untrusted golden's flavor: its labels cannot be trusted.
 func ledgerFacts(ev *evaluation, cfg config.Config) []ledgerFact {
 	var out []ledgerFact
-	for _, g := range ev.inv.goldens {
+	for _, g := range ev.inv.Goldens {
 		if !g.Trusted() {
 			continue
 		}
@@ -370,7 +371,7 @@ func ledgerFacts(ev *evaluation, cfg config.Config) []ledgerFact {
 		d := a.disk
 		f := ledgerFact{uid: d.UID, ref: d.Ref().String()}
 		switch {
-		case d.Kind == DiskHTTPImport:
+		case d.Kind == fleet.DiskHTTPImport:
 			f.flavor, f.kind, f.fetches = d.Flavor.Key(), FetchWorkerImport, importFetches(d.Phase, d.RestartCount)
 		case a.golden != nil && a.golden.Trusted() && d.Finished() && providedFromGolden(a.record.Verdict):
 			f.flavor, f.avoided, f.bytes = a.golden.Flavor.Key(), true, bytesPerFetch(a.golden, cfg)
@@ -395,7 +396,7 @@ func providedFromGolden(verdict string) bool {
 
 // bytesPerFetch is --factory-image-bytes when set, else the golden volume's
 // size: the image the golden imported is at most that large.
-func bytesPerFetch(g *Golden, cfg config.Config) int64 {
+func bytesPerFetch(g *fleet.Golden, cfg config.Config) int64 {
 	if cfg.FactoryImageBytes > 0 {
 		return cfg.FactoryImageBytes
 	}

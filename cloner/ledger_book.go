@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"strconv"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,7 +126,7 @@ func (b *ledgerBook) write(ctx context.Context, kube kubernetes.Interface, shard
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: b.ns, ResourceVersion: l.rv,
-			Labels: map[string]string{LabelLedger: label, "app.kubernetes.io/name": "csi-clone-sidecar"},
+			Labels: map[string]string{fleet.LabelLedger: label, "app.kubernetes.io/name": "csi-clone-sidecar"},
 		},
 		Data: data,
 	}
@@ -133,9 +134,9 @@ func (b *ledgerBook) write(ctx context.Context, kube kubernetes.Interface, shard
 	var out *corev1.ConfigMap
 	var err error
 	if l.exists {
-		out, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: eventSourceComponent})
+		out, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: fleet.EventSourceComponent})
 	} else {
-		out, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: eventSourceComponent})
+		out, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: fleet.EventSourceComponent})
 	}
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,7 +104,7 @@ func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 	ctx := t.Context()
 	// The old version counted the golden's import and d1, d2.
 	legacy := newLedger()
-	legacy.Flavors[Flavor{testSID, testVer}.Key()] = &FlavorTotals{FetchesAvoided: 2, GoldenImports: 1, BytesAvoided: 12 * gi}
+	legacy.Flavors[fleet.Flavor{SchematicID: testSID, Version: testVer}.Key()] = &FlavorTotals{FetchesAvoided: 2, GoldenImports: 1, BytesAvoided: 12 * gi}
 	legacy.counted[string(w.dvs[0].UID)] = &mark{Ref: w.dvs[0].Namespace + "/" + w.dvs[0].Name, Fetches: 1}
 	for _, dv := range w.dvs[1:3] {
 		legacy.counted[string(dv.UID)] = &mark{Ref: dv.Namespace + "/" + dv.Name, Avoided: true}
@@ -111,7 +112,7 @@ func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 	data := legacy.encode()
 	data[ledgerKeyFormat] = ledgerFormatLegacy
 	root := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.LedgerName, Namespace: cfg.LedgerNamespace,
-		Labels: map[string]string{LabelLedger: "true"}}, Data: data}
+		Labels: map[string]string{fleet.LabelLedger: "true"}}, Data: data}
 	if _, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Create(ctx, root, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -37,7 +38,7 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 	}
 	fc.putDV(t, dv)
 	eventually(t, "verdict after the change", func() bool {
-		return fc.pvc(t, "tenant-a", "d").Annotations[AnnCloneVerdict] == VerdictCSIClone
+		return fc.pvc(t, "tenant-a", "d").Annotations[fleet.AnnCloneVerdict] == VerdictCSIClone
 	})
 	lose()
 	if err := <-done; err != nil {

@@ -1,6 +1,7 @@
 package cloner
 
 import (
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -13,23 +14,14 @@ import (
 // layer's record of the disk, and the driver's errors on it, are on that
 // claim's PV.
 
-// cloneClaimOf is CDI's tmp-pvc-<uid> of a target claim, nil when CDI has not
-// made it (or already re-bound its volume and deleted it).
-func (inv *inventory) cloneClaimOf(d *WorkerDisk, target *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
-	if target == nil || target.UID == "" {
-		return nil
-	}
-	return inv.claimOf(d.GoldenRef.Namespace, cdiTmpPVCPrefix+string(target.UID))
-}
-
 // followClonePath fills in, for a disk whose claim has no volume yet, the
 // claim and volume CDI is making it on.
 func (ev *evaluation) followClonePath(f *diskFacts) {
-	if f.pv != nil || f.disk.Kind != DiskClone {
+	if f.pv != nil || f.disk.Kind != fleet.DiskClone {
 		return
 	}
-	f.clonePVC = ev.inv.cloneClaimOf(f.disk, f.pvc)
-	f.clonePV = ev.inv.boundPV(f.clonePVC)
+	f.clonePVC = ev.inv.CloneClaimOf(f.disk, f.pvc)
+	f.clonePV = ev.inv.BoundPV(f.clonePVC)
 }
 
 // volumeOf is the PV that holds the disk's data: its own, else the one CDI
@@ -44,7 +36,7 @@ func (f *diskFacts) volumeOf() *corev1.PersistentVolume {
 // failedExpansion is the disk volume's last ControllerExpandVolume when the
 // driver answered it with an error and no later call succeeded; nil
 // otherwise.
-func failedExpansion(ev *VolumeEvidence) *Expansion {
+func failedExpansion(ev *fleet.VolumeEvidence) *fleet.Expansion {
 	if ev == nil || len(ev.Expansions) == 0 {
 		return nil
 	}
@@ -57,7 +49,7 @@ func failedExpansion(ev *VolumeEvidence) *Expansion {
 
 // evidenceOf is the tap's record of the disk's volume: the CreateVolume with
 // its expansions, else the expansions alone.
-func (f *diskFacts) evidenceOf() *VolumeEvidence {
+func (f *diskFacts) evidenceOf() *fleet.VolumeEvidence {
 	if f.tap != nil {
 		return f.tap
 	}
@@ -66,7 +58,7 @@ func (f *diskFacts) evidenceOf() *VolumeEvidence {
 
 // staleDriverError: the driver error on the claim came from a CreateVolume
 // that was retried and then succeeded; it no longer says anything.
-func staleDriverError(de *DriverError, tap *VolumeEvidence) bool {
+func staleDriverError(de *fleet.DriverError, tap *fleet.VolumeEvidence) bool {
 	return de != nil && tap != nil && de.Method == methodCreateVolume && !tap.Created.Before(de.Last)
 }
 
@@ -103,6 +95,6 @@ const (
 // expansionText is a failed expansion as the record shows it. No time: the
 // resizer retries, and a message that changed on every retry would rewrite
 // the record each time.
-func expansionText(x *Expansion) string {
+func expansionText(x *fleet.Expansion) string {
 	return x.Code + ": " + x.Message
 }

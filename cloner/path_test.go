@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"google.golang.org/grpc/codes"
 )
 
@@ -108,12 +109,12 @@ func driverErrorWorld(code, method string) *world {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	target := w.pendingTarget(dv)
 	if method == methodCreateVolume {
-		target.Annotations[AnnDriverError] = mustJSON(DriverError{Method: method, Code: code, Message: "driver says no",
+		target.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: method, Code: code, Message: "driver says no",
 			Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: t0, Last: t0.Add(time.Second), Attempts: 3})
 		return w
 	}
 	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
-	ev.Expansions = []Expansion{{At: t0, RequiredBytes: 20 * gi, Code: code, Message: "driver says no"}}
+	ev.Expansions = []fleet.Expansion{{At: t0, RequiredBytes: 20 * gi, Code: code, Message: "driver says no"}}
 	w.tmpClaim(target, ev)
 	return w
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -116,7 +117,7 @@ func (p *predictionInputs) setSnapshotsAbsent(v bool) {
 
 // inputs copies what the informers hold; ok is false until every input has
 // synced. Objects that cannot be read are returned as malformed and left out.
-func (p *predictionInputs) inputs() (in predict.Inputs, malformed []malformedObject, ok bool) {
+func (p *predictionInputs) inputs() (in predict.Inputs, malformed []fleet.MalformedObject, ok bool) {
 	if p == nil || !p.csiDrivers.HasSynced() {
 		return in, nil, false
 	}
@@ -153,12 +154,12 @@ func snapshotClasses(us []*unstructured.Unstructured) []predict.SnapshotClass {
 
 // convertAll converts objects of a CDI kind; those that cannot be read are
 // added to bad and left out.
-func convertAll[T any](us []*unstructured.Unstructured, bad *[]malformedObject) []*T {
+func convertAll[T any](us []*unstructured.Unstructured, bad *[]fleet.MalformedObject) []*T {
 	out := make([]*T, 0, len(us))
 	for _, u := range us {
 		obj := new(T)
 		if err := fromUnstructured(u, obj); err != nil {
-			*bad = append(*bad, malformedFrom(u, err))
+			*bad = append(*bad, fleet.MalformedFrom(u, err))
 			continue
 		}
 		out = append(out, obj)

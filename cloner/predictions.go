@@ -9,6 +9,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -18,18 +19,18 @@ import (
 type predictor struct {
 	state   *predict.State
 	goldens map[types.NamespacedName]predict.Golden
-	flavors map[types.NamespacedName]Flavor
+	flavors map[types.NamespacedName]fleet.Flavor
 	pairs   []predict.Pair
 	// dataSources are the DataSources a sourceRef may name.
 	dataSources []*cdiv1.DataSource
 	// defaults are the classes an empty class resolves to: for spec.storage
 	// DataVolumes of content kubevirt (the platform's), and for spec.pvc.
-	storageDefault, pvcDefault ClassResolution
+	storageDefault, pvcDefault fleet.ClassResolution
 }
 
 // newPredictor builds the prediction for an inventory; nil while the
 // prediction's informers have not synced.
-func (c *Controller) newPredictor(inv *inventory) (*predictor, []malformedObject) {
+func (c *Controller) newPredictor(inv *fleet.Inventory) (*predictor, []fleet.MalformedObject) {
 	in, malformed, ok := c.predIn.Load().inputs()
 	if !ok {
 		return nil, malformed
@@ -39,19 +40,19 @@ func (c *Controller) newPredictor(inv *inventory) (*predictor, []malformedObject
 
 // buildPredictor predicts every golden of the inventory on every CSI class
 // and on the empty class, resolved as the cloner resolves it.
-func buildPredictor(in predict.Inputs, inv *inventory) *predictor {
-	in.Classes = make([]*storagev1.StorageClass, 0, len(inv.classes.byName))
-	for _, sc := range inv.classes.byName {
+func buildPredictor(in predict.Inputs, inv *fleet.Inventory) *predictor {
+	in.Classes = make([]*storagev1.StorageClass, 0, len(inv.Classes.ByName))
+	for _, sc := range inv.Classes.ByName {
 		in.Classes = append(in.Classes, sc)
 	}
 	p := &predictor{state: predict.NewState(in), goldens: map[types.NamespacedName]predict.Golden{},
-		flavors:        map[types.NamespacedName]Flavor{},
+		flavors:        map[types.NamespacedName]fleet.Flavor{},
 		dataSources:    in.DataSources,
-		storageDefault: inv.classes.resolveRequested(nil, cdirules.ContentKubeVirt),
-		pvcDefault:     inv.classes.kubernetesDefault(),
+		storageDefault: inv.Classes.ResolveRequested(nil, cdirules.ContentKubeVirt),
+		pvcDefault:     inv.Classes.KubernetesDefault(),
 	}
-	goldens := make([]predict.Golden, 0, len(inv.goldens))
-	for _, g := range inv.goldens {
+	goldens := make([]predict.Golden, 0, len(inv.Goldens))
+	for _, g := range inv.Goldens {
 		pg := plannerGolden(g, inv)
 		p.goldens[g.Ref()], p.flavors[g.Ref()] = pg, g.Flavor
 		goldens = append(goldens, pg)
@@ -60,23 +61,13 @@ func buildPredictor(in predict.Inputs, inv *inventory) *predictor {
 	return p
 }
 
-// kubernetesDefault is what an empty class of a spec.pvc DataVolume
-// becomes: the Kubernetes default only (datavolume/util.go applies the
-// virtualization default to spec.storage alone).
-func (ci classIndex) kubernetesDefault() ClassResolution {
-	if ci.k8sDefault == "" {
-		return ClassResolution{How: ClassUnresolved}
-	}
-	return ClassResolution{Name: ci.k8sDefault, How: ClassK8sDefault}
-}
-
-func targetOfClass(r ClassResolution) predict.Target {
+func targetOfClass(r fleet.ClassResolution) predict.Target {
 	return predict.Target{Class: r.Name, Unresolved: !r.Resolved()}
 }
 
 // plannerGolden is what CDI's planner reads of a golden: its claim's request
 // and capacity, its PV's driver, volume mode and node affinity.
-func plannerGolden(g *Golden, inv *inventory) predict.Golden {
+func plannerGolden(g *fleet.Golden, inv *fleet.Inventory) predict.Golden {
 	pg := predict.Golden{Namespace: g.Namespace, Name: g.Name, Phase: g.Phase, VolumeMode: g.VolumeMode,
 		CapacityBytes: g.CapacityBytes, RequestedBytes: g.RequestedBytes, ContentType: g.ContentType, VirtualSize: g.VirtualSize}
 	if g.ClaimRequestBytes > 0 {
@@ -85,7 +76,7 @@ func plannerGolden(g *Golden, inv *inventory) predict.Golden {
 	if g.Class.Resolved() {
 		pg.Class = g.Class.Name
 	}
-	if pv := inv.volumes(g.PVName); pv != nil {
+	if pv := inv.Volumes(g.PVName); pv != nil {
 		if pv.Spec.CSI != nil {
 			pg.Driver = pv.Spec.CSI.Driver
 		}
@@ -116,7 +107,7 @@ func pinnedTo(pv *corev1.PersistentVolume) []string {
 // forDisk predicts one worker disk from its own claim: its resolved class,
 // volume mode and request (what CDI's planner compares).
 func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
-	if p == nil || f.golden == nil || f.disk.Kind != DiskClone || !f.disk.FromPVC {
+	if p == nil || f.golden == nil || f.disk.Kind != fleet.DiskClone || !f.disk.FromPVC {
 		return nil
 	}
 	g, ok := p.goldens[f.golden.Ref()]
@@ -130,7 +121,7 @@ func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
 	}
 	if f.pvc != nil && f.pvc.Spec.StorageClassName != nil {
 		// The claim CDI rendered: its own class, mode and request.
-		t.Claimed, t.VolumeMode, t.Bytes = true, "", claimRequest(f.pvc)
+		t.Claimed, t.VolumeMode, t.Bytes = true, "", fleet.ClaimRequest(f.pvc)
 		if f.pvc.Spec.VolumeMode != nil {
 			t.VolumeMode = string(*f.pvc.Spec.VolumeMode)
 		}
@@ -199,7 +190,7 @@ type PredictionCheck struct{ Right, Wrong int }
 
 // ClassDiskCount is the number of worker disks of a flavor on a class.
 type ClassDiskCount struct {
-	Flavor Flavor
+	Flavor fleet.Flavor
 	Class  string
 	Count  int
 }

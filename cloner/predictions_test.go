@@ -15,6 +15,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -47,7 +48,7 @@ func predictionWorld(t *testing.T) (*world, *cdiv1.DataVolume) {
 func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	w, _ := predictionWorld(t)
 	cfg := testConfig()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	ev := evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv))
 	recs := map[string]*Record{}
 	for _, a := range ev.assessments {
@@ -91,10 +92,10 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "refused", "p", g, 20*gi, ptrTo(testClass))
 	pvc := w.pendingTarget(dv)
-	pvc.Annotations[AnnCDIClonePhase], pvc.Annotations[AnnCDICloneError] = "Error", "invalid token"
-	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiReasonError, "invalid token", t0)
+	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "invalid token"
+	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "invalid token", t0)
 	cfg := testConfig()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	ev := evaluateWith(inv, cfg, t0.Add(time.Minute), buildPredictor(csiCloneForced(), inv))
 	r := ev.assessments[0].record
 	if r.Verdict != VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
@@ -113,12 +114,12 @@ func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
 	w, _ := predictionWorld(t)
 	for _, pvc := range w.pvcs {
 		if pvc.Name == "same-a" {
-			pvc.Annotations[AnnCloneEvidence] = mustJSON(&Record{Verdict: VerdictPending, Predicted: predict.PathHostAssisted,
+			pvc.Annotations[fleet.AnnCloneEvidence] = mustJSON(&Record{Verdict: VerdictPending, Predicted: predict.PathHostAssisted,
 				PredictedReason: predict.ReasonCopyStrategy})
 		}
 	}
 	cfg := testConfig()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	for _, a := range evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv)).assessments {
 		if a.disk.Name == "same-a" && (a.record.Predicted != predict.PathHostAssisted || reasonsOf(a.record)[ReasonPredictionWrong]) {
 			t.Errorf("same-a: %+v", a.record)
@@ -295,7 +296,7 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 	for i := 0; i < 20; i++ {
 		w.golden(fmt.Sprintf("%064d", i), testVer)
 	}
-	inv := buildInventory(w.objects(t), config.DefaultGoldenNamespace)
+	inv := fleet.BuildInventory(w.objects(t), config.DefaultGoldenNamespace)
 	in := csiCloneForced()
 	b.ReportAllocs()
 	for b.Loop() {

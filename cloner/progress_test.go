@@ -3,6 +3,8 @@ package cloner
 import (
 	"testing"
 	"time"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // TestProgressRewritesAreSpaced: a pending record that only follows the
@@ -33,7 +35,7 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	for what, change := range map[string]func(r *Record){
 		"a verdict":        func(r *Record) { r.Verdict, r.Message = VerdictStuck, "stuck" },
 		"a driver error":   func(r *Record) { r.DriverError = "CreateVolume ResourceExhausted: pool full" },
-		"CDI's clone type": func(r *Record) { r.CDICloneType = cdiCloneTypeHostAssis },
+		"CDI's clone type": func(r *Record) { r.CDICloneType = fleet.CdiCloneTypeHostAssis },
 		"a fallback":       func(r *Record) { r.FallbackReason = "no volume snapshot class" },
 		"a bad reason":     func(r *Record) { r.Findings = []Finding{{Reason: "class-mismatch", Message: "m"}} },
 	} {

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // declaredConsts returns the string constants of this package's file whose
@@ -184,14 +186,14 @@ func TestCDIFallbackReasonsAreCDIs(t *testing.T) {
 		t.Fatalf("found only %d fallbacks in CDI's source: %v (has its code moved?)", len(upstream), upstream)
 	}
 	for msg, reason := range upstream {
-		if got, ok := cdiFallbackEvents[msg]; !ok || got != reason {
+		if got, ok := fleet.CdiFallbackEvents[msg]; !ok || got != reason {
 			t.Errorf("CDI falls back with %s: %q; cdiFallbackEvents has %q", reason, msg, got)
 		}
-		if want := reason + ": " + msg; fallbackText(msg) != want {
-			t.Errorf("fallbackText(%q) = %q, want %q", msg, fallbackText(msg), want)
+		if want := reason + ": " + msg; fleet.FallbackText(msg) != want {
+			t.Errorf("fallbackText(%q) = %q, want %q", msg, fleet.FallbackText(msg), want)
 		}
 	}
-	for msg, reason := range cdiFallbackEvents {
+	for msg, reason := range fleet.CdiFallbackEvents {
 		if _, ok := upstream[msg]; !ok {
 			t.Errorf("cdiFallbackEvents has %s: %q, which CDI v1.65.0 never writes", reason, msg)
 		}

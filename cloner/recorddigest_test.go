@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -23,7 +24,7 @@ func digestTestRecord() Record {
 
 func claimWithRecord(raw string) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "d0",
-		Annotations: map[string]string{AnnCloneVerdict: VerdictPending, AnnCloneEvidence: raw, "other": "dropped"}}}
+		Annotations: map[string]string{fleet.AnnCloneVerdict: VerdictPending, fleet.AnnCloneEvidence: raw, "other": "dropped"}}}
 }
 
 func cached(t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
@@ -46,11 +47,11 @@ func TestCachedRecordReadsAsTheRecord(t *testing.T) {
 		t.Fatalf("reading the record's JSON: %v, %v", fromAPI, err)
 	}
 	pvc := cached(t, claimWithRecord(raw))
-	kept := pvc.Annotations[AnnCloneEvidence]
+	kept := pvc.Annotations[fleet.AnnCloneEvidence]
 	if !strings.HasPrefix(kept, digestPrefix) || len(kept) >= len(raw)/2 {
 		t.Fatalf("the cache keeps %d bytes of a %d-byte record: %q", len(kept), len(raw), kept)
 	}
-	if again := cached(t, pvc).Annotations[AnnCloneEvidence]; again != kept {
+	if again := cached(t, pvc).Annotations[fleet.AnnCloneEvidence]; again != kept {
 		t.Fatalf("a second transform changed the digest: %q, then %q", kept, again)
 	}
 	fromCache, err := persistedRecord(pvc)
@@ -112,7 +113,7 @@ func TestMalformedRecordStaysMalformedInTheCache(t *testing.T) {
 	_, fromAPI := persistedRecord(claimWithRecord("{not json"))
 	_, fromCache := persistedRecord(cached(t, claimWithRecord("{not json")))
 	if fromAPI == nil || fromCache == nil || fromAPI.Error() != fromCache.Error() ||
-		!strings.Contains(fromAPI.Error(), AnnCloneEvidence) {
+		!strings.Contains(fromAPI.Error(), fleet.AnnCloneEvidence) {
 		t.Fatalf("errors: from the API object %v, from the cache %v", fromAPI, fromCache)
 	}
 	if d, err := persistedRecord(cached(t, claimWithRecord(""))); d != nil || err != nil {
@@ -137,7 +138,7 @@ func TestAnUnchangedRecordReusesTheCachedDigest(t *testing.T) {
 		if err := store.Update(out); err != nil {
 			t.Fatal(err)
 		}
-		return out.(*corev1.PersistentVolumeClaim).Annotations[AnnCloneEvidence]
+		return out.(*corev1.PersistentVolumeClaim).Annotations[fleet.AnnCloneEvidence]
 	}
 	first := cacheIt(mustJSON(rec))
 	again := cacheIt(mustJSON(rec))
@@ -154,13 +155,13 @@ func TestAnUnchangedRecordReusesTheCachedDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := persistedRecord(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-		Annotations: map[string]string{AnnCloneEvidence: changed}}})
+		Annotations: map[string]string{fleet.AnnCloneEvidence: changed}}})
 	if err != nil || !reflect.DeepEqual(got, fresh) {
 		t.Fatalf("the changed record's digest reads %+v (%v), want %+v", got, err, fresh)
 	}
 	// A store holding something else under the claim's key is ignored.
 	if err := store.Update(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "d0",
-		Annotations: map[string]string{AnnCloneEvidence: digestPrefix + "0:{}"}}}); err != nil {
+		Annotations: map[string]string{fleet.AnnCloneEvidence: digestPrefix + "0:{}"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if d := cacheIt(mustJSON(rec)); d != changed {

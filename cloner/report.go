@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,7 +132,7 @@ func writeReport(w io.Writer, format string, v any, table func(io.Writer) error)
 }
 
 // readInventory lists everything once, straight from the API server.
-func readInventory(ctx context.Context, clients config.Clients, cfg config.Config) (*inventory, error) {
+func readInventory(ctx context.Context, clients config.Clients, cfg config.Config) (*fleet.Inventory, error) {
 	if err := clients.Validate(); err != nil {
 		return nil, err
 	}
@@ -142,7 +143,7 @@ func readInventory(ctx context.Context, clients config.Clients, cfg config.Confi
 	if cfg.GoldenNamespace == "" {
 		cfg.GoldenNamespace = config.DefaultGoldenNamespace
 	}
-	return buildInventory(objs, cfg.GoldenNamespace), nil
+	return fleet.BuildInventory(objs, cfg.GoldenNamespace), nil
 }
 
 func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config) (*ReportData, error) {
@@ -165,14 +166,14 @@ func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config
 }
 
 // listObjects reads everything once, straight from the API server.
-func listObjects(ctx context.Context, clients config.Clients) (objects, error) {
-	var o objects
-	dvs, err := clients.Dynamic.Resource(DataVolumeGVR).List(ctx, metav1.ListOptions{})
+func listObjects(ctx context.Context, clients config.Clients) (fleet.Objects, error) {
+	var o fleet.Objects
+	dvs, err := clients.Dynamic.Resource(fleet.DataVolumeGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return o, fmt.Errorf("listing DataVolumes (is CDI installed?): %w", err)
 	}
 	for i := range dvs.Items {
-		o.DataVolumes = append(o.DataVolumes, readDataVolume(&dvs.Items[i]))
+		o.DataVolumes = append(o.DataVolumes, fleet.ReadDataVolume(&dvs.Items[i]))
 	}
 	pvcs, err := clients.Kube.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -205,7 +206,7 @@ func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) 
 	if name == "" {
 		name = config.DefaultLedgerName
 	}
-	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelLedger + "=" + ledgerLabelRoot})
+	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.LabelLedger + "=" + ledgerLabelRoot})
 	if err != nil {
 		return nil, "", fmt.Errorf("listing ledger ConfigMaps: %w", err)
 	}
@@ -235,9 +236,9 @@ func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) 
 
 // reportFlavors joins the catalog with the ledger; a flavor whose goldens are
 // gone still shows its counters.
-func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
+func reportFlavors(inv *fleet.Inventory, l *Ledger) []FlavorReport {
 	byKey := map[string]*FlavorReport{}
-	get := func(f Flavor) *FlavorReport {
+	get := func(f fleet.Flavor) *FlavorReport {
 		r := byKey[f.Key()]
 		if r == nil {
 			r = &FlavorReport{SchematicID: f.SchematicID, Version: f.Version, Goldens: []GoldenReport{}}
@@ -245,8 +246,8 @@ func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
 		}
 		return r
 	}
-	cons := inv.consumers()
-	for _, g := range inv.goldens {
+	cons := inv.Consumers()
+	for _, g := range inv.Goldens {
 		if !g.Trusted() {
 			continue // a problem, not a flavor: see reportUntrusted
 		}
@@ -267,23 +268,23 @@ func reportFlavors(inv *inventory, l *Ledger) []FlavorReport {
 		out = append(out, *r)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		return Flavor{out[i].SchematicID, out[i].Version}.Key() < Flavor{out[j].SchematicID, out[j].Version}.Key()
+		return fleet.Flavor{SchematicID: out[i].SchematicID, Version: out[i].Version}.Key() < fleet.Flavor{SchematicID: out[j].SchematicID, Version: out[j].Version}.Key()
 	})
 	return out
 }
 
 // reportUntrusted lists the goldens that break the naming rules and the
 // worker disks that name each.
-func reportUntrusted(inv *inventory) []UntrustedGoldenReport {
+func reportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
 	out := []UntrustedGoldenReport{}
-	for _, g := range inv.goldens {
+	for _, g := range inv.Goldens {
 		if g.Trusted() {
 			continue
 		}
 		u := UntrustedGoldenReport{Namespace: g.Namespace, Name: g.Name, Problems: g.Problems,
 			Consumers: []string{}, Fix: Fix(ReasonInvalidGolden)}
-		for _, d := range inv.disks {
-			if d.Kind == DiskClone && d.GoldenRef == g.Ref() {
+		for _, d := range inv.Disks {
+			if d.Kind == fleet.DiskClone && d.GoldenRef == g.Ref() {
 				u.Consumers = append(u.Consumers, d.Namespace+"/"+d.Name)
 			}
 		}
@@ -296,10 +297,10 @@ func reportUntrusted(inv *inventory) []UntrustedGoldenReport {
 // clone, or has not got to it): the leader's verdict on them has no object
 // to be persisted on, and depends only on the DataVolume and its golden,
 // which the report reads as the leader does.
-func judgeClaimless(inv *inventory, cfg config.Config) map[types.UID]*Record {
+func judgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*Record {
 	out := map[types.UID]*Record{}
 	for _, a := range evaluate(inv, cfg, cfg.Clock()).assessments {
-		if inv.claimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
+		if inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
 			out[a.disk.UID] = a.record
 		}
 	}
@@ -309,11 +310,11 @@ func judgeClaimless(inv *inventory, cfg config.Config) map[types.UID]*Record {
 // reportDisks reads each worker disk's persisted record: the report shows
 // what the leader decided, it does not judge again, except a disk with no
 // claim to persist on (claimless, from judgeClaimless).
-func reportDisks(inv *inventory, claimless map[types.UID]*Record) ([]PoolReport, []BadDiskReport) {
+func reportDisks(inv *fleet.Inventory, claimless map[types.UID]*Record) ([]PoolReport, []BadDiskReport) {
 	pools := map[[2]string]*PoolReport{}
 	bad := []BadDiskReport{}
-	for _, d := range inv.disks {
-		rec, err := readRecord(inv.claimOf(d.Namespace, d.ClaimName))
+	for _, d := range inv.Disks {
+		rec, err := readRecord(inv.ClaimOf(d.Namespace, d.ClaimName))
 		if r, ok := claimless[d.UID]; ok {
 			rec = r
 		} else if err != nil || rec == nil {
@@ -403,7 +404,7 @@ func goldenNote(g GoldenReport) string {
 }
 
 func shortFlavor(sid, ver string) string {
-	return clip(sid, 12) + "/" + ver
+	return fleet.Clip(sid, 12) + "/" + ver
 }
 
 func bytesText(b int64) string {

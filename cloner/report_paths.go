@@ -14,6 +14,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -56,7 +57,7 @@ func ReportClonePaths(ctx context.Context, clients config.Clients, cfg config.Co
 // clonePaths predicts from the API's objects; with class set, only that
 // class (a name, or predict.EmptyClass), predicted even if it is not a CSI
 // class or does not exist.
-func clonePaths(ctx context.Context, clients config.Clients, inv *inventory, class string) ([]ClonePathReport, error) {
+func clonePaths(ctx context.Context, clients config.Clients, inv *fleet.Inventory, class string) ([]ClonePathReport, error) {
 	in, err := listPredictionInputs(ctx, clients)
 	if err != nil {
 		return nil, err
@@ -69,8 +70,8 @@ func clonePaths(ctx context.Context, clients config.Clients, inv *inventory, cla
 		if class == predict.EmptyClass {
 			t = targetOfClass(p.storageDefault)
 		}
-		goldens := make([]predict.Golden, 0, len(inv.goldens))
-		for _, g := range inv.goldens {
+		goldens := make([]predict.Golden, 0, len(inv.Goldens))
+		for _, g := range inv.Goldens {
 			goldens = append(goldens, p.goldens[g.Ref()])
 		}
 		pairs = p.state.PairsOn(goldens, class, t)
@@ -100,7 +101,7 @@ func listPredictionInputs(ctx context.Context, clients config.Clients) (predict.
 		return in, fmt.Errorf("listing CDI resources: %w", err)
 	}
 	// Unreadable objects are left out; the sidecar reports them as malformed.
-	var unreadable []malformedObject
+	var unreadable []fleet.MalformedObject
 	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(itemsOf(sps.Items)), &unreadable)
 	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(itemsOf(cdis.Items)), &unreadable)
 	configs, err := clients.Dynamic.Resource(CDIConfigGVR).List(ctx, metav1.ListOptions{})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
@@ -22,9 +23,9 @@ func reportWorld() (*world, string) {
 	w.cloned(ok, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	copied := w.worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*gi, ptrTo(testClass))
 	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, tapClone("", 20*gi, 20*gi))
-	pvc.Annotations[AnnCDIFallbackReason] = "different volume modes"
+	pvc.Annotations[fleet.AnnCDIFallbackReason] = "different volume modes"
 	web := w.dataVolume("tenant-b", "http-0", 20*gi, nil)
-	web.Annotations[AnnPool] = "kubernetes-http"
+	web.Annotations[fleet.AnnPool] = "kubernetes-http"
 	secretURL := "https://user:hunter2@factory.example/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"
 	web.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: secretURL, SecretRef: "factory-creds"}}
 	succeed(web, t0)

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
 )
@@ -36,13 +37,13 @@ func TestParametersNeverReachLogsOrObjects(t *testing.T) {
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	go func() { _ = c.RunEvidence(ctx) }()
-	secret := map[string]string{ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public",
+	secret := map[string]string{fleet.ParamPVCName: "tmp-pvc-" + string(target.UID), fleet.ParamPVCNamespace: "cozy-public",
 		"csi.storage.k8s.io/provisioner-secret-name": "s3cr3t-name", "password": "hunter2"}
 	c.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: t0, End: t0, Code: codes.Unavailable,
 		Message: "pool unreachable", Request: sidecar.Request{Name: "pvc-z", Parameters: secret}})
 	eventually(t, "driver error persisted", func() bool {
 		pvc, _ := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Get(ctx, "d", metav1.GetOptions{})
-		return pvc.Annotations[AnnDriverError] != ""
+		return pvc.Annotations[fleet.AnnDriverError] != ""
 	})
 	fc.settle(t, c)
 	if err := c.Pass(ctx); err != nil {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // Snapshot is the read-only view the metrics collector turns into series at
@@ -48,7 +50,7 @@ type Snapshot struct {
 // GoldenStatus is one golden as metrics and the report show it.
 type GoldenStatus struct {
 	Namespace, Name string
-	Flavor          Flavor
+	Flavor          fleet.Flavor
 	StorageClass    string
 	Phase           string
 	SizeBytes       int64
@@ -61,7 +63,7 @@ type GoldenStatus struct {
 
 // DiskCount is the number of worker disks of a flavor with a verdict.
 type DiskCount struct {
-	Flavor  Flavor
+	Flavor  fleet.Flavor
 	Verdict string
 	Count   int
 }
@@ -69,14 +71,14 @@ type DiskCount struct {
 // BadDiskCount is the number of disks of a pool with a bad reason.
 type BadDiskCount struct {
 	Namespace, Pool string
-	Flavor          Flavor
+	Flavor          fleet.Flavor
 	Reason          string
 	Count           int
 }
 
 // FlavorCounters are one flavor's ledger totals.
 type FlavorCounters struct {
-	Flavor Flavor
+	Flavor fleet.Flavor
 	FlavorTotals
 }
 
@@ -104,13 +106,13 @@ func (c *Controller) setSnapshot(s *Snapshot) {
 
 // buildSnapshot summarises every disk as last judged, the catalog and the
 // ledger as last read or written.
-func (c *Controller) buildSnapshot(inv *inventory, l *Ledger) *Snapshot {
+func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *Ledger) *Snapshot {
 	s := &Snapshot{Leader: true, Taken: c.cfg.Clock()}
 	c.mu.Lock()
 	c.tally.fill(s)
 	cons := maps.Clone(c.tally.consumers)
 	c.mu.Unlock()
-	for _, g := range inv.goldens {
+	for _, g := range inv.Goldens {
 		if !g.Trusted() {
 			continue // not a flavor anywhere: its consumers carry invalid-golden
 		}
@@ -154,6 +156,6 @@ func sortSnapshot(s *Snapshot) {
 }
 
 // compareFlavor orders flavors as their keys (schematic ID, then version) would.
-func compareFlavor(a, b Flavor) int {
+func compareFlavor(a, b fleet.Flavor) int {
 	return cmp.Or(cmp.Compare(a.SchematicID, b.SchematicID), cmp.Compare(a.Version, b.Version))
 }

@@ -3,6 +3,7 @@ package cloner
 import (
 	"slices"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -28,7 +29,7 @@ func newFleetTally() *fleetTally {
 
 // add counts a judged disk in (n = 1) or out (n = -1).
 func (t *fleetTally) add(d judgedDisk, n int) {
-	if d.kind == DiskClone {
+	if d.kind == fleet.DiskClone {
 		bump(t.consumers, d.goldenRef, n)
 	}
 	bump(t.disks, DiskCount{Flavor: d.flavor, Verdict: d.verdict}, n)

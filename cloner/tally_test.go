@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -16,9 +17,9 @@ func TestTallyEqualsASumOverTheJudgedDisks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	randomDisk := func() judgedDisk {
-		d := judgedDisk{namespace: pick("a", "b"), pool: pick("p1", "p2"), kind: pick(DiskClone, DiskHTTPImport),
+		d := judgedDisk{namespace: pick("a", "b"), pool: pick("p1", "p2"), kind: pick(fleet.DiskClone, fleet.DiskHTTPImport),
 			goldenRef: types.NamespacedName{Namespace: "cozy-public", Name: pick("g1", "g2")},
-			flavor:    Flavor{SchematicID: pick("s1", "s2"), Version: "v1"}, verdict: pick("csi-clone", "host-assisted", "stuck"),
+			flavor:    fleet.Flavor{SchematicID: pick("s1", "s2"), Version: "v1"}, verdict: pick("csi-clone", "host-assisted", "stuck"),
 			class: pick("", "replicated", "local")}
 		for range rng.IntN(3) {
 			d.badReasons = append(d.badReasons, pick("host-assisted", "class-mismatch"))

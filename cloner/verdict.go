@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -91,8 +92,8 @@ func (r *Record) messageFor(reason string) string {
 
 // assessment is one judged worker disk.
 type assessment struct {
-	disk   *WorkerDisk
-	golden *Golden
+	disk   *fleet.WorkerDisk
+	golden *fleet.Golden
 	record *Record
 	// duration is first CreateVolume to the disk being ready (csi-tap
 	// only, see cloneDuration).
@@ -108,14 +109,14 @@ type assessment struct {
 
 // diskFacts is everything one verdict is decided from.
 type diskFacts struct {
-	disk    *WorkerDisk
-	golden  *Golden
+	disk    *fleet.WorkerDisk
+	golden  *fleet.Golden
 	pvc     *corev1.PersistentVolumeClaim
 	pv      *corev1.PersistentVolume
-	tap     *VolumeEvidence // nil unless the tap saw the CreateVolume
-	partial *VolumeEvidence // expansions seen without the CreateVolume
-	drvErr  *DriverError
-	class   ClassResolution
+	tap     *fleet.VolumeEvidence // nil unless the tap saw the CreateVolume
+	partial *fleet.VolumeEvidence // expansions seen without the CreateVolume
+	drvErr  *fleet.DriverError
+	class   fleet.ClassResolution
 	// clonePVC and clonePV are where CDI makes the disk while pv is nil
 	// (see path.go); goldenClaimExists tells a deleted golden DataVolume
 	// whose claim is still there.
@@ -173,7 +174,7 @@ func judge(f diskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 		r.Verdict = VerdictStuck
 		r.Message = fmt.Sprintf("clone requested at %s and not finished after %s (phase %s); last driver error: %s",
 			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, orNone(d.Phase), orNone(r.DriverError))
-		if why := cdiExplanation(d); why != "" {
+		if why := fleet.CdiExplanation(d); why != "" {
 			r.Message += "; CDI: " + why
 		}
 		if said := heardText(f.heard.events); said != "" {
@@ -200,7 +201,7 @@ func evidenceDue(pv *corev1.PersistentVolume, cfg config.Config) time.Time {
 // cloneRequestedAt is when CDI could start the clone: the later of the
 // disk's creation and the golden's import finishing (the disk's creation
 // when the golden's DataVolume is gone).
-func cloneRequestedAt(d *WorkerDisk, g *Golden) time.Time {
+func cloneRequestedAt(d *fleet.WorkerDisk, g *fleet.Golden) time.Time {
 	if g != nil && g.ReadySince.After(d.Created) {
 		return g.ReadySince
 	}
@@ -210,7 +211,7 @@ func cloneRequestedAt(d *WorkerDisk, g *Golden) time.Time {
 // describeGolden copies the golden's flavor, volume, class and size. An
 // untrusted golden's flavor is not copied: its schematic ID and version are
 // not a flavor anywhere (labels, ledger, report), only a problem.
-func describeGolden(r *Record, g *Golden) {
+func describeGolden(r *Record, g *fleet.Golden) {
 	if g == nil || !g.Trusted() {
 		return
 	}
@@ -223,11 +224,11 @@ func describeGolden(r *Record, g *Golden) {
 
 func describeVolume(r *Record, f diskFacts) {
 	if f.pvc != nil {
-		r.CDICloneType = f.pvc.Annotations[AnnCDICloneType]
-		r.FallbackReason = clip(f.pvc.Annotations[AnnCDIFallbackReason], maxMessageBytes)
+		r.CDICloneType = f.pvc.Annotations[fleet.AnnCDICloneType]
+		r.FallbackReason = fleet.Clip(f.pvc.Annotations[fleet.AnnCDIFallbackReason], fleet.MaxMessageBytes)
 	}
 	if pv := f.volumeOf(); pv != nil {
-		r.Volume = csiHandle(pv)
+		r.Volume = fleet.CsiHandle(pv)
 		if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
 			r.CapacityBytes = q.Value()
 		}
@@ -261,9 +262,9 @@ func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
 				orNone(snapshotSource(f.tap, snapshotOf)))
 		default:
 			r.Verdict, r.ContentSource = VerdictHostAssisted, "none"
-			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + orNone(fallbackText(r.FallbackReason))
+			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + orNone(fleet.FallbackText(r.FallbackReason))
 		}
-		if c, _ := f.tap.finalCapacity(); c > 0 {
+		if c, _ := f.tap.FinalCapacity(); c > 0 {
 			r.CapacityBytes = max(r.CapacityBytes, c)
 		}
 		return
@@ -274,7 +275,7 @@ func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
 	case VerdictUnknown:
 		r.Message = "the volume was made while no sidecar watched and CDI left no cloneType annotation"
 	case VerdictHostAssisted:
-		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + orNone(fallbackText(r.FallbackReason))
+		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + orNone(fleet.FallbackText(r.FallbackReason))
 	default:
 		r.Message = "from CDI's cloneType " + r.CDICloneType + " (volume made while no sidecar watched)"
 	}
@@ -282,17 +283,17 @@ func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
 
 func verdictOfCloneType(t string) string {
 	switch t {
-	case cdiCloneTypeCSIClone:
+	case fleet.CdiCloneTypeCSIClone:
 		return VerdictCSIClone
-	case cdiCloneTypeSnapshot:
+	case fleet.CdiCloneTypeSnapshot:
 		return VerdictSnapshotClone
-	case cdiCloneTypeHostAssis:
+	case fleet.CdiCloneTypeHostAssis:
 		return VerdictHostAssisted
 	}
 	return VerdictUnknown
 }
 
-func snapshotSource(ev *VolumeEvidence, snapshotOf map[string]string) string {
+func snapshotSource(ev *fleet.VolumeEvidence, snapshotOf map[string]string) string {
 	if ev.SnapshotOf != "" {
 		return ev.SnapshotOf
 	}
@@ -308,7 +309,7 @@ func cloneDuration(r *Record, f diskFacts) (time.Duration, bool) {
 	}
 	// Until the disk is usable: a host-assisted copy's blank volume has its
 	// final size at once, the copy by pods comes after it.
-	_, end := f.tap.finalCapacity()
+	_, end := f.tap.FinalCapacity()
 	if f.disk.ReadySince.After(end) {
 		end = f.disk.ReadySince
 	}
@@ -336,7 +337,7 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 	g := f.golden
 	if g == nil {
 		msg := fmt.Sprintf("golden %s is not in the catalog: no golden DataVolume of that name exists", r.Golden)
-		if c := cdiWaitsForSource(f.disk); c != nil {
+		if c := fleet.CdiWaitsForSource(f.disk); c != nil {
 			msg += "; CDI: " + c.Reason + ": " + c.Message
 		}
 		add(ReasonUnknownGolden, msg)
@@ -378,7 +379,7 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 
 // goldenSize is the golden's size as the platform's render compares it: the
 // DataVolume's requested size, else its capacity.
-func goldenSize(g *Golden) int64 {
+func goldenSize(g *fleet.Golden) int64 {
 	if g.RequestedBytes > 0 {
 		return g.RequestedBytes
 	}
@@ -392,7 +393,7 @@ func resizeMissing(r *Record, f diskFacts) string {
 	if r.Verdict != VerdictCSIClone && r.Verdict != VerdictSnapshotClone {
 		return ""
 	}
-	want := claimRequest(f.pvc)
+	want := fleet.ClaimRequest(f.pvc)
 	if want == 0 || r.CapacityBytes >= want {
 		return ""
 	}
@@ -402,7 +403,7 @@ func resizeMissing(r *Record, f diskFacts) string {
 		ev = f.partial
 	}
 	if ev != nil {
-		if ok, failed := ev.expandedTo(want); !ok && failed != nil {
+		if ok, failed := ev.ExpandedTo(want); !ok && failed != nil {
 			return msg + fmt.Sprintf("; ControllerExpandVolume failed: %s %s", failed.Code, failed.Message)
 		} else if !ok && len(ev.Expansions) == 0 {
 			return msg + "; no ControllerExpandVolume reached the driver"
@@ -452,7 +453,7 @@ func joinProblems(p []string) string {
 }
 
 // judgeHTTP decides an HTTP-import worker: it did fetch from the Factory.
-func judgeHTTP(d *WorkerDisk, g *Golden) assessment {
+func judgeHTTP(d *fleet.WorkerDisk, g *fleet.Golden) assessment {
 	r := &Record{Verdict: VerdictPending, Source: SourceDataVolume, Pool: d.Pool,
 		SchematicID: d.Flavor.SchematicID, Version: d.Flavor.Version, DiskBytes: d.RequestedBytes}
 	if g != nil {

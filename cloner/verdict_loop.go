@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"k8s.io/klog/v2"
 )
 
@@ -162,7 +163,7 @@ type chunkWrites struct {
 // publishWriters slots, and at most two chunks' assessments are held at
 // once: the one being written and the one being judged, or, while this
 // waits, the one it started and the tail of the one before.
-func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *inventory) error {
+func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *fleet.Inventory) error {
 	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
 	go func() { w.done <- c.publishAll(ctx, as, inv) }()
 	before := c.writing
@@ -215,7 +216,7 @@ const publishWriters = 32
 // first (an upgrade that changes every record must not make a bad disk wait
 // behind thousands of good ones), each write holding one of the shared
 // writer slots.
-func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inventory) error {
+func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *fleet.Inventory) error {
 	work := make(chan assessment)
 	errs := make(chan error, publishWriters)
 	var wg sync.WaitGroup
@@ -251,14 +252,14 @@ func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inven
 
 // writeOrder ranks a pass's assessments for writing: bad verdicts, then
 // disks whose claim has no record yet, then the rest.
-func writeOrder(as []assessment, inv *inventory) []assessment {
+func writeOrder(as []assessment, inv *fleet.Inventory) []assessment {
 	rank := make([]int, len(as))
 	order := make([]int, len(as))
 	for i, a := range as {
 		order[i], rank[i] = i, 2
 		if len(a.record.BadReasons()) > 0 {
 			rank[i] = 0
-		} else if pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName); pvc == nil || pvc.Annotations[AnnCloneVerdict] == "" {
+		} else if pvc := inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName); pvc == nil || pvc.Annotations[fleet.AnnCloneVerdict] == "" {
 			rank[i] = 1
 		}
 	}
@@ -285,9 +286,9 @@ func (c *Controller) recheckTimer() <-chan time.Time {
 // publish persists one disk's record and emits a Warning for each bad
 // reason the persisted record did not already carry: a resync that finds
 // nothing new writes nothing and emits nothing.
-func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) error {
+func (c *Controller) publish(ctx context.Context, a assessment, inv *fleet.Inventory) error {
 	rec := a.record
-	pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName)
+	pvc := inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName)
 	old, err := persistedRecord(pvc)
 	if err != nil {
 		c.noteMalformed(malformedAnnotation(pvc, "PersistentVolumeClaim", err))
@@ -324,8 +325,8 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 		return nil // CDI has not created the claim yet; the next pass writes it
 	}
 	err = c.patchPVC(ctx, pvc, "", map[string]*string{
-		AnnCloneVerdict:  ptrTo(rec.Verdict),
-		AnnCloneEvidence: ptrTo(mustJSON(rec)),
+		fleet.AnnCloneVerdict:  ptrTo(rec.Verdict),
+		fleet.AnnCloneEvidence: ptrTo(mustJSON(rec)),
 	})
 	if err == nil {
 		c.noteWritten(key, rec)
@@ -335,7 +336,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 }
 
 // reportMalformed emits one Warning per newly seen unreadable object.
-func (c *Controller) reportMalformed(ctx context.Context, ms []malformedObject) error {
+func (c *Controller) reportMalformed(ctx context.Context, ms []fleet.MalformedObject) error {
 	var firstErr error
 	for _, m := range ms {
 		if !c.noteMalformed(m) {
@@ -351,7 +352,7 @@ func (c *Controller) reportMalformed(ctx context.Context, ms []malformedObject) 
 	return firstErr
 }
 
-func (c *Controller) noteMalformed(m malformedObject) bool {
+func (c *Controller) noteMalformed(m fleet.MalformedObject) bool {
 	if m.Kind == "" {
 		m.Kind = "DataVolume"
 	}

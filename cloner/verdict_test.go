@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -55,7 +56,7 @@ func TestCloneNeverExpandedIsResizeMissing(t *testing.T) {
 	w.cloned(dv, testClass, "csi-clone", 6*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
 	dv2 := w.worker("tenant-a", "d2", "p", g, 20*gi, ptrTo(testClass))
 	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
-	ev.Expansions = []Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "ResourceExhausted", Message: "pool full"}}
+	ev.Expansions = []fleet.Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "ResourceExhausted", Message: "pool full"}}
 	w.cloned(dv2, testClass, "csi-clone", 6*gi, ev)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["d"]; !reasonsOf(r)[ReasonResizeMissing] || !strings.Contains(r.messageFor(ReasonResizeMissing), "no ControllerExpandVolume") {
@@ -106,7 +107,7 @@ func TestBlankVolumeIsHostAssistedWithCDIsReason(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	ev := tapClone("", 20*gi, 20*gi)
 	pvc, _ := w.cloned(dv, testClass, "copy", 20*gi, ev)
-	pvc.Annotations[AnnCDIFallbackReason] = "target storage class does not allow volume expansion"
+	pvc.Annotations[fleet.AnnCDIFallbackReason] = "target storage class does not allow volume expansion"
 	recs, evn := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["d"]
 	// The blank volume had its final size at once (t0+2s); the copy by pods
@@ -207,7 +208,7 @@ func TestUnfinishedCloneIsStuckAfterStuckAfterWithTheDriverError(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	pvc, _ := w.claim(dv, testClass, 20*gi, 0, "")
-	pvc.Annotations[AnnDriverError] = mustJSON(DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
+	pvc.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
 		Message: "context deadline exceeded", Claim: "cozy-public/tmp-pvc-x", Attempts: 4})
 	cfg := testConfig()
 	if r, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter-time.Second)); r["d"].Verdict != VerdictPending {
@@ -271,8 +272,8 @@ func TestGoldenBreakingTheNamingRulesIsNotTrusted(t *testing.T) {
 	g, _ := w.golden("ABC", "1.2")
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if ev.inv.goldens[0].Trusted() || len(ev.inv.goldens[0].Problems) != 2 {
-		t.Fatalf("problems %v", ev.inv.goldens[0].Problems)
+	if ev.inv.Goldens[0].Trusted() || len(ev.inv.Goldens[0].Problems) != 2 {
+		t.Fatalf("problems %v", ev.inv.Goldens[0].Problems)
 	}
 	if r := recs["d"]; !reasonsOf(r)[ReasonInvalidGolden] {
 		t.Fatalf("got %v", r.BadReasons())
@@ -311,10 +312,10 @@ func TestEmptyClassIsResolvedBeforeComparing(t *testing.T) {
 			for _, n := range []string{testClass, "local"} {
 				ann := map[string]string{}
 				if n == tc.virt {
-					ann[AnnDefaultVirtClass] = "true"
+					ann[fleet.AnnDefaultVirtClass] = "true"
 				}
 				if n == tc.k8s {
-					ann[AnnDefaultClass] = "true"
+					ann[fleet.AnnDefaultClass] = "true"
 				}
 				w.class(n, ann, t0)
 			}
@@ -332,7 +333,7 @@ func TestBoundDiskKeepsItsClassWhenTheDefaultMoves(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, nil)
 	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	w.class(testClass, nil, t0)
-	w.class("local", map[string]string{AnnDefaultClass: "true", AnnDefaultVirtClass: "true"}, t0.Add(time.Hour))
+	w.class("local", map[string]string{fleet.AnnDefaultClass: "true", fleet.AnnDefaultVirtClass: "true"}, t0.Add(time.Hour))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(2*time.Hour))
 	if r := recs["d"]; len(r.BadReasons()) != 0 || r.Class != testClass {
 		t.Fatalf("class %q reasons %v", r.Class, r.BadReasons())
@@ -366,7 +367,7 @@ func TestFactoryImportOfAKnownFlavorIsHTTPImport(t *testing.T) {
 	url := "https://factory.talos.dev/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"
 	done := w.dataVolume("tenant-b", "http-done", 20*gi, nil)
 	done.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}}
-	done.Annotations[AnnPool] = "md1"
+	done.Annotations[fleet.AnnPool] = "md1"
 	succeed(done, t0)
 	running := w.dataVolume("tenant-b", "http-running", 20*gi, nil)
 	running.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: url}}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,7 +55,7 @@ func passAndCheckEveryDisk(t *testing.T, fc *fakeCluster, c *Controller, n int) 
 		t.Fatal(err)
 	}
 	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
 			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
 		}
 	}
@@ -256,7 +257,7 @@ func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 	judge := func(claim *corev1.PersistentVolumeClaim) {
 		t.Helper()
 		inv := c.storeInventory([]string{key})
-		inv.claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
+		inv.Claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
 		pred, _ := c.newPredictor(inv)
 		ev := evaluateWith(inv, c.cfg, c.cfg.Clock(), pred)
 		if len(ev.assessments) != 1 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,7 +36,7 @@ func ptrTo(s string) *string { return &s }
 // patchPV sets annotations on a PV, guarded by its resourceVersion.
 func (c *Controller) patchPV(ctx context.Context, pv *corev1.PersistentVolume, set map[string]*string) error {
 	_, err := c.clients.Kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType,
-		annotationPatch(pv.ResourceVersion, set), metav1.PatchOptions{FieldManager: eventSourceComponent})
+		annotationPatch(pv.ResourceVersion, set), metav1.PatchOptions{FieldManager: fleet.EventSourceComponent})
 	if err != nil {
 		return fmt.Errorf("annotating PersistentVolume %s: %w", pv.Name, err)
 	}
@@ -45,7 +46,7 @@ func (c *Controller) patchPV(ctx context.Context, pv *corev1.PersistentVolume, s
 // patchPVC sets annotations on a PVC. rv "" means last writer wins, used
 // for keys only one writer owns.
 func (c *Controller) patchPVC(ctx context.Context, pvc *corev1.PersistentVolumeClaim, rv string, set map[string]*string) error {
-	patch, opts := annotationPatch(rv, set), metav1.PatchOptions{FieldManager: eventSourceComponent}
+	patch, opts := annotationPatch(rv, set), metav1.PatchOptions{FieldManager: fleet.EventSourceComponent}
 	var err error
 	if rc, ok := c.clients.Kube.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil {
 		err = patchDiscardingReply(ctx, rc, pvc.Namespace, "persistentvolumeclaims", pvc.Name, patch, opts)

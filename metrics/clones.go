@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // ClonesSource is what the verdict collector reads at scrape time;
@@ -93,7 +94,7 @@ func collectState(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
 		ch <- prometheus.MustNewConstMetric(descWorkerDisks, prometheus.GaugeValue, float64(d.Count),
 			label(d.Flavor.SchematicID), label(d.Flavor.Version), d.Verdict)
 	}
-	consumers := map[cloner.Flavor]int{}
+	consumers := map[fleet.Flavor]int{}
 	for _, g := range s.Goldens {
 		ch <- prometheus.MustNewConstMetric(descGoldenInfo, prometheus.GaugeValue, 1,
 			g.Namespace, g.Name, label(g.Flavor.SchematicID), label(g.Flavor.Version), label(g.StorageClass), g.Phase)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // snapshotSource serves a fixed snapshot, as the cloner does between passes.
@@ -21,7 +22,7 @@ func (f snapshotSource) Snapshot() *cloner.Snapshot { return f.s }
 const sid = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 
 func leaderSnapshot() *cloner.Snapshot {
-	f := cloner.Flavor{SchematicID: sid, Version: "v1.13.2"}
+	f := fleet.Flavor{SchematicID: sid, Version: "v1.13.2"}
 	d := cloner.DurationTotals{Count: 3, Sum: 12.5, Buckets: map[string]uint64{"2.5": 1, "5": 2}}
 	return &cloner.Snapshot{
 		Leader: true,

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 var (
@@ -60,7 +61,7 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descClassDisks, prometheus.GaugeValue, float64(d.Count),
 			label(d.Flavor.SchematicID), label(d.Flavor.Version), label(d.Class))
 	}
-	ready := map[cloner.Flavor]bool{}
+	ready := map[fleet.Flavor]bool{}
 	for _, g := range s.Goldens {
 		if g.ReadySince.IsZero() || !g.Trusted || ready[g.Flavor] {
 			continue

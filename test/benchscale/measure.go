@@ -24,6 +24,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	clonerfleet "github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -95,7 +96,7 @@ func (v *verdictClock) observe(obj any) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.lastChange = time.Now()
-	if pvc.Annotations[cloner.AnnCloneVerdict] == "" || v.start.IsZero() {
+	if pvc.Annotations[clonerfleet.AnnCloneVerdict] == "" || v.start.IsZero() {
 		return
 	}
 	key := pvc.Namespace + "/" + pvc.Name

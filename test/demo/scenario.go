@@ -15,6 +15,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
 )
@@ -96,13 +97,13 @@ func disks(ctx context.Context, c *cluster.Cluster) ([]disk, error) {
 
 // readRecord decodes the verdict the sidecar persisted on a worker PVC.
 func readRecord(pvc *corev1.PersistentVolumeClaim) (*cloner.Record, error) {
-	raw := pvc.Annotations[cloner.AnnCloneEvidence]
+	raw := pvc.Annotations[fleet.AnnCloneEvidence]
 	if raw == "" {
 		return nil, nil
 	}
 	var r cloner.Record
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return nil, fmt.Errorf("PVC %s/%s: unreadable %s: %w", pvc.Namespace, pvc.Name, cloner.AnnCloneEvidence, err)
+		return nil, fmt.Errorf("PVC %s/%s: unreadable %s: %w", pvc.Namespace, pvc.Name, fleet.AnnCloneEvidence, err)
 	}
 	return &r, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -418,7 +419,7 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 		reached[rbacOutcomeNames[0]] = true
 	}
 	if pvc, err := c.Client.CoreV1().PersistentVolumeClaims(rbacTenant).Get(ctx, clone.Name, metav1.GetOptions{}); err == nil && pvc.Spec.VolumeName != "" {
-		if pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{}); err == nil && pv.Annotations[cloner.AnnCSIEvidence] != "" {
+		if pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{}); err == nil && pv.Annotations[fleet.AnnCSIEvidence] != "" {
 			reached[rbacOutcomeNames[1]] = true
 		}
 	}
@@ -452,11 +453,11 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 // pvcRecord reads the verdict record persisted on a PVC, nil if none.
 func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *cloner.Record {
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil || pvc.Annotations[cloner.AnnCloneEvidence] == "" {
+	if err != nil || pvc.Annotations[fleet.AnnCloneEvidence] == "" {
 		return nil
 	}
 	var r cloner.Record
-	if json.Unmarshal([]byte(pvc.Annotations[cloner.AnnCloneEvidence]), &r) != nil {
+	if json.Unmarshal([]byte(pvc.Annotations[fleet.AnnCloneEvidence]), &r) != nil {
 		return nil
 	}
 	return &r

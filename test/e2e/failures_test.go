@@ -18,6 +18,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -139,7 +140,7 @@ func deleteGoldenUnder(t *testing.T, ctx context.Context, c *cluster.Cluster, f 
 		t.Fatalf("golden %s should still be importing: %v %v", golden, dv, err)
 	}
 	bg := metav1.DeletePropagationBackground
-	if err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(cluster.NamespaceGolden).Delete(ctx, golden,
+	if err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(cluster.NamespaceGolden).Delete(ctx, golden,
 		metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		t.Fatal(err)
 	}

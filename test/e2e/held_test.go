@@ -13,6 +13,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -90,7 +91,7 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 func deleteDataVolumeKeepClaim(t *testing.T, ctx context.Context, c *cluster.Cluster, golden string) {
 	t.Helper()
 	orphan := metav1.DeletePropagationOrphan
-	dvs := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(cluster.NamespaceGolden)
+	dvs := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(cluster.NamespaceGolden)
 	if err := dvs.Delete(ctx, golden, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
 		t.Fatal(err)
 	}

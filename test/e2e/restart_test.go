@@ -21,6 +21,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -217,10 +218,10 @@ func (st *killState) record(t *testing.T, ctx context.Context, c *cluster.Cluste
 		}
 		h := pv.Spec.CSI.VolumeHandle
 		st.existed[h] = true
-		var ev cloner.VolumeEvidence
-		if raw := pv.Annotations[cloner.AnnCSIEvidence]; raw != "" {
+		var ev fleet.VolumeEvidence
+		if raw := pv.Annotations[fleet.AnnCSIEvidence]; raw != "" {
 			if err := json.Unmarshal([]byte(raw), &ev); err != nil {
-				t.Fatalf("PV %s: unreadable %s: %v", pv.Name, cloner.AnnCSIEvidence, err)
+				t.Fatalf("PV %s: unreadable %s: %v", pv.Name, fleet.AnnCSIEvidence, err)
 			}
 		}
 		st.evidenced[h] = !ev.Created.IsZero()
@@ -392,7 +393,7 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 	t.Helper()
 	golden := cluster.GoldenName(flavor, talosVersion)
 	_, capacity := goldenVolume(t, ctx, c, flavor)
-	dvs, err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
+	dvs, err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

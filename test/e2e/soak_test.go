@@ -16,6 +16,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -246,7 +247,7 @@ func waitWaveSucceeded(t *testing.T, ctx context.Context, c *cluster.Cluster, w 
 	}
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
+		l, err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil // the API server may be down on purpose

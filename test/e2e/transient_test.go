@@ -10,6 +10,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -48,8 +49,8 @@ func TestRetriedCreateVolumeErrorsAreNotStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ev cloner.VolumeEvidence
-	if err := json.Unmarshal([]byte(pv.Annotations[cloner.AnnCSIEvidence]), &ev); err != nil {
+	var ev fleet.VolumeEvidence
+	if err := json.Unmarshal([]byte(pv.Annotations[fleet.AnnCSIEvidence]), &ev); err != nil {
 		t.Fatalf("evidence on %s: %v", pv.Name, err)
 	}
 	if ev.Attempts != 4 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -295,13 +296,13 @@ func checkReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 		t.Errorf("report: safe to delete %v, want only the unused golden: %v", safe, wantSafe)
 	}
 	// Per pool (the DataVolume's annotation) the verdicts on the PVCs.
-	dvs, err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
+	dvs, err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]int{}
 	for _, dv := range dvs.Items {
-		want[dv.GetAnnotations()[cloner.AnnPool]+"/"+readRecord(t, ctx, c, verdictTenant, dv.GetName()).Verdict]++
+		want[dv.GetAnnotations()[fleet.AnnPool]+"/"+readRecord(t, ctx, c, verdictTenant, dv.GetName()).Verdict]++
 	}
 	got := map[string]int{}
 	for _, p := range rep.Pools {
@@ -414,15 +415,15 @@ func readRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name 
 	if err != nil {
 		return nil
 	}
-	raw := pvc.Annotations[cloner.AnnCloneEvidence]
+	raw := pvc.Annotations[fleet.AnnCloneEvidence]
 	if raw == "" {
 		return nil
 	}
 	var r cloner.Record
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		t.Fatalf("%s/%s: unreadable %s: %v", ns, name, cloner.AnnCloneEvidence, err)
+		t.Fatalf("%s/%s: unreadable %s: %v", ns, name, fleet.AnnCloneEvidence, err)
 	}
-	if v := pvc.Annotations[cloner.AnnCloneVerdict]; v != r.Verdict {
+	if v := pvc.Annotations[fleet.AnnCloneVerdict]; v != r.Verdict {
 		t.Fatalf("%s/%s: verdict annotation %q disagrees with the evidence's %q", ns, name, v, r.Verdict)
 	}
 	return &r

@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"fmt"
@@ -38,10 +38,10 @@ func (f Flavor) IsZero() bool { return f.SchematicID == "" && f.Version == "" }
 func flavorProblems(f Flavor) []string {
 	var p []string
 	if !schematicIDRe.MatchString(f.SchematicID) {
-		p = append(p, fmt.Sprintf("schematic ID %q is not plain lowercase alphanumeric", clip(f.SchematicID, 80)))
+		p = append(p, fmt.Sprintf("schematic ID %q is not plain lowercase alphanumeric", Clip(f.SchematicID, 80)))
 	}
 	if !versionRe.MatchString(f.Version) {
-		p = append(p, fmt.Sprintf("version %q is not a vMAJOR.MINOR.PATCH release", clip(f.Version, 40)))
+		p = append(p, fmt.Sprintf("version %q is not a vMAJOR.MINOR.PATCH release", Clip(f.Version, 40)))
 	}
 	return p
 }
@@ -122,7 +122,7 @@ func parseGoldenName(name string) (Flavor, bool) {
 // goldenFlavor reads the flavor from the annotations, falling back to the
 // name, and lists every rule broken, including a name that does not match
 // the annotations (both sides build the name from the same fields).
-func goldenFlavor(name string, ann map[string]string) (Flavor, []string) {
+func GoldenFlavor(name string, ann map[string]string) (Flavor, []string) {
 	fromName, nameOK := parseGoldenName(name)
 	f := Flavor{SchematicID: ann[AnnSchematicID], Version: ann[AnnTalosVersion]}
 	if f.SchematicID == "" {
@@ -133,27 +133,27 @@ func goldenFlavor(name string, ann map[string]string) (Flavor, []string) {
 	}
 	problems := flavorProblems(f)
 	if want := goldenNamePrefix + f.SchematicID + "-" + f.Version; !nameOK || name != want {
-		problems = append(problems, fmt.Sprintf("name %q is not %q", name, clip(want, 120)))
+		problems = append(problems, fmt.Sprintf("name %q is not %q", name, Clip(want, 120)))
 	}
 	return f, problems
 }
 
 // newGolden builds the golden of a candidate DataVolume and joins its claim,
 // volume and class.
-func newGolden(dv *cdiv1.DataVolume, inv *inventory) *Golden {
-	f, problems := goldenFlavor(dv.Name, dv.Annotations)
+func newGolden(dv *cdiv1.DataVolume, inv *Inventory) *Golden {
+	f, problems := GoldenFlavor(dv.Name, dv.Annotations)
 	g := &Golden{
 		Namespace: dv.Namespace, Name: dv.Name, UID: dv.UID,
 		Flavor: f, Problems: problems,
 		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
 		Created:        dv.CreationTimestamp.Time,
 		ReadySince:     readySince(dv),
-		RequestedBytes: requestedBytes(dv),
-		PVCName:        claimName(dv),
+		RequestedBytes: RequestedBytes(dv),
+		PVCName:        ClaimName(dv),
 	}
-	pvc := inv.claimOf(g.Namespace, g.PVCName)
-	pv := inv.boundPV(pvc)
-	g.Class = inv.classes.resolveClassFor(pvc, pv, requestedClass(dv), string(dv.Spec.ContentType),
+	pvc := inv.ClaimOf(g.Namespace, g.PVCName)
+	pv := inv.BoundPV(pvc)
+	g.Class = inv.Classes.resolveClassFor(pvc, pv, requestedClass(dv), string(dv.Spec.ContentType),
 		dv.Spec.Storage == nil && dv.Spec.PVC != nil)
 	if pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
 		g.CapacityBytes = claimCapacity(pvc)
@@ -164,7 +164,7 @@ func newGolden(dv *cdiv1.DataVolume, inv *inventory) *Golden {
 	// Filesystem and call every Block worker of it host-assisted.
 	g.VolumeMode, _ = requestedModes(dv)
 	if pvc != nil {
-		g.ClaimRequestBytes = claimRequest(pvc)
+		g.ClaimRequestBytes = ClaimRequest(pvc)
 		g.ContentType, g.VirtualSize = pvc.Annotations[cdirules.AnnContentType], recordedImageSize(pvc)
 		if pvc.Spec.VolumeMode != nil {
 			g.VolumeMode = string(*pvc.Spec.VolumeMode)
@@ -172,7 +172,7 @@ func newGolden(dv *cdiv1.DataVolume, inv *inventory) *Golden {
 	}
 	if pv != nil {
 		g.PVName = pv.Name
-		g.VolumeHandle = csiHandle(pv)
+		g.VolumeHandle = CsiHandle(pv)
 		if pv.Spec.VolumeMode != nil {
 			g.VolumeMode = string(*pv.Spec.VolumeMode)
 		}
@@ -194,7 +194,7 @@ func readySince(dv *cdiv1.DataVolume) time.Time {
 	return dv.CreationTimestamp.Time
 }
 
-func clip(s string, n int) string {
+func Clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -29,15 +29,15 @@ func (r ClassResolution) Resolved() bool { return r.How != ClassUnresolved }
 
 // classIndex answers "which class is the default" the way CDI and Kubernetes do.
 type classIndex struct {
-	byName      map[string]*storagev1.StorageClass
+	ByName      map[string]*storagev1.StorageClass
 	virtDefault string
 	k8sDefault  string
 }
 
-func newClassIndex(classes []*storagev1.StorageClass) classIndex {
-	ci := classIndex{byName: make(map[string]*storagev1.StorageClass, len(classes))}
+func NewClassIndex(classes []*storagev1.StorageClass) classIndex {
+	ci := classIndex{ByName: make(map[string]*storagev1.StorageClass, len(classes))}
 	for _, sc := range classes {
-		ci.byName[sc.Name] = sc
+		ci.ByName[sc.Name] = sc
 	}
 	d := cdirules.DefaultClasses(classes)
 	ci.virtDefault, ci.k8sDefault = d.Virt, d.Kubernetes
@@ -50,7 +50,7 @@ func newClassIndex(classes []*storagev1.StorageClass) classIndex {
 // type is archive (CDI reads any other value, or none, as kubevirt), then to
 // the Kubernetes default. An explicit "" is not a fallback: CDI looks up a
 // class named "" and keeps "", which Kubernetes reads as "no class".
-func (ci classIndex) resolveRequested(requested *string, contentType string) ClassResolution {
+func (ci classIndex) ResolveRequested(requested *string, contentType string) ClassResolution {
 	return ci.resolveRequestedFor(requested, contentType, false)
 }
 
@@ -77,13 +77,13 @@ func (ci classIndex) resolveRequestedFor(requested *string, contentType string, 
 
 // resolveClass gives the class a spec.storage volume really has or will
 // have; see resolveClassFor.
-func (ci classIndex) resolveClass(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
+func (ci classIndex) ResolveClass(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
 	requested *string, contentType string) ClassResolution {
 	return ci.resolveClassFor(pvc, pv, requested, contentType, false)
 }
 
 // resolveDiskClass gives a worker disk's class.
-func (ci classIndex) resolveDiskClass(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, d *WorkerDisk) ClassResolution {
+func (ci classIndex) ResolveDiskClass(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, d *WorkerDisk) ClassResolution {
 	return ci.resolveClassFor(pvc, pv, d.RequestedClass, d.ContentType, d.FromPVCSpec)
 }
 
@@ -101,4 +101,14 @@ func (ci classIndex) resolveClassFor(pvc *corev1.PersistentVolumeClaim, pv *core
 		return ClassResolution{Name: *pvc.Spec.StorageClassName, How: ClassFromClaim}
 	}
 	return ci.resolveRequestedFor(requested, contentType, pvcSpec)
+}
+
+// kubernetesDefault is what an empty class of a spec.pvc DataVolume
+// becomes: the Kubernetes default only (datavolume/util.go applies the
+// virtualization default to spec.storage alone).
+func (ci classIndex) KubernetesDefault() ClassResolution {
+	if ci.k8sDefault == "" {
+		return ClassResolution{How: ClassUnresolved}
+	}
+	return ClassResolution{Name: ci.k8sDefault, How: ClassK8sDefault}
 }

@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"strings"
@@ -22,16 +22,16 @@ const (
 	// present while clonePhase is Error.
 	AnnCDICloneError = "cdi.kubevirt.io/cloneError"
 
-	cdiClonePhaseError = "Error"
+	CdiClonePhaseError = "Error"
 	// CDI's reasons on a DataVolume's conditions.
-	cdiReasonError            = "Error"
-	cdiReasonValidationFailed = "CloneValidationFailed"
-	cdiReasonWithoutSource    = "CloneWithoutSource"
+	CdiReasonError            = "Error"
+	CdiReasonValidationFailed = "CloneValidationFailed"
+	CdiReasonWithoutSource    = "CloneWithoutSource"
 )
 
 // cdiFallbackEvents maps the message CDI writes as cloneFallbackReason to
 // the reason of the Warning event it emits with it on the target claim.
-var cdiFallbackEvents = map[string]string{
+var CdiFallbackEvents = map[string]string{
 	"Provisioners are incompatible":                                                "IncompatibleProvisioners",
 	"The volume modes of source and target are incompatible":                       "IncompatibleVolumeModes",
 	"No volume expansion is possible":                                              "NoVolumeExpansion",
@@ -42,8 +42,8 @@ var cdiFallbackEvents = map[string]string{
 
 // fallbackText is CDI's fallback reason as the event would show it:
 // "NoVolumeExpansion: No volume expansion is possible".
-func fallbackText(message string) string {
-	if ev, ok := cdiFallbackEvents[message]; ok {
+func FallbackText(message string) string {
+	if ev, ok := CdiFallbackEvents[message]; ok {
 		return ev + ": " + message
 	}
 	return message
@@ -65,7 +65,7 @@ func cdiConditions(dv *cdiv1.DataVolume) []CDICondition {
 			since = c.LastTransitionTime.Time
 		}
 		out = append(out, CDICondition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason,
-			Message: clip(c.Message, maxMessageBytes), Since: since})
+			Message: Clip(c.Message, MaxMessageBytes), Since: since})
 	}
 	return out
 }
@@ -84,8 +84,8 @@ func (d *WorkerDisk) condition(typ cdiv1.DataVolumeConditionType, reason string)
 // source and refused it (e.g. a target smaller than the source). It checks
 // again on every pass and the DataVolume's spec does not change, so the disk
 // will not be made from this DataVolume.
-func cdiRefusal(d *WorkerDisk) *CDICondition {
-	return d.condition(cdiv1.DataVolumeBound, cdiReasonValidationFailed)
+func CdiRefusal(d *WorkerDisk) *CDICondition {
+	return d.condition(cdiv1.DataVolumeBound, CdiReasonValidationFailed)
 }
 
 // cdiCloneError is the clone populator's error on the target claim
@@ -93,16 +93,16 @@ func cdiRefusal(d *WorkerDisk) *CDICondition {
 // mirrors it. CDI maps this phase to Failed but leaves the DataVolume's phase
 // alone and retries; an update conflict also passes through Error for a
 // moment, which is why the caller waits for the error to last.
-func cdiCloneError(d *WorkerDisk, pvc *corev1.PersistentVolumeClaim) (msg string, since time.Time, ok bool) {
-	if pvc == nil || pvc.Annotations[AnnCDIClonePhase] != cdiClonePhaseError {
+func CdiCloneError(d *WorkerDisk, pvc *corev1.PersistentVolumeClaim) (msg string, since time.Time, ok bool) {
+	if pvc == nil || pvc.Annotations[AnnCDIClonePhase] != CdiClonePhaseError {
 		return "", time.Time{}, false
 	}
-	running := d.condition(cdiv1.DataVolumeRunning, cdiReasonError)
+	running := d.condition(cdiv1.DataVolumeRunning, CdiReasonError)
 	if running == nil {
 		// The DataVolume does not show it yet: not settled.
 		return "", time.Time{}, false
 	}
-	msg = clip(pvc.Annotations[AnnCDICloneError], maxMessageBytes)
+	msg = Clip(pvc.Annotations[AnnCDICloneError], MaxMessageBytes)
 	if msg == "" {
 		msg = running.Message
 	}
@@ -111,14 +111,14 @@ func cdiCloneError(d *WorkerDisk, pvc *corev1.PersistentVolumeClaim) (msg string
 
 // cdiWaitsForSource: CDI looked for the clone's source claim and it does not
 // exist; CDI waits for it (CloneWithoutSource).
-func cdiWaitsForSource(d *WorkerDisk) *CDICondition {
-	return d.condition(cdiv1.DataVolumeBound, cdiReasonWithoutSource)
+func CdiWaitsForSource(d *WorkerDisk) *CDICondition {
+	return d.condition(cdiv1.DataVolumeBound, CdiReasonWithoutSource)
 }
 
 // cdiExplanation is CDI's own word on an unfinished disk, "" when CDI says
 // nothing beyond its phase: the first condition that is not true and
 // carries a message, Running before Bound before Ready.
-func cdiExplanation(d *WorkerDisk) string {
+func CdiExplanation(d *WorkerDisk) string {
 	for _, typ := range []cdiv1.DataVolumeConditionType{cdiv1.DataVolumeRunning, cdiv1.DataVolumeBound, cdiv1.DataVolumeReady} {
 		for _, c := range d.Conditions {
 			if c.Type != string(typ) || c.Status == string(corev1.ConditionTrue) || c.Message == "" || boring(c) {

@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"net/url"
@@ -85,13 +85,13 @@ func classifyDisk(dv *cdiv1.DataVolume, goldenNamespace string, known func(types
 		}
 		d.Kind, d.GoldenRef = DiskClone, ref
 	case src != nil && src.HTTP != nil:
-		f, ok := factoryFlavor(src.HTTP.URL)
+		f, ok := FactoryFlavor(src.HTTP.URL)
 		if !ok || !knownFlavor(f) {
 			return nil, false
 		}
 		d.Kind, d.Flavor = DiskHTTPImport, f
 	case ann != "":
-		d.Kind, d.GoldenRef = DiskClone, goldenAnnotationRef(ann, goldenNamespace)
+		d.Kind, d.GoldenRef = DiskClone, GoldenAnnotationRef(ann, goldenNamespace)
 	default:
 		return nil, false
 	}
@@ -105,11 +105,11 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
 		Created:        dv.CreationTimestamp.Time,
 		ReadySince:     readySince(dv),
-		RequestedBytes: requestedBytes(dv),
+		RequestedBytes: RequestedBytes(dv),
 		RequestedClass: requestedClass(dv),
 		ContentType:    string(dv.Spec.ContentType),
 		FromPVCSpec:    dv.Spec.Storage == nil && dv.Spec.PVC != nil,
-		ClaimName:      claimName(dv),
+		ClaimName:      ClaimName(dv),
 		Conditions:     cdiConditions(dv),
 		FromPVC:        dv.Spec.Source != nil && dv.Spec.Source.PVC != nil,
 	}
@@ -122,7 +122,7 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 
 // goldenAnnotationRef reads the golden annotation: "<name>" (in the golden
 // namespace) or "<namespace>/<name>".
-func goldenAnnotationRef(v, goldenNamespace string) types.NamespacedName {
+func GoldenAnnotationRef(v, goldenNamespace string) types.NamespacedName {
 	if ns, name, ok := strings.Cut(v, "/"); ok {
 		return types.NamespacedName{Namespace: ns, Name: name}
 	}
@@ -132,7 +132,7 @@ func goldenAnnotationRef(v, goldenNamespace string) types.NamespacedName {
 // factoryFlavor reads (schematicID, version) from an Image Factory URL,
 // <factory>/image/<schematicID>/<version>/<file>. Only well-formed flavors are
 // returned: the URL is user input.
-func factoryFlavor(raw string) (Flavor, bool) {
+func FactoryFlavor(raw string) (Flavor, bool) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Flavor{}, false
@@ -151,7 +151,7 @@ func factoryFlavor(raw string) (Flavor, bool) {
 }
 
 // requestedBytes is the DataVolume's requested size (spec.storage, else spec.pvc).
-func requestedBytes(dv *cdiv1.DataVolume) int64 {
+func RequestedBytes(dv *cdiv1.DataVolume) int64 {
 	var rl corev1.ResourceList
 	switch {
 	case dv.Spec.Storage != nil:
@@ -195,7 +195,7 @@ func requestedClass(dv *cdiv1.DataVolume) *string {
 	return nil
 }
 
-func claimName(dv *cdiv1.DataVolume) string {
+func ClaimName(dv *cdiv1.DataVolume) string {
 	if dv.Status.ClaimName != "" {
 		return dv.Status.ClaimName
 	}
@@ -207,7 +207,7 @@ func conditionMessage(dv *cdiv1.DataVolume) string {
 	for _, t := range []cdiv1.DataVolumeConditionType{cdiv1.DataVolumeRunning, cdiv1.DataVolumeReady, cdiv1.DataVolumeBound} {
 		for _, c := range dv.Status.Conditions {
 			if c.Type == t && c.Message != "" {
-				return clip(c.Message, 300)
+				return Clip(c.Message, 300)
 			}
 		}
 	}
@@ -221,14 +221,14 @@ func claimCapacity(pvc *corev1.PersistentVolumeClaim) int64 {
 	return 0
 }
 
-func claimRequest(pvc *corev1.PersistentVolumeClaim) int64 {
+func ClaimRequest(pvc *corev1.PersistentVolumeClaim) int64 {
 	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 		return q.Value()
 	}
 	return 0
 }
 
-func csiHandle(pv *corev1.PersistentVolume) string {
+func CsiHandle(pv *corev1.PersistentVolume) string {
 	if pv == nil || pv.Spec.CSI == nil {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"sort"
@@ -32,20 +32,20 @@ import (
 // several times larger. The per-disk cost this gives is in the README's
 // Scale section.
 
-const annLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+const AnnLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 // cachedDataVolume is a DataVolume as the cache keeps it: typed and trimmed,
 // or, when it cannot be read, only its identity and readErr, so that a bad
 // object is reported and skipped without stopping the others.
-type cachedDataVolume struct {
+type CachedDataVolume struct {
 	cdiv1.DataVolume
-	readErr string
+	ReadErr string
 }
 
 // readAnnotations are the annotations a reader of the cache uses, on
 // DataVolumes, PVCs and PVs. An annotation read from a cached object must be
 // listed here (TestCacheKeepsWhatTheClonerReads).
-var readAnnotations = []string{
+var ReadAnnotations = []string{
 	AnnSchematicID, AnnTalosVersion, AnnGolden, AnnPool, // the feature's, on DataVolumes
 	AnnCloneVerdict, AnnCloneEvidence, AnnDriverError, AnnCSIEvidence, // ours, on PVCs and PVs
 	AnnCDICloneType, AnnCDIFallbackReason, AnnCDIClonePhase, AnnCDICloneError, // CDI's, on PVCs
@@ -167,7 +167,7 @@ func trimMeta(m *metav1.ObjectMeta) {
 		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp}
 	var key strings.Builder // the kept annotations, shared when all are short
 	shareable := true
-	for _, k := range readAnnotations {
+	for _, k := range ReadAnnotations {
 		v, ok := m.Annotations[k]
 		if !ok {
 			continue
@@ -190,21 +190,21 @@ func trimMeta(m *metav1.ObjectMeta) {
 }
 
 // cacheDataVolume is the DataVolume informer's transform.
-func cacheDataVolume(obj any) (any, error) {
+func CacheDataVolume(obj any) (any, error) {
 	switch o := obj.(type) {
-	case *cachedDataVolume:
+	case *CachedDataVolume:
 		return o, nil // already transformed (a watch-list's items are passed twice)
 	case *unstructured.Unstructured:
-		return readDataVolume(o), nil
+		return ReadDataVolume(o), nil
 	}
 	return obj, nil
 }
 
 // readDataVolume converts and trims an unstructured DataVolume.
-func readDataVolume(u *unstructured.Unstructured) *cachedDataVolume {
+func ReadDataVolume(u *unstructured.Unstructured) *CachedDataVolume {
 	dv, err := toDataVolume(u)
 	if err != nil {
-		c := &cachedDataVolume{readErr: clip(err.Error(), 300)}
+		c := &CachedDataVolume{ReadErr: Clip(err.Error(), 300)}
 		c.TypeMeta = metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}
 		c.ObjectMeta = metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(),
 			ResourceVersion: u.GetResourceVersion(), CreationTimestamp: u.GetCreationTimestamp()}
@@ -221,7 +221,7 @@ func readDataVolume(u *unstructured.Unstructured) *cachedDataVolume {
 	}
 	dv.Spec = spec
 	dv.Status = dataVolumeStatus(dv.Status)
-	return &cachedDataVolume{DataVolume: *dv}
+	return &CachedDataVolume{DataVolume: *dv}
 }
 
 // dataVolumeStatus keeps a DataVolume's phase, claim, restarts and
@@ -240,45 +240,7 @@ func dataVolumeStatus(st cdiv1.DataVolumeStatus) cdiv1.DataVolumeStatus {
 	return out
 }
 
-// cacheClaim is the PVC transform without a store to reuse digests from.
-var cacheClaim = cacheClaimFrom(nil)
-
-// cacheClaimFrom is the PVC informer's transform; cached looks up the
-// claim's object already in the informer's store (nil: none). A verdict
-// record is kept as its digest (recorddigest.go). Most PVC updates leave the
-// record as it was (kube-controller-manager rewrites a claim's status after
-// each verdict patch): those reuse the cached object's digest instead of
-// decoding the record and encoding its digest again, work that falls on the
-// watch's reader and, in a burst of verdict writes, let it fall behind.
-func cacheClaimFrom(cached func(key string) (any, bool, error)) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-		if !ok {
-			return obj, nil
-		}
-		if raw := pvc.Annotations[AnnCloneEvidence]; raw != "" {
-			pvc.Annotations[AnnCloneEvidence] = digestAnnotation(raw, previousDigest(cached, pvc))
-		}
-		return trimClaim(pvc), nil
-	}
-}
-
-// previousDigest is the record digest of the cached version of pvc, if any.
-func previousDigest(cached func(key string) (any, bool, error), pvc *corev1.PersistentVolumeClaim) string {
-	if cached == nil {
-		return ""
-	}
-	obj, ok, err := cached(pvc.Namespace + "/" + pvc.Name)
-	if err != nil || !ok {
-		return ""
-	}
-	if old, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-		return old.Annotations[AnnCloneEvidence]
-	}
-	return ""
-}
-
-func trimClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+func TrimClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	trimMeta(&pvc.ObjectMeta)
 	pvc.Spec = *claimSpec(&pvc.Spec)
 	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase, Capacity: internResources(pvc.Status.Capacity)}
@@ -297,13 +259,13 @@ func claimSpec(p *corev1.PersistentVolumeClaimSpec) *corev1.PersistentVolumeClai
 }
 
 // cacheVolume is the PV transform for the default golden namespace.
-var cacheVolume = cacheVolumeFor(config.DefaultGoldenNamespace)
+var CacheVolume = CacheVolumeFor(config.DefaultGoldenNamespace)
 
 // cacheVolumeFor is the PV informer's transform: the CSI source keeps only
 // the driver and the handle; a PV of another kind keeps no source at all.
 // A golden's PV (claimed in goldenNamespace) keeps its node affinity too:
 // the clone-path prediction reads where a golden's volume lives.
-func cacheVolumeFor(goldenNamespace string) cache.TransformFunc {
+func CacheVolumeFor(goldenNamespace string) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		pv, ok := obj.(*corev1.PersistentVolume)
 		if !ok {
@@ -333,7 +295,7 @@ func cacheVolumeFor(goldenNamespace string) cache.TransformFunc {
 
 // cacheUnstructured is the transform of the other dynamic informers
 // (VolumeSnapshotContents): only managedFields go.
-func cacheUnstructured(obj any) (any, error) {
+func CacheUnstructured(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		u.SetManagedFields(nil)
 	}

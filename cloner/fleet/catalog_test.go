@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"testing"
@@ -19,7 +19,7 @@ func TestGoldenFlavorFromNameAndAnnotations(t *testing.T) {
 		{goldenName("ABC", "v1.0"), nil, Flavor{"ABC", "v1.0"}, 2},
 		{"talos-worker-nodash", nil, Flavor{}, 3},
 	} {
-		got, problems := goldenFlavor(tc.name, tc.ann)
+		got, problems := GoldenFlavor(tc.name, tc.ann)
 		if got != tc.want || len(problems) != tc.problems {
 			t.Errorf("%s %v: got %v %q, want %v with %d problems", tc.name, tc.ann, got, problems, tc.want, tc.problems)
 		}
@@ -35,9 +35,11 @@ func TestFactoryFlavorReadsOnlyWellFormedURLs(t *testing.T) {
 		"https://example.com/ubuntu.img":                                         {},
 		"::not a url":                                                            {},
 	} {
-		got, ok := factoryFlavor(url)
+		got, ok := FactoryFlavor(url)
 		if got != want || ok == want.IsZero() {
 			t.Errorf("%s: got %v %v, want %v", url, got, ok, want)
 		}
 	}
 }
+
+func goldenName(sid, ver string) string { return goldenNamePrefix + sid + "-" + ver }

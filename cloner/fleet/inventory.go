@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"encoding/json"
@@ -15,8 +15,8 @@ import (
 
 // objects is everything the cloner reads, from informers or from one List
 // each (the report).
-type objects struct {
-	DataVolumes      []*cachedDataVolume
+type Objects struct {
+	DataVolumes      []*CachedDataVolume
 	Claims           []*corev1.PersistentVolumeClaim
 	Volumes          []*corev1.PersistentVolume
 	Classes          []*storagev1.StorageClass
@@ -25,7 +25,7 @@ type objects struct {
 
 // malformedObject is an object the cloner could not read. It is reported
 // (Warning event, csi_clone_malformed_objects_total) and otherwise skipped.
-type malformedObject struct {
+type MalformedObject struct {
 	Kind, APIVersion, Namespace, Name string
 	UID                               types.UID
 	ResourceVersion                   string
@@ -34,25 +34,25 @@ type malformedObject struct {
 
 // inventory is one consistent view of the catalog, the worker disks and the
 // storage objects behind them, indexed for the joins the verdicts need.
-type inventory struct {
-	goldens     []*Golden
-	goldenByRef map[types.NamespacedName]*Golden
-	disks       []*WorkerDisk
+type Inventory struct {
+	Goldens     []*Golden
+	GoldenByRef map[types.NamespacedName]*Golden
+	Disks       []*WorkerDisk
 	// dvRefs holds every DataVolume seen, readable or not: the ledger only
 	// forgets a UID once its DataVolume is gone.
 	dvRefs    map[types.UID]types.NamespacedName
-	malformed []malformedObject
+	Malformed []MalformedObject
 	// claims and volumes find a PVC by namespace/name and a PV by name:
 	// in maps built from lists (the report), in the informers' stores (the
 	// controller, which never copies the fleet).
-	claims  func(types.NamespacedName) *corev1.PersistentVolumeClaim
-	volumes func(string) *corev1.PersistentVolume
-	classes classIndex
+	Claims  func(types.NamespacedName) *corev1.PersistentVolumeClaim
+	Volumes func(string) *corev1.PersistentVolume
+	Classes classIndex
 	// snapshotOf maps a snapshot handle to the volume handle it was cut from.
-	snapshotOf map[string]string
+	SnapshotOf map[string]string
 }
 
-func buildInventory(objs objects, goldenNamespace string) *inventory {
+func BuildInventory(objs Objects, goldenNamespace string) *Inventory {
 	pvcs := make(map[types.NamespacedName]*corev1.PersistentVolumeClaim, len(objs.Claims))
 	pvs := make(map[string]*corev1.PersistentVolume, len(objs.Volumes))
 	for _, pvc := range objs.Claims {
@@ -61,22 +61,22 @@ func buildInventory(objs objects, goldenNamespace string) *inventory {
 	for _, pv := range objs.Volumes {
 		pvs[pv.Name] = pv
 	}
-	inv := newInventory(objs.Classes, objs.SnapshotContents,
+	inv := NewInventory(objs.Classes, objs.SnapshotContents,
 		func(ref types.NamespacedName) *corev1.PersistentVolumeClaim { return pvcs[ref] },
 		func(name string) *corev1.PersistentVolume { return pvs[name] })
-	inv.addDataVolumes(objs.DataVolumes, goldenNamespace)
+	inv.AddDataVolumes(objs.DataVolumes, goldenNamespace)
 	return inv
 }
 
-func newInventory(classes []*storagev1.StorageClass, snapshotContents []*unstructured.Unstructured,
-	claims func(types.NamespacedName) *corev1.PersistentVolumeClaim, volumes func(string) *corev1.PersistentVolume) *inventory {
-	inv := &inventory{
-		goldenByRef: map[types.NamespacedName]*Golden{},
+func NewInventory(classes []*storagev1.StorageClass, snapshotContents []*unstructured.Unstructured,
+	claims func(types.NamespacedName) *corev1.PersistentVolumeClaim, volumes func(string) *corev1.PersistentVolume) *Inventory {
+	inv := &Inventory{
+		GoldenByRef: map[types.NamespacedName]*Golden{},
 		dvRefs:      map[types.UID]types.NamespacedName{},
-		claims:      claims,
-		volumes:     volumes,
-		classes:     newClassIndex(classes),
-		snapshotOf:  map[string]string{},
+		Claims:      claims,
+		Volumes:     volumes,
+		Classes:     NewClassIndex(classes),
+		SnapshotOf:  map[string]string{},
 	}
 	inv.indexSnapshotContents(snapshotContents)
 	return inv
@@ -84,7 +84,7 @@ func newInventory(classes []*storagev1.StorageClass, snapshotContents []*unstruc
 
 // addDataVolumes reads the DataVolumes, which must include every golden
 // candidate, into the catalog and the worker disks.
-func (inv *inventory) addDataVolumes(cached []*cachedDataVolume, goldenNamespace string) {
+func (inv *Inventory) AddDataVolumes(cached []*CachedDataVolume, goldenNamespace string) {
 	dvs := inv.readDataVolumes(cached)
 	inv.buildCatalog(dvs, goldenNamespace)
 	inv.buildDisks(dvs, goldenNamespace)
@@ -92,12 +92,12 @@ func (inv *inventory) addDataVolumes(cached []*cachedDataVolume, goldenNamespace
 
 // readDataVolumes converts every DataVolume it can and records the rest as
 // malformed; a bad object must never stop the others from being judged.
-func (inv *inventory) readDataVolumes(cached []*cachedDataVolume) []*cdiv1.DataVolume {
+func (inv *Inventory) readDataVolumes(cached []*CachedDataVolume) []*cdiv1.DataVolume {
 	out := make([]*cdiv1.DataVolume, 0, len(cached))
 	for _, c := range cached {
 		inv.dvRefs[c.UID] = types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
-		if c.readErr != "" {
-			inv.malformed = append(inv.malformed, malformedDataVolume(c))
+		if c.ReadErr != "" {
+			inv.Malformed = append(inv.Malformed, MalformedDataVolume(c))
 			continue
 		}
 		out = append(out, &c.DataVolume)
@@ -126,35 +126,35 @@ func toDataVolume(u *unstructured.Unstructured) (dv *cdiv1.DataVolume, err error
 	return dv, nil
 }
 
-func malformedDataVolume(c *cachedDataVolume) malformedObject {
-	return malformedObject{
+func MalformedDataVolume(c *CachedDataVolume) MalformedObject {
+	return MalformedObject{
 		Kind: c.Kind, APIVersion: c.APIVersion, Namespace: c.Namespace, Name: c.Name, UID: c.UID,
-		ResourceVersion: c.ResourceVersion, Err: c.readErr,
+		ResourceVersion: c.ResourceVersion, Err: c.ReadErr,
 	}
 }
 
-func malformedFrom(u *unstructured.Unstructured, err error) malformedObject {
-	return malformedObject{
+func MalformedFrom(u *unstructured.Unstructured, err error) MalformedObject {
+	return MalformedObject{
 		Kind: u.GetKind(), APIVersion: u.GetAPIVersion(),
 		Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(),
-		ResourceVersion: u.GetResourceVersion(), Err: clip(err.Error(), 300),
+		ResourceVersion: u.GetResourceVersion(), Err: Clip(err.Error(), 300),
 	}
 }
 
-func (inv *inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespace string) {
+func (inv *Inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespace string) {
 	for _, dv := range dvs {
 		if isGoldenCandidate(dv, goldenNamespace) {
 			g := newGolden(dv, inv)
-			inv.goldens = append(inv.goldens, g)
-			inv.goldenByRef[g.Ref()] = g
+			inv.Goldens = append(inv.Goldens, g)
+			inv.GoldenByRef[g.Ref()] = g
 		}
 	}
 }
 
-func (inv *inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespace string) {
-	known := func(ref types.NamespacedName) bool { return inv.goldenByRef[ref] != nil }
+func (inv *Inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespace string) {
+	known := func(ref types.NamespacedName) bool { return inv.GoldenByRef[ref] != nil }
 	knownFlavor := func(f Flavor) bool {
-		for _, g := range inv.goldens {
+		for _, g := range inv.Goldens {
 			if g.Flavor == f && g.Trusted() {
 				return true
 			}
@@ -166,7 +166,7 @@ func (inv *inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespace string
 			continue
 		}
 		if d, ok := classifyDisk(dv, goldenNamespace, known, knownFlavor); ok {
-			inv.disks = append(inv.disks, d)
+			inv.Disks = append(inv.Disks, d)
 		}
 	}
 }
@@ -174,7 +174,7 @@ func (inv *inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespace string
 // indexSnapshotContents maps snapshot handles to their source volume
 // handles; CDI deletes its tmp snapshots after a clone, so this only helps
 // while they exist (the evidence loop records the link before then).
-func (inv *inventory) indexSnapshotContents(us []*unstructured.Unstructured) {
+func (inv *Inventory) indexSnapshotContents(us []*unstructured.Unstructured) {
 	for _, u := range us {
 		handle, _, err1 := unstructured.NestedString(u.Object, "status", "snapshotHandle")
 		source, _, err2 := unstructured.NestedString(u.Object, "spec", "source", "volumeHandle")
@@ -183,32 +183,32 @@ func (inv *inventory) indexSnapshotContents(us []*unstructured.Unstructured) {
 			if err == nil {
 				err = err2
 			}
-			inv.malformed = append(inv.malformed, malformedFrom(u, err))
+			inv.Malformed = append(inv.Malformed, MalformedFrom(u, err))
 			continue
 		}
 		if handle != "" && source != "" {
-			inv.snapshotOf[handle] = source
+			inv.SnapshotOf[handle] = source
 		}
 	}
 }
 
 // claimOf is the PVC of a disk or golden, nil when CDI has not created it.
-func (inv *inventory) claimOf(namespace, name string) *corev1.PersistentVolumeClaim {
-	return inv.claims(types.NamespacedName{Namespace: namespace, Name: name})
+func (inv *Inventory) ClaimOf(namespace, name string) *corev1.PersistentVolumeClaim {
+	return inv.Claims(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
 // boundPV is the PV a claim names, nil when it names none.
-func (inv *inventory) boundPV(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+func (inv *Inventory) BoundPV(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	if pvc == nil || pvc.Spec.VolumeName == "" {
 		return nil
 	}
-	return inv.volumes(pvc.Spec.VolumeName)
+	return inv.Volumes(pvc.Spec.VolumeName)
 }
 
 // consumers counts the worker disks that name each golden.
-func (inv *inventory) consumers() map[types.NamespacedName]int {
+func (inv *Inventory) Consumers() map[types.NamespacedName]int {
 	out := map[types.NamespacedName]int{}
-	for _, d := range inv.disks {
+	for _, d := range inv.Disks {
 		if d.Kind == DiskClone {
 			out[d.GoldenRef]++
 		}
@@ -218,7 +218,7 @@ func (inv *inventory) consumers() map[types.NamespacedName]int {
 
 // decodeAnnotation reads a JSON annotation into v. A value that is present
 // but unreadable is reported as malformed on the owning object.
-func decodeAnnotation(obj interface {
+func DecodeAnnotation(obj interface {
 	GetAnnotations() map[string]string
 }, key string, v any) (present bool, err error) {
 	raw, ok := obj.GetAnnotations()[key]
@@ -229,4 +229,23 @@ func decodeAnnotation(obj interface {
 		return true, fmt.Errorf("annotation %s: %w", key, err)
 	}
 	return true, nil
+}
+
+// goldenForFlavor is the trusted golden of a flavor (the first by name).
+func (inv *Inventory) GoldenForFlavor(f Flavor) *Golden {
+	for _, g := range inv.Goldens {
+		if g.Flavor == f && g.Trusted() {
+			return g
+		}
+	}
+	return nil
+}
+
+// cloneClaimOf is CDI's tmp-pvc-<uid> of a target claim, nil when CDI has not
+// made it (or already re-bound its volume and deleted it).
+func (inv *Inventory) CloneClaimOf(d *WorkerDisk, target *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	if target == nil || target.UID == "" {
+		return nil
+	}
+	return inv.ClaimOf(d.GoldenRef.Namespace, CdiTmpPVCPrefix+string(target.UID))
 }

@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import "k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -38,12 +38,12 @@ const (
 	AnnDefaultClass       = "storageclass.kubernetes.io/is-default-class"
 	ParamPVCName          = "csi.storage.k8s.io/pvc/name"
 	ParamPVCNamespace     = "csi.storage.k8s.io/pvc/namespace"
-	cdiTmpPVCPrefix       = "tmp-pvc-"
+	CdiTmpPVCPrefix       = "tmp-pvc-"
 	goldenNamePrefix      = "talos-worker-"
-	eventSourceComponent  = "csi-clone-sidecar"
-	cdiCloneTypeCSIClone  = "csi-clone"
-	cdiCloneTypeSnapshot  = "snapshot"
-	cdiCloneTypeHostAssis = "copy"
+	EventSourceComponent  = "csi-clone-sidecar"
+	CdiCloneTypeCSIClone  = "csi-clone"
+	CdiCloneTypeSnapshot  = "snapshot"
+	CdiCloneTypeHostAssis = "copy"
 )
 
 // Resources read through the dynamic client: CDI ships no typed clientset we

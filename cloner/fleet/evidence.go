@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"sort"
@@ -65,17 +65,17 @@ type DriverError struct {
 
 const (
 	maxExpansions      = 8
-	maxMessageBytes    = 300
+	MaxMessageBytes    = 300
 	maxPendingEntries  = 10000
-	driverErrorRefresh = time.Minute
+	DriverErrorRefresh = time.Minute
 )
 
 // created reports whether the evidence holds a successful CreateVolume.
-func (e *VolumeEvidence) created() bool { return !e.Created.IsZero() }
+func (e *VolumeEvidence) CreateSeen() bool { return !e.Created.IsZero() }
 
 // finalCapacity is the largest capacity the driver reported for the volume,
 // and when it reported it.
-func (e *VolumeEvidence) finalCapacity() (int64, time.Time) {
+func (e *VolumeEvidence) FinalCapacity() (int64, time.Time) {
 	capBytes, at := e.CapacityBytes, e.Created
 	for _, x := range e.Expansions {
 		if x.Code != codes.OK.String() {
@@ -94,7 +94,7 @@ func (e *VolumeEvidence) finalCapacity() (int64, time.Time) {
 
 // expandedTo reports whether a successful ControllerExpandVolume reached
 // want bytes, and the last failed expansion if none did.
-func (e *VolumeEvidence) expandedTo(want int64) (bool, *Expansion) {
+func (e *VolumeEvidence) ExpandedTo(want int64) (bool, *Expansion) {
 	var failed *Expansion
 	for i := range e.Expansions {
 		x := &e.Expansions[i]
@@ -112,15 +112,15 @@ func (e *VolumeEvidence) expandedTo(want int64) (bool, *Expansion) {
 // merge folds other (seen by this replica) into e (already on the PV). The
 // create fields come from whichever side saw the successful CreateVolume;
 // expansions are unioned.
-func (e *VolumeEvidence) merge(other *VolumeEvidence) {
-	if !e.created() && other.created() {
+func (e *VolumeEvidence) Merge(other *VolumeEvidence) {
+	if !e.CreateSeen() && other.CreateSeen() {
 		exp := e.Expansions
 		*e = *other
 		e.Expansions = exp
 		e.addExpansions(other.Expansions)
 		return
 	}
-	if e.created() && other.created() {
+	if e.CreateSeen() && other.CreateSeen() {
 		if other.FirstAttempt.Before(e.FirstAttempt) {
 			e.FirstAttempt = other.FirstAttempt
 		}
@@ -159,51 +159,51 @@ type attempt struct {
 
 // pendingVolume is evidence waiting for its PV.
 type pendingVolume struct {
-	ev   VolumeEvidence
+	Ev   VolumeEvidence
 	seen time.Time
 }
 
 // pendingError is a driver error waiting to be written on its target PVC.
 type pendingError struct {
-	err         DriverError
-	written     time.Time
-	lastWritten string
-	dirty       bool
+	Err         DriverError
+	Written     time.Time
+	LastWritten string
+	Dirty       bool
 }
 
 // evidenceBook holds what this replica saw and has not yet persisted. It is
 // owned by the evidence goroutine: no locking.
-type evidenceBook struct {
+type EvidenceBook struct {
 	ttl       time.Duration
 	attempts  map[string]*attempt        // CreateVolume name
-	volumes   map[string]*pendingVolume  // volume handle
-	snapshots map[string]pendingSnapshot // snapshot handle
-	errors    map[string]*pendingError   // claim "ns/name" the provisioner served
+	Volumes   map[string]*pendingVolume  // volume handle
+	Snapshots map[string]pendingSnapshot // snapshot handle
+	Errors    map[string]*pendingError   // claim "ns/name" the provisioner served
 	// cleared holds claims whose CreateVolume succeeded, and when: a driver
 	// error left on them by an earlier attempt no longer holds.
-	cleared map[string]time.Time
-	expired int64
+	Cleared map[string]time.Time
+	Expired int64
 }
 
 type pendingSnapshot struct {
-	source string
+	Source string
 	seen   time.Time
 }
 
-func newEvidenceBook(ttl time.Duration) *evidenceBook {
-	return &evidenceBook{
+func NewEvidenceBook(ttl time.Duration) *EvidenceBook {
+	return &EvidenceBook{
 		ttl:       ttl,
 		attempts:  map[string]*attempt{},
-		volumes:   map[string]*pendingVolume{},
-		snapshots: map[string]pendingSnapshot{},
-		errors:    map[string]*pendingError{},
-		cleared:   map[string]time.Time{},
+		Volumes:   map[string]*pendingVolume{},
+		Snapshots: map[string]pendingSnapshot{},
+		Errors:    map[string]*pendingError{},
+		Cleared:   map[string]time.Time{},
 	}
 }
 
 // apply records one observation. Calls that failed are kept only as driver
 // errors; everything else irrelevant to clones is ignored.
-func (b *evidenceBook) apply(o sidecar.Observation) {
+func (b *EvidenceBook) Apply(o sidecar.Observation) {
 	switch o.Method {
 	case sidecar.MethodCreateVolume:
 		b.applyCreate(o)
@@ -211,16 +211,16 @@ func (b *evidenceBook) apply(o sidecar.Observation) {
 		b.applyExpand(o)
 	case sidecar.MethodCreateSnapshot:
 		if o.Code == codes.OK && o.Response.SnapshotID != "" && o.Request.SourceVolumeID != "" {
-			b.snapshots[o.Response.SnapshotID] = pendingSnapshot{source: o.Request.SourceVolumeID, seen: o.End}
+			b.Snapshots[o.Response.SnapshotID] = pendingSnapshot{Source: o.Request.SourceVolumeID, seen: o.End}
 		}
 	case sidecar.MethodDeleteVolume:
 		if o.Code == codes.OK {
-			delete(b.volumes, o.Request.VolumeID)
+			delete(b.Volumes, o.Request.VolumeID)
 		}
 	}
 }
 
-func (b *evidenceBook) applyCreate(o sidecar.Observation) {
+func (b *EvidenceBook) applyCreate(o sidecar.Observation) {
 	a := b.attempts[o.Request.Name]
 	if a == nil {
 		a = &attempt{first: o.Start}
@@ -237,11 +237,11 @@ func (b *evidenceBook) applyCreate(o sidecar.Observation) {
 	if claim != "" {
 		// The retry succeeded: the error of an earlier attempt, written by
 		// this replica or another, is void.
-		delete(b.errors, claim)
-		b.cleared[claim] = o.End
-		b.evictIfFull(len(b.cleared), func() { evictOldest(b.cleared, func(t time.Time) time.Time { return t }) })
+		delete(b.Errors, claim)
+		b.Cleared[claim] = o.End
+		b.evictIfFull(len(b.Cleared), func() { evictOldest(b.Cleared, func(t time.Time) time.Time { return t }) })
 	}
-	pv := &pendingVolume{seen: o.End, ev: VolumeEvidence{
+	pv := &pendingVolume{seen: o.End, Ev: VolumeEvidence{
 		Name: o.Request.Name, Claim: claim,
 		FirstAttempt: a.first, Created: o.End, Attempts: a.count,
 		RequiredBytes: o.Request.RequiredBytes, CapacityBytes: o.Response.CapacityBytes,
@@ -249,33 +249,33 @@ func (b *evidenceBook) applyCreate(o sidecar.Observation) {
 		SourceSnapshot: firstNonEmpty(o.Response.SourceSnapshotID, o.Request.SourceSnapshotID),
 		Block:          o.Request.Block,
 	}}
-	if prev := b.volumes[o.Response.VolumeID]; prev != nil {
-		pv.ev.merge(&prev.ev)
+	if prev := b.Volumes[o.Response.VolumeID]; prev != nil {
+		pv.Ev.Merge(&prev.Ev)
 	}
-	b.volumes[o.Response.VolumeID] = pv
-	b.evictIfFull(len(b.volumes), func() { evictOldest(b.volumes, func(p *pendingVolume) time.Time { return p.seen }) })
+	b.Volumes[o.Response.VolumeID] = pv
+	b.evictIfFull(len(b.Volumes), func() { evictOldest(b.Volumes, func(p *pendingVolume) time.Time { return p.seen }) })
 }
 
-func (b *evidenceBook) recordError(o sidecar.Observation, claim string, a *attempt) {
+func (b *EvidenceBook) recordError(o sidecar.Observation, claim string, a *attempt) {
 	if claim == "" {
 		return
 	}
-	pe := b.errors[claim]
+	pe := b.Errors[claim]
 	if pe == nil {
-		pe = &pendingError{err: DriverError{First: a.first}}
-		b.errors[claim] = pe
-		b.evictIfFull(len(b.errors), func() { evictOldest(b.errors, func(p *pendingError) time.Time { return p.err.Last }) })
+		pe = &pendingError{Err: DriverError{First: a.first}}
+		b.Errors[claim] = pe
+		b.evictIfFull(len(b.Errors), func() { evictOldest(b.Errors, func(p *pendingError) time.Time { return p.Err.Last }) })
 	}
-	pe.err.Method = "CreateVolume"
-	pe.err.Code = o.Code.String()
-	pe.err.Message = clip(o.Message, maxMessageBytes)
-	pe.err.Claim = claim
-	pe.err.Last = o.End
-	pe.err.Attempts = a.count
-	pe.dirty = true
+	pe.Err.Method = "CreateVolume"
+	pe.Err.Code = o.Code.String()
+	pe.Err.Message = Clip(o.Message, MaxMessageBytes)
+	pe.Err.Claim = claim
+	pe.Err.Last = o.End
+	pe.Err.Attempts = a.count
+	pe.Dirty = true
 }
 
-func (b *evidenceBook) applyExpand(o sidecar.Observation) {
+func (b *EvidenceBook) applyExpand(o sidecar.Observation) {
 	id := o.Request.VolumeID
 	if id == "" {
 		return
@@ -283,57 +283,57 @@ func (b *evidenceBook) applyExpand(o sidecar.Observation) {
 	x := Expansion{At: o.End, RequiredBytes: o.Request.RequiredBytes, CapacityBytes: o.Response.CapacityBytes,
 		Code: o.Code.String()}
 	if o.Code != codes.OK {
-		x.Message = clip(o.Message, maxMessageBytes)
+		x.Message = Clip(o.Message, MaxMessageBytes)
 	}
-	pv := b.volumes[id]
+	pv := b.Volumes[id]
 	if pv == nil {
 		pv = &pendingVolume{}
-		b.volumes[id] = pv
-		b.evictIfFull(len(b.volumes), func() { evictOldest(b.volumes, func(p *pendingVolume) time.Time { return p.seen }) })
+		b.Volumes[id] = pv
+		b.evictIfFull(len(b.Volumes), func() { evictOldest(b.Volumes, func(p *pendingVolume) time.Time { return p.seen }) })
 	}
 	pv.seen = o.End
-	pv.ev.addExpansions([]Expansion{x})
+	pv.Ev.addExpansions([]Expansion{x})
 }
 
 // expire drops what waited longer than the TTL for its object; it is
 // counted, never silently lost.
-func (b *evidenceBook) expire(now time.Time) {
+func (b *EvidenceBook) Expire(now time.Time) {
 	cut := now.Add(-b.ttl)
 	for k, a := range b.attempts {
 		if a.seen.Before(cut) {
 			delete(b.attempts, k)
 		}
 	}
-	for k, p := range b.volumes {
+	for k, p := range b.Volumes {
 		if p.seen.Before(cut) {
-			delete(b.volumes, k)
-			b.expired++
+			delete(b.Volumes, k)
+			b.Expired++
 		}
 	}
-	for k, s := range b.snapshots {
+	for k, s := range b.Snapshots {
 		if s.seen.Before(cut) {
-			delete(b.snapshots, k)
+			delete(b.Snapshots, k)
 		}
 	}
-	for k, at := range b.cleared {
+	for k, at := range b.Cleared {
 		if at.Before(cut) {
-			delete(b.cleared, k)
+			delete(b.Cleared, k)
 		}
 	}
-	for k, e := range b.errors {
-		if e.err.Last.Before(cut) {
-			if e.dirty {
-				b.expired++
+	for k, e := range b.Errors {
+		if e.Err.Last.Before(cut) {
+			if e.Dirty {
+				b.Expired++
 			}
-			delete(b.errors, k)
+			delete(b.Errors, k)
 		}
 	}
 }
 
-func (b *evidenceBook) evictIfFull(n int, evict func()) {
+func (b *EvidenceBook) evictIfFull(n int, evict func()) {
 	if n > maxPendingEntries {
 		evict()
-		b.expired++
+		b.Expired++
 	}
 }
 
@@ -362,9 +362,9 @@ func claimParam(p map[string]string) string {
 // targetOfClaim resolves the claim a CreateVolume served to the claim the
 // verdict is about: CDI's tmp-pvc-<uid> stands for the target with that UID;
 // any other claim is its own target.
-func targetOfClaim(claim string) (uid types.UID, ref types.NamespacedName) {
+func TargetOfClaim(claim string) (uid types.UID, ref types.NamespacedName) {
 	ns, name, _ := strings.Cut(claim, "/")
-	if rest, ok := strings.CutPrefix(name, cdiTmpPVCPrefix); ok && rest != "" {
+	if rest, ok := strings.CutPrefix(name, CdiTmpPVCPrefix); ok && rest != "" {
 		return types.UID(rest), types.NamespacedName{}
 	}
 	return "", types.NamespacedName{Namespace: ns, Name: name}
@@ -375,4 +375,19 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// changed reports whether the error differs from the one last written.
+func (pe *pendingError) Changed() bool { return pe.LastWritten != pe.Err.Code+"\x00"+pe.Err.Message }
+
+// volumesSeenSince counts the volumes whose evidence waits for its PV and
+// was observed at or after since.
+func (b *EvidenceBook) VolumesSeenSince(since time.Time) int {
+	n := 0
+	for _, p := range b.Volumes {
+		if !p.seen.Before(since) {
+			n++
+		}
+	}
+	return n
 }
