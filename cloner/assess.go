@@ -1,7 +1,6 @@
 package cloner
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
@@ -116,26 +115,4 @@ func importFetches(phase string, restarts int32) int64 {
 		}
 	}
 	return 1 + int64(restarts)
-}
-
-// readRecord reads the verdict record persisted on a worker PVC.
-func readRecord(pvc *corev1.PersistentVolumeClaim) (*Record, error) {
-	if pvc == nil {
-		return nil, nil
-	}
-	var r Record
-	ok, err := fleet.DecodeAnnotation(pvc, fleet.AnnCloneEvidence, &r)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &r, nil
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Only our own plain structs are marshalled: this cannot happen.
-		panic(err)
-	}
-	return string(b)
 }

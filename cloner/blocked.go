@@ -6,6 +6,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // judgeBlocked decides an unfinished clone that a definite error keeps from
@@ -24,10 +25,10 @@ import (
 //     with a definite code and no later call succeeded: stuck.
 //
 // The message carries CDI's or the driver's own words.
-func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg config.Config, now time.Time) bool {
+func judgeBlocked(r *record.Record, f diskFacts, a *assessment, cfg config.Config, now time.Time) bool {
 	d := f.disk
 	if c := fleet.CdiRefusal(d); c != nil {
-		r.Verdict = VerdictFailed
+		r.Verdict = record.VerdictFailed
 		r.Message = fmt.Sprintf("CDI refused the clone (%s): %s", c.Reason, orNone(c.Message))
 		return true
 	}
@@ -35,13 +36,13 @@ func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg config.Config, now 
 		if due := since.Add(cfg.EvidenceGrace); now.Before(due) {
 			a.recheckAt = due
 		} else {
-			r.Verdict = VerdictFailed
+			r.Verdict = record.VerdictFailed
 			r.Message = "CDI reports an error on the clone and retries it (clonePhase Error): " + orNone(msg)
 			return true
 		}
 	}
 	if goldenGone(f) {
-		r.Verdict = VerdictStuck
+		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("golden %s does not exist and no volume was cloned from it yet: CDI waits for the source", r.Golden)
 		if c := fleet.CdiWaitsForSource(d); c != nil {
 			r.Message += " (" + c.Reason + ": " + c.Message + ")"
@@ -49,13 +50,13 @@ func judgeBlocked(r *Record, f diskFacts, a *assessment, cfg config.Config, now 
 		return true
 	}
 	if x := failedExpansion(f.evidenceOf()); x != nil && definiteCode(x.Code) && f.volumeOf() != nil {
-		r.Verdict = VerdictStuck
+		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("the driver refused to grow the clone's volume %s to %d bytes (%s): %s; CDI waits (phase %s)",
 			fleet.CsiHandle(f.volumeOf()), x.RequiredBytes, claimText(f), r.DriverError, orNone(d.Phase))
 		return true
 	}
 	if de := f.drvErr; de != nil && de.Method == methodCreateVolume && definiteCode(de.Code) {
-		r.Verdict = VerdictStuck
+		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("the driver refused the clone's CreateVolume for %s: %s; CDI retries (phase %s)",
 			de.Claim, r.DriverError, orNone(d.Phase))
 		return true

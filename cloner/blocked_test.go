@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -42,7 +43,7 @@ func (w *world) tmpClaim(target *corev1.PersistentVolumeClaim, ev *fleet.VolumeE
 	tmp := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: config.DefaultGoldenNamespace, Name: fleet.CdiTmpPVCPrefix + string(target.UID)}}
 	pvc, pv := w.claim(tmp, testClass, fleet.ClaimRequest(target), 6*gi, "vol-tmp-"+string(target.UID))
 	if ev != nil {
-		pv.Annotations[fleet.AnnCSIEvidence] = mustJSON(ev)
+		pv.Annotations[fleet.AnnCSIEvidence] = record.MustJSON(ev)
 	}
 	return pvc, pv
 }
@@ -57,10 +58,10 @@ func TestCDIRefusingTheCloneIsFailedAtOnceWithCDIsWords(t *testing.T) {
 	condition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, msg, t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second)) // long before --stuck-after
 	r := recs["small"]
-	if r.Verdict != VerdictFailed || !strings.Contains(r.Message, "CloneValidationFailed") || !strings.Contains(r.Message, msg) {
+	if r.Verdict != record.VerdictFailed || !strings.Contains(r.Message, "CloneValidationFailed") || !strings.Contains(r.Message, msg) {
 		t.Fatalf("got %s %q, want failed with CDI's reason and message", r.Verdict, r.Message)
 	}
-	if got := reasonsOf(r); !got[ReasonFailed] || !got[ReasonTooSmall] || got[ReasonStuck] {
+	if got := reasonsOf(r); !got[record.ReasonFailed] || !got[record.ReasonTooSmall] || got[record.ReasonStuck] {
 		t.Fatalf("reasons %v, want failed and too-small", r.BadReasons())
 	}
 }
@@ -78,7 +79,7 @@ func TestCDICloneErrorIsFailedOnceItLasts(t *testing.T) {
 	// Within the grace (an update conflict clears in a moment): not yet,
 	// and the pass says when to look again.
 	recs, ev := w.judgeAll(t, cfg, t0.Add(time.Minute+time.Second))
-	if r := recs["quota"]; r.Verdict != VerdictPending {
+	if r := recs["quota"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("inside the grace: %s %q", r.Verdict, r.Message)
 	}
 	if want := t0.Add(time.Minute).Add(cfg.EvidenceGrace); !ev.recheckAt.Equal(want) {
@@ -86,7 +87,7 @@ func TestCDICloneErrorIsFailedOnceItLasts(t *testing.T) {
 	}
 	recs, _ = w.judgeAll(t, cfg, t0.Add(time.Minute).Add(cfg.EvidenceGrace))
 	r := recs["quota"]
-	if r.Verdict != VerdictFailed || !strings.Contains(r.Message, quota) {
+	if r.Verdict != record.VerdictFailed || !strings.Contains(r.Message, quota) {
 		t.Fatalf("after the grace: %s %q, want failed with CDI's cloneError", r.Verdict, r.Message)
 	}
 	if cfg.StuckAfter <= cfg.EvidenceGrace {
@@ -102,7 +103,7 @@ func TestCloneErrorTheDataVolumeDoesNotShowIsNotFailed(t *testing.T) {
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "Operation cannot be fulfilled: the object has been modified"
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Populator is running", "", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["d"]; r.Verdict == VerdictFailed {
+	if r := recs["d"]; r.Verdict == record.VerdictFailed {
 		t.Fatalf("a clone error the DataVolume never showed made it failed: %q", r.Message)
 	}
 }
@@ -122,7 +123,7 @@ func TestGoldenGoneBeforeTheCloneIsStuckAtOnce(t *testing.T) {
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second))
 	for _, n := range []string{"mid", "no-claim"} {
 		r := recs[n]
-		if r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonUnknownGolden] || !strings.Contains(r.Message, g.Name) {
+		if r.Verdict != record.VerdictStuck || !reasonsOf(r)[record.ReasonUnknownGolden] || !strings.Contains(r.Message, g.Name) {
 			t.Fatalf("%s: %s %v %q, want stuck + unknown-golden at once", n, r.Verdict, r.BadReasons(), r.Message)
 		}
 	}
@@ -131,7 +132,7 @@ func TestGoldenGoneBeforeTheCloneIsStuckAtOnce(t *testing.T) {
 	}
 	// CDI has not looked yet (no claim, no condition): the golden may be on
 	// its way, as when a catalog and its pools are applied together.
-	if r := recs["not-looked"]; r.Verdict != VerdictPending {
+	if r := recs["not-looked"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("not-looked: %s %q", r.Verdict, r.Message)
 	}
 }
@@ -143,7 +144,7 @@ func TestGoldenGoneAfterTheCloneWasMadeDoesNotBlock(t *testing.T) {
 	dv := w.worker("tenant-a", "claim-left", "p", g, 20*gi, ptrTo(testClass))
 	w.pendingTarget(dv)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second))
-	if r := recs["claim-left"]; r.Verdict == VerdictStuck {
+	if r := recs["claim-left"]; r.Verdict == record.VerdictStuck {
 		t.Fatalf("the golden's claim still exists (kept by a clone's finalizer): %q", r.Message)
 	}
 	w.pvcs = nil
@@ -151,7 +152,7 @@ func TestGoldenGoneAfterTheCloneWasMadeDoesNotBlock(t *testing.T) {
 	target := w.pendingTarget(made)
 	w.tmpClaim(target, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(time.Second))
-	if r := recs["made"]; r.Verdict != VerdictPending {
+	if r := recs["made"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("the volume was already cloned; the golden is not needed any more: %s %q", r.Verdict, r.Message)
 	}
 }
@@ -170,12 +171,12 @@ func TestFailedExpansionOnTheTmpClaimIsResizeFailedWhileUnbound(t *testing.T) {
 	tmp, tmpPV := w.tmpClaim(target, ev)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(10*time.Second))
 	r := recs["grow"]
-	if r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonResizeFailed] {
+	if r.Verdict != record.VerdictStuck || !reasonsOf(r)[record.ReasonResizeFailed] {
 		t.Fatalf("got %s %v %q, want stuck + resize-failed at once", r.Verdict, r.BadReasons(), r.Message)
 	}
 	want := "ControllerExpandVolume OutOfRange: pool replicated has 2147483648 bytes free"
-	if !strings.HasPrefix(r.DriverError, want) || !strings.Contains(r.Message, want) || !strings.Contains(r.messageFor(ReasonResizeFailed), "OutOfRange: pool replicated") {
-		t.Fatalf("driver's words missing: driverError %q message %q finding %q", r.DriverError, r.Message, r.messageFor(ReasonResizeFailed))
+	if !strings.HasPrefix(r.DriverError, want) || !strings.Contains(r.Message, want) || !strings.Contains(r.MessageFor(record.ReasonResizeFailed), "OutOfRange: pool replicated") {
+		t.Fatalf("driver's words missing: driverError %q message %q finding %q", r.DriverError, r.Message, r.MessageFor(record.ReasonResizeFailed))
 	}
 	if r.CloneClaim != tmp.Namespace+"/"+tmp.Name || r.Volume != tmpPV.Spec.CSI.VolumeHandle || !strings.Contains(r.Message, r.CloneClaim) {
 		t.Fatalf("the record does not say where the disk is: cloneClaim %q volume %q", r.CloneClaim, r.Volume)
@@ -183,9 +184,9 @@ func TestFailedExpansionOnTheTmpClaimIsResizeFailedWhileUnbound(t *testing.T) {
 
 	// The resizer retried and the driver grew it: nothing is left of it.
 	ev.Expansions = append(ev.Expansions, fleet.Expansion{At: t0.Add(time.Minute), RequiredBytes: 20 * gi, CapacityBytes: 20 * gi, Code: "OK"})
-	tmpPV.Annotations[fleet.AnnCSIEvidence] = mustJSON(ev)
+	tmpPV.Annotations[fleet.AnnCSIEvidence] = record.MustJSON(ev)
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(2*time.Minute))
-	if r := recs["grow"]; r.Verdict != VerdictPending || len(r.BadReasons()) != 0 || r.DriverError != "" {
+	if r := recs["grow"]; r.Verdict != record.VerdictPending || len(r.BadReasons()) != 0 || r.DriverError != "" {
 		t.Fatalf("after a successful retry: %s %v %q", r.Verdict, r.BadReasons(), r.DriverError)
 	}
 }
@@ -200,11 +201,11 @@ func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 	w.tmpClaim(target, ev)
 	dv2 := w.worker("tenant-a", "hang", "p", g, 20*gi, ptrTo("local"))
 	t2 := w.pendingTarget(dv2)
-	t2.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
+	t2.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
 		Message: "context deadline exceeded", Claim: "cozy-public/tmp-pvc-" + string(t2.UID), First: t0, Last: t0})
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
 	for _, n := range []string{"slow", "hang"} {
-		if r := recs[n]; r.Verdict != VerdictPending || r.DriverError == "" {
+		if r := recs[n]; r.Verdict != record.VerdictPending || r.DriverError == "" {
 			t.Fatalf("%s: %s %q (driver error %q), want pending with the error recorded", n, r.Verdict, r.Message, r.DriverError)
 		}
 	}
@@ -212,10 +213,10 @@ func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 		t.Fatalf("an expansion the resizer retries is no finding before --stuck-after: %v", got)
 	}
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(config.DefaultStuckAfter))
-	if r := recs["hang"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
+	if r := recs["hang"]; r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
 		t.Fatalf("hang after --stuck-after: %s %q", r.Verdict, r.Message)
 	}
-	if r := recs["slow"]; r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonResizeFailed] {
+	if r := recs["slow"]; r.Verdict != record.VerdictStuck || !reasonsOf(r)[record.ReasonResizeFailed] {
 		t.Fatalf("slow after --stuck-after: %s %v, want stuck and resize-failed", r.Verdict, r.BadReasons())
 	}
 }
@@ -227,17 +228,17 @@ func TestDefiniteCreateVolumeErrorIsStuckAtOnceUntilARetrySucceeds(t *testing.T)
 	target := w.pendingTarget(dv)
 	de := fleet.DriverError{Method: "CreateVolume", Code: "InvalidArgument", Message: "cannot clone volume g into node-local pool local",
 		Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: t0, Last: t0.Add(time.Second)}
-	target.Annotations[fleet.AnnDriverError] = mustJSON(de)
+	target.Annotations[fleet.AnnDriverError] = record.MustJSON(de)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
 	r := recs["local"]
-	if r.Verdict != VerdictStuck || r.DriverError != "CreateVolume InvalidArgument: "+de.Message || !strings.Contains(r.Message, r.DriverError) {
+	if r.Verdict != record.VerdictStuck || r.DriverError != "CreateVolume InvalidArgument: "+de.Message || !strings.Contains(r.Message, r.DriverError) {
 		t.Fatalf("got %s %q %q", r.Verdict, r.Message, r.DriverError)
 	}
 	// The provisioner retried and the driver created it: the old error on
 	// the claim says nothing any more.
 	w.tmpClaim(target, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(time.Minute))
-	if r := recs["local"]; r.Verdict != VerdictPending || r.DriverError != "" {
+	if r := recs["local"]; r.Verdict != record.VerdictPending || r.DriverError != "" {
 		t.Fatalf("after the successful retry: %s %q", r.Verdict, r.DriverError)
 	}
 }
@@ -249,7 +250,7 @@ func TestStuckMessageCarriesCDIsExplanation(t *testing.T) {
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, "ErrExceededQuota", "exceeded quota: tenant-quota", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	// The sidecar's own text, with CDI's word appended.
-	if r := recs["d"]; r.Verdict != VerdictStuck || !strings.HasPrefix(r.Message, "clone requested at ") ||
+	if r := recs["d"]; r.Verdict != record.VerdictStuck || !strings.HasPrefix(r.Message, "clone requested at ") ||
 		!strings.HasSuffix(r.Message, "; CDI: ErrExceededQuota: exceeded quota: tenant-quota") {
 		t.Fatalf("got %s %q", r.Verdict, r.Message)
 	}
@@ -261,7 +262,7 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["d"]
-	if r.SchematicID != "" || r.Version != "" || !reasonsOf(r)[ReasonInvalidGolden] || r.Golden != config.DefaultGoldenNamespace+"/"+g.Name {
+	if r.SchematicID != "" || r.Version != "" || !reasonsOf(r)[record.ReasonInvalidGolden] || r.Golden != config.DefaultGoldenNamespace+"/"+g.Name {
 		t.Fatalf("record %+v: the disk must name the golden but carry no flavor", r)
 	}
 	c := &Controller{cfg: testConfig(), judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
@@ -319,7 +320,7 @@ func TestDriverErrorIsRemovedWhenARetrySucceeds(t *testing.T) {
 	dv := w.worker("tenant-a", "retry", "p", g, 20*gi, ptrTo(testClass))
 	target := w.pendingTarget(dv)
 	claim := "cozy-public/tmp-pvc-" + string(target.UID)
-	target.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: "CreateVolume", Code: "ResourceExhausted",
+	target.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: "CreateVolume", Code: "ResourceExhausted",
 		Message: "pool full", Claim: claim, First: t0, Last: t0})
 	fc := newFakeCluster(t, &w)
 	ctx := t.Context()
@@ -344,7 +345,7 @@ func TestCloneErrorWhileTheGoldenImportsIsWaiting(t *testing.T) {
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "source/target size info missing"
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "source/target size info missing", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
-	if r := recs["early"]; r.Verdict != VerdictPending || len(r.BadReasons()) != 0 {
+	if r := recs["early"]; r.Verdict != record.VerdictPending || len(r.BadReasons()) != 0 {
 		t.Fatalf("got %s %v %q, want pending while the golden imports", r.Verdict, r.BadReasons(), r.Message)
 	}
 }
@@ -358,7 +359,7 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
 	inv := fleet.BuildInventory(w.objects(t), config.DefaultGoldenNamespace)
 	_, bad := reportDisks(inv, judgeClaimless(inv, configAt(t0.Add(time.Minute))))
-	if len(bad) != 1 || bad[0].Verdict != VerdictFailed || len(bad[0].Reasons) != 2 ||
+	if len(bad) != 1 || bad[0].Verdict != record.VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {
 		t.Fatalf("bad disks %+v", bad)
 	}
@@ -408,11 +409,11 @@ func TestNoGoldenDataVolumeStillGetsStuck(t *testing.T) {
 				w.claim(g, testClass, 6*gi, 6*gi, "golden-vol-kept")
 			}
 			recs, _ := w.judgeAll(t, cfg, t0.Add(time.Minute))
-			if r := recs["d"]; r.Verdict != VerdictPending || strings.Contains(r.Message, "import") {
+			if r := recs["d"]; r.Verdict != record.VerdictPending || strings.Contains(r.Message, "import") {
 				t.Fatalf("a minute in: %s %q, want pending, not waiting for an import", r.Verdict, r.Message)
 			}
 			recs, _ = w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter))
-			if r := recs["d"]; r.Verdict != VerdictStuck || !reasonsOf(r)[ReasonStuck] {
+			if r := recs["d"]; r.Verdict != record.VerdictStuck || !reasonsOf(r)[record.ReasonStuck] {
 				t.Fatalf("after --stuck-after: %s %v %q, want stuck", r.Verdict, r.BadReasons(), r.Message)
 			}
 		})
@@ -434,10 +435,10 @@ func TestStuckMessageCarriesWhyCDIHoldsTheClone(t *testing.T) {
 	plain := w.worker("tenant-a", "plain", "p", g, 20*gi, ptrTo(testClass))
 	condition(plain, cdiv1.DataVolumeBound, corev1.ConditionFalse, "Pending", "PVC plain Pending", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["held"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, inUse) {
+	if r := recs["held"]; r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, inUse) {
 		t.Fatalf("held: %s %q, want stuck with %q", r.Verdict, r.Message, inUse)
 	}
-	if r := recs["plain"]; r.Verdict != VerdictStuck || strings.Contains(r.Message, "CDI:") {
+	if r := recs["plain"]; r.Verdict != record.VerdictStuck || strings.Contains(r.Message, "CDI:") {
 		t.Fatalf("plain: %s %q, want stuck without CDI's plain Pending", r.Verdict, r.Message)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -43,8 +44,8 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "cdi-controller", Operation: metav1.ManagedFieldsOperationUpdate,
 		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:cdi.kubevirt.io/storage.contentType":{}}}}`)}}}
 	// A csi-clone record as the verdict engine writes it.
-	record := func(golden, pool, volume string) string {
-		return mustJSON(Record{Verdict: VerdictCSIClone, Source: SourceCSITap, Message: "CSI clone of volume golden-vol",
+	recordJSON := func(golden, pool, volume string) string {
+		return record.MustJSON(record.Record{Verdict: record.VerdictCSIClone, Source: record.SourceCSITap, Message: "CSI clone of volume golden-vol",
 			Golden: golden, SchematicID: testSID, Version: testVer, Pool: pool, Volume: volume, GoldenVolume: "golden-vol",
 			ContentSource: "volume:golden-vol", Class: testClass, GoldenClass: testClass, DiskBytes: 20 * gi, GoldenBytes: 6 * gi,
 			CapacityBytes: 20 * gi, CDICloneType: "csi-clone", DurationSeconds: 14.2, Since: t0,
@@ -59,8 +60,8 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 		for k, v := range cdiClaimAnnotations(string(dv.UID)) {
 			pvc.Annotations[k] = v
 		}
-		pvc.Annotations[fleet.AnnCloneVerdict] = VerdictCSIClone
-		pvc.Annotations[fleet.AnnCloneEvidence] = record(g.Namespace+"/"+g.Name, dv.Annotations[fleet.AnnPool], pv.Spec.CSI.VolumeHandle)
+		pvc.Annotations[fleet.AnnCloneVerdict] = record.VerdictCSIClone
+		pvc.Annotations[fleet.AnnCloneEvidence] = recordJSON(g.Namespace+"/"+g.Name, dv.Annotations[fleet.AnnPool], pv.Spec.CSI.VolumeHandle)
 		pvc.Labels = map[string]string{"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"}
 		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: dv.Name, UID: dv.UID}}
 		pv.Annotations["pv.kubernetes.io/provisioned-by"] = "linstor.csi.linbit.com"
@@ -116,7 +117,7 @@ func cachedBytes(b *testing.B, wire []wireDisk) float64 {
 		if err := pv.Unmarshal(d.pv); err != nil {
 			b.Fatal(err)
 		}
-		cachedDV, cachedPVC := mustTransform(fleet.CacheDataVolume(u)), mustTransform(cacheClaim(pvc))
+		cachedDV, cachedPVC := mustTransform(fleet.CacheDataVolume(u)), mustTransform(record.CacheClaim(pvc))
 		mustAdd(b, dvs, cachedDV)
 		mustAdd(b, pvcs, cachedPVC)
 		dataVolumeUIDs.set(cachedDV, true)
@@ -164,11 +165,11 @@ func BenchmarkClaimEvent(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	addToStore(mustTransform(cacheClaim(decode())))
+	addToStore(mustTransform(record.CacheClaim(decode())))
 	for _, bc := range []struct {
 		name      string
 		transform cache.TransformFunc
-	}{{"record-changed", cacheClaim}, {"record-unchanged", cacheClaimFrom(store.GetByKey)}} {
+	}{{"record-changed", record.CacheClaim}, {"record-unchanged", record.CacheClaimFrom(store.GetByKey)}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
 				mustTransform(bc.transform(decode()))

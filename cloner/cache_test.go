@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -45,7 +46,7 @@ func TestCacheKeepsWhatTheClonerReads(t *testing.T) {
 		got.Status.Conditions[1].Message != "Clone Complete" || got.Spec.Source.PVC.Name != g.Name || fleet.RequestedBytes(&got.DataVolume) != 20*gi {
 		t.Fatalf("DataVolume lost what the cloner reads: %+v", got.DataVolume)
 	}
-	claim := mustTransform(cacheClaim(pvc.DeepCopy())).(*corev1.PersistentVolumeClaim)
+	claim := mustTransform(record.CacheClaim(pvc.DeepCopy())).(*corev1.PersistentVolumeClaim)
 	if claim.ManagedFields != nil || claim.Annotations[fleet.AnnLastApplied] != "" || claim.Annotations["cdi.kubevirt.io/clonePhase"] != "Succeeded" ||
 		claim.Annotations[fleet.AnnCDICloneType] != "csi-clone" || fleet.ClaimRequest(claim) != 20*gi || claim.Spec.VolumeName != pv.Name {
 		t.Fatalf("PVC cached as %+v", claim)
@@ -184,7 +185,7 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 	grown := pv.DeepCopy()
 	grown.ResourceVersion, grown.Spec.Capacity = "2", corev1.ResourceList{corev1.ResourceStorage: qty(30 * gi)}
 
-	claim := func(p *corev1.PersistentVolumeClaim) any { return mustTransform(cacheClaim(p.DeepCopy())) }
+	claim := func(p *corev1.PersistentVolumeClaim) any { return mustTransform(record.CacheClaim(p.DeepCopy())) }
 	volume := func(p *corev1.PersistentVolume) any { return mustTransform(fleet.CacheVolume(p.DeepCopy())) }
 	dataVolume := func(d *cdiv1.DataVolume) any { return mustTransform(fleet.CacheDataVolume(toUnstructured(t, d))) }
 	for name, c := range map[string]struct {

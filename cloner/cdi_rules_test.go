@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -61,7 +62,7 @@ func TestCloneInProgressIsRecheckedWhenItWouldTurnStuck(t *testing.T) {
 	w.claim(dv, testClass, 20*gi, 0, "")
 	cfg := testConfig()
 	recs, ev := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter/2))
-	if r := recs["d"]; r.Verdict != VerdictPending {
+	if r := recs["d"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("half way to --stuck-after: %s", r.Verdict)
 	}
 	if want := t0.Add(cfg.StuckAfter); !ev.recheckAt.Equal(want) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -76,7 +77,7 @@ func (c *Controller) hearCDI(ctx context.Context, ev *evaluation, now time.Time)
 			continue
 		}
 		if n == maxHearingsPerPass {
-			if a.record.Verdict != VerdictStuck {
+			if a.record.Verdict != record.VerdictStuck {
 				a.recheckAt = now.Add(minPassInterval) // not heard yet: soon
 			}
 			continue
@@ -92,7 +93,7 @@ func (c *Controller) hearCDI(ctx context.Context, ev *evaluation, now time.Time)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, a := range ev.assessments {
-		if a.record.Verdict != VerdictStuck {
+		if a.record.Verdict != record.VerdictStuck {
 			delete(c.heard, a.disk.Namespace+"/"+a.disk.Name)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -63,7 +64,7 @@ func TestStuckVerdictQuotesCDIsWarningEvents(t *testing.T) {
 	}
 	r := fc.record(t, "tenant-a", "held")
 	want := "; CDI's Warning events: CloneSourceInUse: " + inUse + "; ProvisioningFailed: " + full + "; ErrClaimNotValid: claim says no"
-	if r.Verdict != VerdictStuck || !strings.HasSuffix(r.Message, want) {
+	if r.Verdict != record.VerdictStuck || !strings.HasSuffix(r.Message, want) {
 		t.Fatalf("held: %s %q, want stuck ending %q", r.Verdict, r.Message, want)
 	}
 	lists := func() int {

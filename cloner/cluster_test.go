@@ -10,6 +10,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,7 +154,7 @@ func (fc *fakeCluster) settle(t *testing.T, c *Controller) {
 		var wantPVC, wantPV, wantDV []any
 		// The caches hold what the informers' transforms keep.
 		for i := range pvcs.Items {
-			wantPVC = append(wantPVC, mustTransform(cacheClaim(&pvcs.Items[i])))
+			wantPVC = append(wantPVC, mustTransform(record.CacheClaim(&pvcs.Items[i])))
 		}
 		for i := range pvs.Items {
 			wantPV = append(wantPV, mustTransform(fleet.CacheVolume(&pvs.Items[i])))
@@ -217,9 +218,9 @@ func (fc *fakeCluster) pvc(t *testing.T, ns, name string) *corev1.PersistentVolu
 	return pvc
 }
 
-func (fc *fakeCluster) record(t *testing.T, ns, name string) *Record {
+func (fc *fakeCluster) record(t *testing.T, ns, name string) *record.Record {
 	t.Helper()
-	r, err := readRecord(fc.pvc(t, ns, name))
+	r, err := record.ReadRecord(fc.pvc(t, ns, name))
 	if err != nil {
 		t.Fatal(err)
 	}

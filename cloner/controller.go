@@ -17,6 +17,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -174,7 +175,7 @@ func (c *Controller) Start(ctx context.Context) {
 	c.pvcInf = f.Core().V1().PersistentVolumeClaims().Informer()
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
-	must(c.pvcInf.SetTransform(cacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
+	must(c.pvcInf.SetTransform(record.CacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
 	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespace)))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
 	c.claimUIDs.track(c.pvcInf)

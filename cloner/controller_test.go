@@ -16,6 +16,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -104,14 +105,14 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := fc.record(t, "tenant-a", "md0-0")
-	if r.Verdict != VerdictCSIClone || r.Source != SourceCSITap || len(r.BadReasons()) != 0 {
+	if r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCSITap || len(r.BadReasons()) != 0 {
 		t.Fatalf("record %+v", r)
 	}
-	if v := fc.pvc(t, "tenant-a", "md0-0").Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
+	if v := fc.pvc(t, "tenant-a", "md0-0").Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
 		t.Fatalf("verdict annotation %q", v)
 	}
 	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
-	if d := fc.ledger(t, cfg).Durations[VerdictCSIClone]; d == nil || d.Count != 1 || d.Sum != 60 {
+	if d := fc.ledger(t, cfg).Durations[record.VerdictCSIClone]; d == nil || d.Count != 1 || d.Sum != 60 {
 		t.Fatalf("duration %+v, want one observation of 60s (first CreateVolume at t0 to the DataVolume ready at t0+1m)", d)
 	}
 	if n := len(fc.warnings(t)); n != 0 {

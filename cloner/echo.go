@@ -1,6 +1,9 @@
 package cloner
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	corev1 "k8s.io/api/core/v1"
+)
 
 // pendingEcho is a record this process wrote whose watch echo had not
 // reached the claim cache when it was written: the claim's resource version
@@ -17,7 +20,7 @@ type pendingEcho struct {
 // watch lags the writes by seconds) would otherwise be written twice. Once
 // the cache shows the claim changed, it is the truth again: whoever changed
 // it since, the disk is judged against what it says.
-func (c *Controller) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim, d *recordDigest) bool {
+func (c *Controller) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.echoes[key]
@@ -32,7 +35,7 @@ func (c *Controller) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim,
 }
 
 // expectEcho notes a record written to a claim as the cache showed it.
-func (c *Controller) expectEcho(key string, pvc *corev1.PersistentVolumeClaim, d *recordDigest) {
+func (c *Controller) expectEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) {
 	c.mu.Lock()
 	c.echoes[key] = pendingEcho{base: pvc.ResourceVersion, same: d.Same}
 	c.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,8 +79,8 @@ func clipName(s string) string {
 }
 
 // warningMessage is the Event message of a bad reason: what is wrong, then the fix.
-func warningMessage(r *Record, reason string) string {
-	return fmt.Sprintf("%s. Fix: %s", r.messageFor(reason), Fix(reason))
+func warningMessage(r *record.Record, reason string) string {
+	return fmt.Sprintf("%s. Fix: %s", r.MessageFor(reason), record.Fix(reason))
 }
 
 // malformedTracker counts distinct malformed objects (per UID and

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -125,7 +126,7 @@ func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := fc.record(t, "tenant-a", "local-0")
-	if r.Verdict != VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
+	if r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
 		t.Fatalf("record %+v", r)
 	}
 	if countReason(fc.warnings(t), "local-0", "CloneStuck") != 1 {
@@ -154,7 +155,7 @@ func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r := fc.record(t, "tenant-a", "good"); r.Verdict != VerdictCSIClone || r.Source != SourceCDI {
+	if r := fc.record(t, "tenant-a", "good"); r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCDI {
 		t.Fatalf("the readable disk must still be judged (from CDI, its evidence being unreadable): %+v", r)
 	}
 	if n := countReason(fc.warnings(t), "broken", ReasonMalformedObject); n != 1 {
@@ -187,7 +188,7 @@ func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
 	if cm.Data[ledgerKeyFlavors] != "{" {
 		t.Fatal("the unreadable ledger was overwritten")
 	}
-	if r := fc.record(t, "tenant-a", "d"); r == nil || r.Verdict != VerdictCSIClone {
+	if r := fc.record(t, "tenant-a", "d"); r == nil || r.Verdict != record.VerdictCSIClone {
 		t.Fatal("verdicts must not wait for the ledger")
 	}
 }
@@ -276,7 +277,7 @@ func TestWarningWhoseMessageGainsDetailIsNotRepeated(t *testing.T) {
 	if n := countReason(fc.warnings(t), "d", "StorageClassMismatch"); n != 1 {
 		t.Fatalf("%d StorageClassMismatch events, want 1", n)
 	}
-	if r := fc.record(t, "tenant-a", "d"); !strings.Contains(r.messageFor(ReasonClassMismatch), "(claim)") {
-		t.Fatalf("the persisted message should now name the claim's class: %q", r.messageFor(ReasonClassMismatch))
+	if r := fc.record(t, "tenant-a", "d"); !strings.Contains(r.MessageFor(record.ReasonClassMismatch), "(claim)") {
+		t.Fatalf("the persisted message should now name the claim's class: %q", r.MessageFor(record.ReasonClassMismatch))
 	}
 }

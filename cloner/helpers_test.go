@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -140,7 +141,7 @@ func (w *world) cloned(dv *cdiv1.DataVolume, class, cloneType string, capacity i
 		pvc.Annotations[fleet.AnnCDICloneType] = cloneType
 	}
 	if ev != nil {
-		pv.Annotations[fleet.AnnCSIEvidence] = mustJSON(ev)
+		pv.Annotations[fleet.AnnCSIEvidence] = record.MustJSON(ev)
 	}
 	return pvc, pv
 }
@@ -177,11 +178,11 @@ func toUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured
 }
 
 // judgeAll evaluates the world at now with cfg and returns records by DV name.
-func (w *world) judgeAll(t *testing.T, cfg config.Config, now time.Time) (map[string]*Record, *evaluation) {
+func (w *world) judgeAll(t *testing.T, cfg config.Config, now time.Time) (map[string]*record.Record, *evaluation) {
 	t.Helper()
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	ev := evaluate(inv, cfg, now)
-	out := map[string]*Record{}
+	out := map[string]*record.Record{}
 	for _, a := range ev.assessments {
 		out[a.disk.Name] = a.record
 	}
@@ -201,7 +202,7 @@ func configAt(at time.Time) config.Config {
 	return cfg
 }
 
-func reasonsOf(r *Record) map[string]bool {
+func reasonsOf(r *record.Record) map[string]bool {
 	out := map[string]bool{}
 	for _, x := range r.BadReasons() {
 		out[x] = true

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -40,8 +41,8 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	if got := c.judgedCount.Load(); got < n {
 		t.Fatalf("first pass judged %d disks, want %d", got, n)
 	}
-	if v := fc.pvc(t, "tenant-a", "d39").Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
-		t.Fatalf("first pass wrote verdict %q, want %s", v, VerdictCSIClone)
+	if v := fc.pvc(t, "tenant-a", "d39").Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+		t.Fatalf("first pass wrote verdict %q, want %s", v, record.VerdictCSIClone)
 	}
 	// The verdict writes come back as PVC events: judge what they make due.
 	barriers := 0
@@ -62,8 +63,8 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	if got := settled() - before; got < 1 || got > 6 {
 		t.Fatalf("one disk's claim, volume and DataVolume changing re-judged %d disks, want 1 per event (at most 6)", got)
 	}
-	if v := fc.pvc(t, "tenant-a", "d00").Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
-		t.Fatalf("the changed disk's verdict is %q, want %s", v, VerdictCSIClone)
+	if v := fc.pvc(t, "tenant-a", "d00").Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+		t.Fatalf("the changed disk's verdict is %q, want %s", v, record.VerdictCSIClone)
 	}
 
 	before = c.judgedCount.Load()
@@ -124,8 +125,8 @@ func TestAFullPassGoesInChunks(t *testing.T) {
 		t.Errorf("passes judged %v, want %d disks (and the golden) in chunks of %d", passes, n, chunk)
 	}
 	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
-			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, record.VerdictCSIClone)
 		}
 	}
 	if s := c.Snapshot(); len(s.Disks) != 1 || s.Disks[0].Count != n {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,9 +131,9 @@ func decodeLedger(cm *corev1.ConfigMap) (*Ledger, error) {
 func (l *Ledger) encode() map[string]string {
 	return map[string]string{
 		ledgerKeyFormat:    ledgerFormat,
-		ledgerKeyFlavors:   mustJSON(l.Flavors),
-		ledgerKeyCounted:   mustJSON(l.counted),
-		ledgerKeyDurations: mustJSON(l.Durations),
+		ledgerKeyFlavors:   record.MustJSON(l.Flavors),
+		ledgerKeyCounted:   record.MustJSON(l.counted),
+		ledgerKeyDurations: record.MustJSON(l.Durations),
 	}
 }
 
@@ -388,7 +389,7 @@ func ledgerFacts(ev *evaluation, cfg config.Config) []ledgerFact {
 // golden, whatever moved them; each such disk is one Factory fetch avoided.
 func providedFromGolden(verdict string) bool {
 	switch verdict {
-	case VerdictCSIClone, VerdictSnapshotClone, VerdictHostAssisted, VerdictUnknown:
+	case record.VerdictCSIClone, record.VerdictSnapshotClone, record.VerdictHostAssisted, record.VerdictUnknown:
 		return true
 	}
 	return false

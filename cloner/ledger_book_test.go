@@ -10,6 +10,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +41,7 @@ func TestLedgerShardsFit(t *testing.T) {
 			for i := range 100_000 {
 				uid := types.UID(fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i*7919))
 				f := ledgerFact{uid: uid, ref: tc.ns(i) + "/" + tc.name(i), flavor: fmt.Sprintf("sid%02d/v1.13.%d", i%20, i%20),
-					avoided: true, bytes: 6 * gi, verdict: VerdictCSIClone, duration: time.Duration(i%300) * time.Second, timed: true}
+					avoided: true, bytes: 6 * gi, verdict: record.VerdictCSIClone, duration: time.Duration(i%300) * time.Second, timed: true}
 				facts[shardOf(uid)] = append(facts[shardOf(uid)], f)
 			}
 			largest := 0
@@ -61,8 +62,8 @@ func TestLedgerShardsFit(t *testing.T) {
 			for _, ft := range b.merged(false).Flavors {
 				avoided += ft.FetchesAvoided
 			}
-			if avoided != 100_000 || b.merged(false).Durations[VerdictCSIClone].Count != 100_000 {
-				t.Fatalf("counted %d avoided fetches, %d durations; want 100000 each", avoided, b.merged(false).Durations[VerdictCSIClone].Count)
+			if avoided != 100_000 || b.merged(false).Durations[record.VerdictCSIClone].Count != 100_000 {
+				t.Fatalf("counted %d avoided fetches, %d durations; want 100000 each", avoided, b.merged(false).Durations[record.VerdictCSIClone].Count)
 			}
 			t.Logf("%s: largest shard %d bytes, whole ledger %d bytes", tc.what, largest, b.bytes())
 		})

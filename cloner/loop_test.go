@@ -8,6 +8,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -38,7 +39,7 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 	}
 	fc.putDV(t, dv)
 	eventually(t, "verdict after the change", func() bool {
-		return fc.pvc(t, "tenant-a", "d").Annotations[fleet.AnnCloneVerdict] == VerdictCSIClone
+		return fc.pvc(t, "tenant-a", "d").Annotations[fleet.AnnCloneVerdict] == record.VerdictCSIClone
 	})
 	lose()
 	if err := <-done; err != nil {

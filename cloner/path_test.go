@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"google.golang.org/grpc/codes"
 )
 
@@ -82,7 +83,7 @@ func TestDriverCodesTheSidecarsRetryWaitForStuckAfter(t *testing.T) {
 				if !strings.Contains(r.DriverError, c.String()) {
 					t.Fatalf("driver error %q does not carry %s", r.DriverError, c)
 				}
-				if want := map[bool]string{true: VerdictStuck, false: VerdictPending}[final[c]]; r.Verdict != want {
+				if want := map[bool]string{true: record.VerdictStuck, false: record.VerdictPending}[final[c]]; r.Verdict != want {
 					t.Fatalf("a minute after %s %s (final=%v): %s %q, want %s", method, c, final[c], r.Verdict, r.Message, want)
 				}
 				if final[c] {
@@ -92,7 +93,7 @@ func TestDriverCodesTheSidecarsRetryWaitForStuckAfter(t *testing.T) {
 					t.Fatalf("a minute after %s %s, which the sidecars retry: bad reasons %v (each a Warning)", method, c, r.BadReasons())
 				}
 				late, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter))
-				if r := late["d"]; r.Verdict != VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
+				if r := late["d"]; r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
 					t.Fatalf("after --stuck-after: %s %q", r.Verdict, r.Message)
 				}
 			})
@@ -109,7 +110,7 @@ func driverErrorWorld(code, method string) *world {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	target := w.pendingTarget(dv)
 	if method == methodCreateVolume {
-		target.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: method, Code: code, Message: "driver says no",
+		target.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: method, Code: code, Message: "driver says no",
 			Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: t0, Last: t0.Add(time.Second), Attempts: 3})
 		return w
 	}

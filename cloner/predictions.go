@@ -11,6 +11,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // predictor is one pass's clone-path prediction (package predict): the
@@ -133,7 +134,7 @@ func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
 // recordedPrediction is the prediction a disk's persisted record already
 // carries: the one made first is the one checked against the verdict.
 func recordedPrediction(pvc *corev1.PersistentVolumeClaim) *predict.Prediction {
-	old, err := persistedRecord(pvc)
+	old, err := record.PersistedRecord(pvc)
 	if err != nil || old == nil || old.Predicted == "" {
 		return nil
 	}
@@ -144,13 +145,13 @@ func recordedPrediction(pvc *corev1.PersistentVolumeClaim) *predict.Prediction {
 // verdict says nothing about the path (pending, unknown, an HTTP import).
 func pathOfVerdict(verdict string) (string, bool) {
 	switch verdict {
-	case VerdictCSIClone:
+	case record.VerdictCSIClone:
 		return predict.PathCSIClone, true
-	case VerdictSnapshotClone:
+	case record.VerdictSnapshotClone:
 		return predict.PathSnapshotClone, true
-	case VerdictHostAssisted:
+	case record.VerdictHostAssisted:
 		return predict.PathHostAssisted, true
-	case VerdictStuck, VerdictFailed:
+	case record.VerdictStuck, record.VerdictFailed:
 		return predict.PathBlocked, true
 	}
 	return "", false
@@ -163,21 +164,21 @@ func pathOfVerdict(verdict string) (string, bool) {
 // fail. A stuck disk confirms a blocked prediction but contradicts no other
 // one: a slow clone may still finish (CSICloneStuck speaks for it
 // meanwhile).
-func checkPrediction(r *Record) (checked, right bool) {
+func checkPrediction(r *record.Record) (checked, right bool) {
 	got, decided := pathOfVerdict(r.Verdict)
 	switch {
 	case r.Predicted == "" || !decided:
 		return false, false
 	case got == r.Predicted:
 		return true, true
-	case r.Verdict == VerdictStuck:
+	case r.Verdict == record.VerdictStuck:
 		return false, false
 	}
 	return true, false
 }
 
 // predictionWrong: the verdict contradicts the path predicted for the disk.
-func predictionWrong(r *Record) string {
+func predictionWrong(r *record.Record) string {
 	if checked, right := checkPrediction(r); !checked || right {
 		return ""
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 const testDriver = "linstor.csi.linbit.com"
@@ -50,14 +51,14 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	cfg := testConfig()
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	ev := evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv))
-	recs := map[string]*Record{}
+	recs := map[string]*record.Record{}
 	for _, a := range ev.assessments {
 		recs[a.disk.Name] = a.record
 	}
-	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || reasonsOf(r)[ReasonPredictionWrong] {
+	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || reasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("fixed-a: %+v", r)
 	}
-	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
+	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !reasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("same-a: predicted %s, reasons %v; want csi-clone and prediction-wrong", r.Predicted, r.BadReasons())
 	}
 	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
@@ -98,7 +99,7 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	ev := evaluateWith(inv, cfg, t0.Add(time.Minute), buildPredictor(csiCloneForced(), inv))
 	r := ev.assessments[0].record
-	if r.Verdict != VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
+	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Fatalf("verdict %s, predicted %s (%s), reasons %v; want failed, csi-clone, prediction-wrong", r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons())
 	}
 	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
@@ -114,14 +115,14 @@ func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
 	w, _ := predictionWorld(t)
 	for _, pvc := range w.pvcs {
 		if pvc.Name == "same-a" {
-			pvc.Annotations[fleet.AnnCloneEvidence] = mustJSON(&Record{Verdict: VerdictPending, Predicted: predict.PathHostAssisted,
+			pvc.Annotations[fleet.AnnCloneEvidence] = record.MustJSON(&record.Record{Verdict: record.VerdictPending, Predicted: predict.PathHostAssisted,
 				PredictedReason: predict.ReasonCopyStrategy})
 		}
 	}
 	cfg := testConfig()
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
 	for _, a := range evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv)).assessments {
-		if a.disk.Name == "same-a" && (a.record.Predicted != predict.PathHostAssisted || reasonsOf(a.record)[ReasonPredictionWrong]) {
+		if a.disk.Name == "same-a" && (a.record.Predicted != predict.PathHostAssisted || reasonsOf(a.record)[record.ReasonPredictionWrong]) {
 			t.Errorf("same-a: %+v", a.record)
 		}
 	}
@@ -262,18 +263,18 @@ func TestFailedCountsAgainstItsPredictionStuckOnlyConfirmsBlocked(t *testing.T) 
 	paths := []string{"", predict.PathCSIClone, predict.PathSnapshotClone, predict.PathHostAssisted, predict.PathBlocked}
 	// One letter per prediction above: - unchecked, R right, W wrong.
 	want := map[string]string{
-		VerdictPending:       "-----",
-		VerdictUnknown:       "-----",
-		VerdictHTTPImport:    "-----",
-		VerdictCSIClone:      "-RWWW",
-		VerdictSnapshotClone: "-WRWW",
-		VerdictHostAssisted:  "-WWRW",
-		VerdictStuck:         "----R",
-		VerdictFailed:        "-WWWR",
+		record.VerdictPending:       "-----",
+		record.VerdictUnknown:       "-----",
+		record.VerdictHTTPImport:    "-----",
+		record.VerdictCSIClone:      "-RWWW",
+		record.VerdictSnapshotClone: "-WRWW",
+		record.VerdictHostAssisted:  "-WWRW",
+		record.VerdictStuck:         "----R",
+		record.VerdictFailed:        "-WWWR",
 	}
 	for verdict, row := range want {
 		for i, predicted := range paths {
-			checked, right := checkPrediction(&Record{Verdict: verdict, Predicted: predicted})
+			checked, right := checkPrediction(&record.Record{Verdict: verdict, Predicted: predicted})
 			got := map[[2]bool]byte{{false, false}: '-', {true, true}: 'R', {true, false}: 'W'}[[2]bool{checked, right}]
 			if got != row[i] {
 				t.Errorf("verdict %s, predicted %q: %c, want %c", verdict, predicted, got, row[i])

@@ -1,6 +1,10 @@
 package cloner
 
-import "time"
+import (
+	"time"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+)
 
 // progressRewriteAfter spaces the rewrites of a record that only follows a
 // clone's progress. While CDI moves a clone on (its phase, the volume, the
@@ -13,24 +17,18 @@ const progressRewriteAfter = 30 * time.Second
 
 // progressOnly reports whether rec, pending like old, differs from it only
 // in how far the clone has got.
-func progressOnly(rec, old *recordDigest) bool {
-	if old == nil || rec.Verdict != VerdictPending || old.Verdict != VerdictPending {
+func progressOnly(rec, old *record.RecordDigest) bool {
+	if old == nil || rec.Verdict != record.VerdictPending || old.Verdict != record.VerdictPending {
 		return false
 	}
 	return rec.ProgressFree == old.ProgressFree
-}
-
-// withoutProgress is r less what only follows a clone's progress.
-func withoutProgress(r Record) Record {
-	r.Message, r.Volume, r.CapacityBytes, r.CloneClaim = "", "", 0, ""
-	return r
 }
 
 // deferProgress reports whether the write of rec over old waits: it only
 // follows progress and the disk's record was written less than
 // progressRewriteAfter ago by this process. The disk is then re-judged when
 // the wait ends, so the latest progress is written if nothing else was.
-func (c *Controller) deferProgress(key string, rec, old *recordDigest) bool {
+func (c *Controller) deferProgress(key string, rec, old *record.RecordDigest) bool {
 	if !progressOnly(rec, old) {
 		return false
 	}
@@ -53,10 +51,10 @@ func (c *Controller) deferProgress(key string, rec, old *recordDigest) bool {
 
 // noteWritten records when a pending record was written; a decided one
 // needs no spacing.
-func (c *Controller) noteWritten(key string, rec *Record) {
+func (c *Controller) noteWritten(key string, rec *record.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if rec.Verdict == VerdictPending {
+	if rec.Verdict == record.VerdictPending {
 		c.progressWritten[key] = c.cfg.Clock()
 	} else {
 		delete(c.progressWritten, key)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // TestProgressRewritesAreSpaced: a pending record that only follows the
@@ -17,8 +18,8 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	cfg.Now = clk.now
 	c := &Controller{cfg: cfg, rechecks: map[string]time.Time{}, progressWritten: map[string]time.Time{}}
 	const key = "tenant-a/d0"
-	written := &Record{Verdict: VerdictPending, Source: SourceNone, Message: "clone in progress (phase CloneScheduled)"}
-	if c.deferProgress(key, digestRecord(written), nil) {
+	written := &record.Record{Verdict: record.VerdictPending, Source: record.SourceNone, Message: "clone in progress (phase CloneScheduled)"}
+	if c.deferProgress(key, record.DigestRecord(written), nil) {
 		t.Fatal("a disk's first record waited")
 	}
 	c.noteWritten(key, written)
@@ -26,34 +27,34 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 	moved := *written
 	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
 	clk.set(t0.Add(progressRewriteAfter - time.Second))
-	if !c.deferProgress(key, digestRecord(&moved), digestRecord(written)) {
+	if !c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress within the spacing was written at once")
 	}
 	if got, want := c.rechecks[key], t0.Add(progressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
 		t.Fatalf("re-judging due at %v (controller %v), want %v", got, c.recheckAt, want)
 	}
-	for what, change := range map[string]func(r *Record){
-		"a verdict":        func(r *Record) { r.Verdict, r.Message = VerdictStuck, "stuck" },
-		"a driver error":   func(r *Record) { r.DriverError = "CreateVolume ResourceExhausted: pool full" },
-		"CDI's clone type": func(r *Record) { r.CDICloneType = fleet.CdiCloneTypeHostAssis },
-		"a fallback":       func(r *Record) { r.FallbackReason = "no volume snapshot class" },
-		"a bad reason":     func(r *Record) { r.Findings = []Finding{{Reason: "class-mismatch", Message: "m"}} },
+	for what, change := range map[string]func(r *record.Record){
+		"a verdict":        func(r *record.Record) { r.Verdict, r.Message = record.VerdictStuck, "stuck" },
+		"a driver error":   func(r *record.Record) { r.DriverError = "CreateVolume ResourceExhausted: pool full" },
+		"CDI's clone type": func(r *record.Record) { r.CDICloneType = fleet.CdiCloneTypeHostAssis },
+		"a fallback":       func(r *record.Record) { r.FallbackReason = "no volume snapshot class" },
+		"a bad reason":     func(r *record.Record) { r.Findings = []record.Finding{{Reason: "class-mismatch", Message: "m"}} },
 	} {
 		urgent := moved
 		change(&urgent)
-		if c.deferProgress(key, digestRecord(&urgent), digestRecord(written)) {
+		if c.deferProgress(key, record.DigestRecord(&urgent), record.DigestRecord(written)) {
 			t.Errorf("%s waited for the progress spacing", what)
 		}
 	}
 	clk.set(t0.Add(progressRewriteAfter))
-	if c.deferProgress(key, digestRecord(&moved), digestRecord(written)) {
+	if c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress still waits once the spacing has passed")
 	}
-	if c.deferProgress("tenant-a/other", digestRecord(&moved), digestRecord(written)) {
+	if c.deferProgress("tenant-a/other", record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("a disk this process never wrote waited")
 	}
 	decided := moved
-	decided.Verdict = VerdictCSIClone
+	decided.Verdict = record.VerdictCSIClone
 	c.noteWritten(key, &decided)
 	if _, kept := c.progressWritten[key]; kept {
 		t.Fatal("a decided disk is still spaced")

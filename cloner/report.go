@@ -11,6 +11,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -282,7 +283,7 @@ func reportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
 			continue
 		}
 		u := UntrustedGoldenReport{Namespace: g.Namespace, Name: g.Name, Problems: g.Problems,
-			Consumers: []string{}, Fix: Fix(ReasonInvalidGolden)}
+			Consumers: []string{}, Fix: record.Fix(record.ReasonInvalidGolden)}
 		for _, d := range inv.Disks {
 			if d.Kind == fleet.DiskClone && d.GoldenRef == g.Ref() {
 				u.Consumers = append(u.Consumers, d.Namespace+"/"+d.Name)
@@ -297,8 +298,8 @@ func reportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
 // clone, or has not got to it): the leader's verdict on them has no object
 // to be persisted on, and depends only on the DataVolume and its golden,
 // which the report reads as the leader does.
-func judgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*Record {
-	out := map[types.UID]*Record{}
+func judgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*record.Record {
+	out := map[types.UID]*record.Record{}
 	for _, a := range evaluate(inv, cfg, cfg.Clock()).assessments {
 		if inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
 			out[a.disk.UID] = a.record
@@ -310,15 +311,15 @@ func judgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*Reco
 // reportDisks reads each worker disk's persisted record: the report shows
 // what the leader decided, it does not judge again, except a disk with no
 // claim to persist on (claimless, from judgeClaimless).
-func reportDisks(inv *fleet.Inventory, claimless map[types.UID]*Record) ([]PoolReport, []BadDiskReport) {
+func reportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) ([]PoolReport, []BadDiskReport) {
 	pools := map[[2]string]*PoolReport{}
 	bad := []BadDiskReport{}
 	for _, d := range inv.Disks {
-		rec, err := readRecord(inv.ClaimOf(d.Namespace, d.ClaimName))
+		rec, err := record.ReadRecord(inv.ClaimOf(d.Namespace, d.ClaimName))
 		if r, ok := claimless[d.UID]; ok {
 			rec = r
 		} else if err != nil || rec == nil {
-			rec = &Record{Verdict: VerdictUnjudged}
+			rec = &record.Record{Verdict: VerdictUnjudged}
 		}
 		key := [2]string{d.Namespace, d.Pool}
 		p := pools[key]
@@ -332,7 +333,7 @@ func reportDisks(inv *fleet.Inventory, claimless map[types.UID]*Record) ([]PoolR
 			b := BadDiskReport{Namespace: d.Namespace, Name: d.Name, Pool: d.Pool, SchematicID: rec.SchematicID,
 				Version: rec.Version, Verdict: rec.Verdict}
 			for _, r := range reasons {
-				b.Reasons = append(b.Reasons, ReasonReport{Reason: r, Message: rec.messageFor(r), Fix: Fix(r)})
+				b.Reasons = append(b.Reasons, ReasonReport{Reason: r, Message: rec.MessageFor(r), Fix: record.Fix(r)})
 			}
 			bad = append(bad, b)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
@@ -76,10 +77,10 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 	for _, p := range d.Pools {
 		pools[p.Pool] = p.Verdicts
 	}
-	if pools["kubernetes-md0"][VerdictCSIClone] != 1 || pools["kubernetes-md1"][VerdictHostAssisted] != 1 || pools["kubernetes-http"][VerdictHTTPImport] != 1 {
+	if pools["kubernetes-md0"][record.VerdictCSIClone] != 1 || pools["kubernetes-md1"][record.VerdictHostAssisted] != 1 || pools["kubernetes-http"][record.VerdictHTTPImport] != 1 {
 		t.Fatalf("pools %v", pools)
 	}
-	if len(d.BadDisks) != 1 || d.BadDisks[0].Name != "md1-0" || d.BadDisks[0].Reasons[0].Reason != ReasonHostAssisted ||
+	if len(d.BadDisks) != 1 || d.BadDisks[0].Name != "md1-0" || d.BadDisks[0].Reasons[0].Reason != record.ReasonHostAssisted ||
 		!strings.Contains(d.BadDisks[0].Reasons[0].Message, "different volume modes") || d.BadDisks[0].Reasons[0].Fix == "" {
 		t.Fatalf("bad disks %+v", d.BadDisks)
 	}
@@ -88,7 +89,7 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 func TestReportTableNamesBadDisksFixesAndSafeDeletes(t *testing.T) {
 	cfg := testConfig()
 	out, _, fc := reportOf(t, cfg, "table")
-	for _, want := range []string{"safe to delete", "tenant-a/md1-0", "host-assisted", Fix(ReasonHostAssisted),
+	for _, want := range []string{"safe to delete", "tenant-a/md1-0", "host-assisted", record.Fix(record.ReasonHostAssisted),
 		"csi-clone=1", "http-import=1", "12Gi"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

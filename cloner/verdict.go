@@ -9,92 +9,14 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
-
-// Record is the verdict of one worker disk and the evidence behind it,
-// written as compact JSON on the disk's PVC (AnnCloneEvidence; the verdict
-// word alone goes to AnnCloneVerdict).
-type Record struct {
-	Verdict string `json:"verdict"`
-	// Source says where the mechanism came from: csi-tap, cdi-annotations,
-	// datavolume-spec or none.
-	Source      string `json:"source"`
-	Message     string `json:"message,omitempty"`
-	Golden      string `json:"golden,omitempty"`
-	SchematicID string `json:"schematicID,omitempty"`
-	Version     string `json:"version,omitempty"`
-	Pool        string `json:"pool,omitempty"`
-	// Volume is the disk's volume handle, GoldenVolume the golden's;
-	// ContentSource what the driver was asked to copy ("volume:<h>",
-	// "snapshot:<h>", "none").
-	Volume        string `json:"volume,omitempty"`
-	GoldenVolume  string `json:"goldenVolume,omitempty"`
-	ContentSource string `json:"contentSource,omitempty"`
-	Class         string `json:"class,omitempty"`
-	GoldenClass   string `json:"goldenClass,omitempty"`
-	// DiskBytes is the DataVolume's size, GoldenBytes the golden's,
-	// CapacityBytes the volume's final capacity.
-	DiskBytes      int64  `json:"diskBytes,omitempty"`
-	GoldenBytes    int64  `json:"goldenBytes,omitempty"`
-	CapacityBytes  int64  `json:"capacityBytes,omitempty"`
-	CDICloneType   string `json:"cdiCloneType,omitempty"`
-	FallbackReason string `json:"fallbackReason,omitempty"`
-	// CloneClaim is "namespace/name" of the claim CDI makes the disk on
-	// while the disk's own claim is unbound (tmp-pvc-<uid> in the golden's
-	// namespace); its events hold the external-provisioner's and resizer's.
-	CloneClaim string `json:"cloneClaim,omitempty"`
-	// DriverError is the driver's last error on the disk's volume:
-	// "<method> <code>: <message>", from a CreateVolume or a
-	// ControllerExpandVolume that no later call of the same kind undid.
-	DriverError     string    `json:"driverError,omitempty"`
-	DurationSeconds float64   `json:"durationSeconds,omitempty"`
-	Findings        []Finding `json:"findings,omitempty"`
-	// Since is when this verdict and these findings were first decided.
-	Since time.Time `json:"since,omitzero"`
-
-	// Predicted is the clone path predicted for this disk when it was first
-	// judged, PredictedReason why (package predict); a decided verdict that
-	// contradicts it is the finding prediction-wrong.
-	Predicted       string `json:"predicted,omitempty"`
-	PredictedReason string `json:"predictedReason,omitempty"`
-}
-
-// Finding is one problem found on top of the verdict.
-type Finding struct {
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
-// BadReasons lists the disk's bad reasons: its verdict's, then its findings'.
-func (r *Record) BadReasons() []string {
-	var out []string
-	if b := badVerdict(r.Verdict); b != "" {
-		out = append(out, b)
-	}
-	for _, f := range r.Findings {
-		out = append(out, f.Reason)
-	}
-	return out
-}
-
-// messageFor is the message of a bad reason on this record.
-func (r *Record) messageFor(reason string) string {
-	if reason == badVerdict(r.Verdict) {
-		return r.Message
-	}
-	for _, f := range r.Findings {
-		if f.Reason == reason {
-			return f.Message
-		}
-	}
-	return ""
-}
 
 // assessment is one judged worker disk.
 type assessment struct {
 	disk   *fleet.WorkerDisk
 	golden *fleet.Golden
-	record *Record
+	record *record.Record
 	// duration is first CreateVolume to the disk being ready (csi-tap
 	// only, see cloneDuration).
 	duration time.Duration
@@ -137,7 +59,7 @@ type diskFacts struct {
 // requested clone has waited --stuck-after, pending before that.
 func judge(f diskFacts, cfg config.Config, now time.Time, snapshotOf map[string]string) assessment {
 	d, g := f.disk, f.golden
-	r := &Record{Verdict: VerdictPending, Source: SourceNone, Pool: d.Pool, Golden: d.GoldenRef.String(),
+	r := &record.Record{Verdict: record.VerdictPending, Source: record.SourceNone, Pool: d.Pool, Golden: d.GoldenRef.String(),
 		DiskBytes: d.RequestedBytes, Class: f.class.Name}
 	describeGolden(r, g)
 	describeVolume(r, f)
@@ -147,7 +69,7 @@ func judge(f diskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 	a := assessment{disk: d, golden: g, record: r}
 	switch {
 	case d.Failed():
-		r.Verdict, r.Message = VerdictFailed, "CDI marked the DataVolume Failed: "+orNone(d.FailMessage)
+		r.Verdict, r.Message = record.VerdictFailed, "CDI marked the DataVolume Failed: "+orNone(d.FailMessage)
 	case d.Finished() && f.pv != nil && f.tap == nil && now.Before(evidenceDue(f.pv, cfg)):
 		// The tap's evidence lands on the PV a moment after the PV appears;
 		// judging from CDI's annotations before then would claim that no
@@ -171,7 +93,7 @@ func judge(f diskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 		// No "ago" in the message: it must not change on every pass, or the
 		// record would be rewritten on every resync.
 		a.hear = f.heard.stale
-		r.Verdict = VerdictStuck
+		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("clone requested at %s and not finished after %s (phase %s); last driver error: %s",
 			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, orNone(d.Phase), orNone(r.DriverError))
 		if why := fleet.CdiExplanation(d); why != "" {
@@ -211,7 +133,7 @@ func cloneRequestedAt(d *fleet.WorkerDisk, g *fleet.Golden) time.Time {
 // describeGolden copies the golden's flavor, volume, class and size. An
 // untrusted golden's flavor is not copied: its schematic ID and version are
 // not a flavor anywhere (labels, ledger, report), only a problem.
-func describeGolden(r *Record, g *fleet.Golden) {
+func describeGolden(r *record.Record, g *fleet.Golden) {
 	if g == nil || !g.Trusted() {
 		return
 	}
@@ -222,7 +144,7 @@ func describeGolden(r *Record, g *fleet.Golden) {
 	}
 }
 
-func describeVolume(r *Record, f diskFacts) {
+func describeVolume(r *record.Record, f diskFacts) {
 	if f.pvc != nil {
 		r.CDICloneType = f.pvc.Annotations[fleet.AnnCDICloneType]
 		r.FallbackReason = fleet.Clip(f.pvc.Annotations[fleet.AnnCDIFallbackReason], fleet.MaxMessageBytes)
@@ -249,19 +171,19 @@ func describeVolume(r *Record, f diskFacts) {
 // judgeMechanism decides how a finished disk was made. The tap's record of
 // the CreateVolume is the authority; CDI's cloneType is used only for a
 // volume created while no sidecar watched, and the record says so.
-func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
+func judgeMechanism(r *record.Record, f diskFacts, snapshotOf map[string]string) {
 	if f.tap != nil {
-		r.Source = SourceCSITap
+		r.Source = record.SourceCSITap
 		switch {
 		case f.tap.SourceVolume != "":
-			r.Verdict, r.ContentSource = VerdictCSIClone, "volume:"+f.tap.SourceVolume
+			r.Verdict, r.ContentSource = record.VerdictCSIClone, "volume:"+f.tap.SourceVolume
 			r.Message = "CSI clone of volume " + f.tap.SourceVolume
 		case f.tap.SourceSnapshot != "":
-			r.Verdict, r.ContentSource = VerdictSnapshotClone, "snapshot:"+f.tap.SourceSnapshot
+			r.Verdict, r.ContentSource = record.VerdictSnapshotClone, "snapshot:"+f.tap.SourceSnapshot
 			r.Message = fmt.Sprintf("CSI restore of snapshot %s of volume %s", f.tap.SourceSnapshot,
 				orNone(snapshotSource(f.tap, snapshotOf)))
 		default:
-			r.Verdict, r.ContentSource = VerdictHostAssisted, "none"
+			r.Verdict, r.ContentSource = record.VerdictHostAssisted, "none"
 			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + orNone(fleet.FallbackText(r.FallbackReason))
 		}
 		if c, _ := f.tap.FinalCapacity(); c > 0 {
@@ -269,12 +191,12 @@ func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
 		}
 		return
 	}
-	r.Source = SourceCDI
+	r.Source = record.SourceCDI
 	r.Verdict = verdictOfCloneType(r.CDICloneType)
 	switch r.Verdict {
-	case VerdictUnknown:
+	case record.VerdictUnknown:
 		r.Message = "the volume was made while no sidecar watched and CDI left no cloneType annotation"
-	case VerdictHostAssisted:
+	case record.VerdictHostAssisted:
 		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + orNone(fleet.FallbackText(r.FallbackReason))
 	default:
 		r.Message = "from CDI's cloneType " + r.CDICloneType + " (volume made while no sidecar watched)"
@@ -284,13 +206,13 @@ func judgeMechanism(r *Record, f diskFacts, snapshotOf map[string]string) {
 func verdictOfCloneType(t string) string {
 	switch t {
 	case fleet.CdiCloneTypeCSIClone:
-		return VerdictCSIClone
+		return record.VerdictCSIClone
 	case fleet.CdiCloneTypeSnapshot:
-		return VerdictSnapshotClone
+		return record.VerdictSnapshotClone
 	case fleet.CdiCloneTypeHostAssis:
-		return VerdictHostAssisted
+		return record.VerdictHostAssisted
 	}
-	return VerdictUnknown
+	return record.VerdictUnknown
 }
 
 func snapshotSource(ev *fleet.VolumeEvidence, snapshotOf map[string]string) string {
@@ -303,7 +225,7 @@ func snapshotSource(ev *fleet.VolumeEvidence, snapshotOf map[string]string) stri
 // cloneDuration is first CreateVolume to the disk being ready (CDI's Ready
 // condition, or the final capacity if that came later), known only when the
 // tap saw the CreateVolume.
-func cloneDuration(r *Record, f diskFacts) (time.Duration, bool) {
+func cloneDuration(r *record.Record, f diskFacts) (time.Duration, bool) {
 	if f.tap == nil || f.tap.FirstAttempt.IsZero() {
 		return 0, false
 	}
@@ -329,10 +251,10 @@ func orNone(s string) string {
 }
 
 // findings are the problems found on top of the verdict, each independent.
-func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
-	var out []Finding
+func findings(r *record.Record, f diskFacts, snapshotOf map[string]string) []record.Finding {
+	var out []record.Finding
 	add := func(reason, msg string) {
-		out = append(out, Finding{Reason: reason, Message: msg})
+		out = append(out, record.Finding{Reason: reason, Message: msg})
 	}
 	g := f.golden
 	if g == nil {
@@ -340,39 +262,39 @@ func findings(r *Record, f diskFacts, snapshotOf map[string]string) []Finding {
 		if c := fleet.CdiWaitsForSource(f.disk); c != nil {
 			msg += "; CDI: " + c.Reason + ": " + c.Message
 		}
-		add(ReasonUnknownGolden, msg)
+		add(record.ReasonUnknownGolden, msg)
 		return out
 	}
 	if !g.Trusted() {
-		add(ReasonInvalidGolden, fmt.Sprintf("golden %s breaks the naming rules: %s", r.Golden, joinProblems(g.Problems)))
+		add(record.ReasonInvalidGolden, fmt.Sprintf("golden %s breaks the naming rules: %s", r.Golden, joinProblems(g.Problems)))
 	}
 	if g.Phase == "Failed" {
-		add(ReasonFailedGolden, fmt.Sprintf("golden %s failed to import; this disk cannot be cloned from it", r.Golden))
+		add(record.ReasonFailedGolden, fmt.Sprintf("golden %s failed to import; this disk cannot be cloned from it", r.Golden))
 	}
 	if f.class.Resolved() && g.Class.Resolved() && f.class.Name != g.Class.Name {
-		add(ReasonClassMismatch, fmt.Sprintf("disk StorageClass %q (%s) differs from golden %s's %q (%s)",
+		add(record.ReasonClassMismatch, fmt.Sprintf("disk StorageClass %q (%s) differs from golden %s's %q (%s)",
 			f.class.Name, f.class.How, r.Golden, g.Class.Name, g.Class.How))
 	}
 	if gb := goldenSize(g); gb > 0 && f.disk.RequestedBytes > 0 && f.disk.RequestedBytes < gb {
-		add(ReasonTooSmall, fmt.Sprintf("disk size %d bytes is smaller than golden %s's %d bytes", f.disk.RequestedBytes, r.Golden, gb))
+		add(record.ReasonTooSmall, fmt.Sprintf("disk size %d bytes is smaller than golden %s's %d bytes", f.disk.RequestedBytes, r.Golden, gb))
 	}
 	if msg := resizeMissing(r, f); msg != "" {
-		add(ReasonResizeMissing, msg)
+		add(record.ReasonResizeMissing, msg)
 	}
-	if x := failedExpansion(f.evidenceOf()); x != nil && (definiteCode(x.Code) || r.Verdict != VerdictPending) {
+	if x := failedExpansion(f.evidenceOf()); x != nil && (definiteCode(x.Code) || r.Verdict != record.VerdictPending) {
 		// A code the resizer retries is a problem only once the disk is
 		// stuck or done without it.
-		add(ReasonResizeFailed, fmt.Sprintf("the driver answered ControllerExpandVolume of volume %s to %d bytes with %s",
+		add(record.ReasonResizeFailed, fmt.Sprintf("the driver answered ControllerExpandVolume of volume %s to %d bytes with %s",
 			r.Volume, x.RequiredBytes, expansionText(x)))
 	}
 	if msg := cdiDisagrees(r, f); msg != "" {
-		add(ReasonCDIDisagrees, msg)
+		add(record.ReasonCDIDisagrees, msg)
 	}
 	if msg := wrongSource(r, f, snapshotOf); msg != "" {
-		add(ReasonWrongSource, msg)
+		add(record.ReasonWrongSource, msg)
 	}
 	if msg := predictionWrong(r); msg != "" {
-		add(ReasonPredictionWrong, msg)
+		add(record.ReasonPredictionWrong, msg)
 	}
 	return out
 }
@@ -389,8 +311,8 @@ func goldenSize(g *fleet.Golden) int64 {
 // resizeMissing: a finished clone whose volume is smaller than its claim
 // asked (the golden-sized clone was never expanded). A host-assisted copy is
 // created at the target size, so only clones are checked.
-func resizeMissing(r *Record, f diskFacts) string {
-	if r.Verdict != VerdictCSIClone && r.Verdict != VerdictSnapshotClone {
+func resizeMissing(r *record.Record, f diskFacts) string {
+	if r.Verdict != record.VerdictCSIClone && r.Verdict != record.VerdictSnapshotClone {
 		return ""
 	}
 	want := fleet.ClaimRequest(f.pvc)
@@ -414,12 +336,12 @@ func resizeMissing(r *Record, f diskFacts) string {
 
 // cdiDisagrees: CDI's cloneType annotation says one mechanism, the driver
 // was asked for another. The storage layer wins; the verdict already follows it.
-func cdiDisagrees(r *Record, f diskFacts) string {
-	if r.Source != SourceCSITap || r.CDICloneType == "" {
+func cdiDisagrees(r *record.Record, f diskFacts) string {
+	if r.Source != record.SourceCSITap || r.CDICloneType == "" {
 		return ""
 	}
 	cdi := verdictOfCloneType(r.CDICloneType)
-	if cdi == VerdictUnknown || cdi == r.Verdict {
+	if cdi == record.VerdictUnknown || cdi == r.Verdict {
 		return ""
 	}
 	return fmt.Sprintf("CDI annotated cloneType %q but the driver was asked for %s (content source %s); the storage layer's record wins, the verdict is %s",
@@ -427,7 +349,7 @@ func cdiDisagrees(r *Record, f diskFacts) string {
 }
 
 // wrongSource: the driver copied a volume or snapshot that is not the golden's.
-func wrongSource(r *Record, f diskFacts, snapshotOf map[string]string) string {
+func wrongSource(r *record.Record, f diskFacts, snapshotOf map[string]string) string {
 	if f.tap == nil || f.golden.VolumeHandle == "" {
 		return ""
 	}
@@ -454,16 +376,16 @@ func joinProblems(p []string) string {
 
 // judgeHTTP decides an HTTP-import worker: it did fetch from the Factory.
 func judgeHTTP(d *fleet.WorkerDisk, g *fleet.Golden) assessment {
-	r := &Record{Verdict: VerdictPending, Source: SourceDataVolume, Pool: d.Pool,
+	r := &record.Record{Verdict: record.VerdictPending, Source: record.SourceDataVolume, Pool: d.Pool,
 		SchematicID: d.Flavor.SchematicID, Version: d.Flavor.Version, DiskBytes: d.RequestedBytes}
 	if g != nil {
 		r.Golden = g.Ref().String()
 	}
 	switch {
 	case d.Failed():
-		r.Verdict, r.Message = VerdictFailed, "CDI marked the import Failed: "+orNone(d.FailMessage)
+		r.Verdict, r.Message = record.VerdictFailed, "CDI marked the import Failed: "+orNone(d.FailMessage)
 	case d.Finished():
-		r.Verdict, r.Message = VerdictHTTPImport, fmt.Sprintf("imported from the Image Factory over HTTP (%d fetches)", importFetches(d.Phase, d.RestartCount))
+		r.Verdict, r.Message = record.VerdictHTTPImport, fmt.Sprintf("imported from the Image Factory over HTTP (%d fetches)", importFetches(d.Phase, d.RestartCount))
 	default:
 		r.Message = "import in progress (phase " + orNone(d.Phase) + ")"
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"k8s.io/klog/v2"
 )
 
@@ -289,14 +290,14 @@ func (c *Controller) recheckTimer() <-chan time.Time {
 func (c *Controller) publish(ctx context.Context, a assessment, inv *fleet.Inventory) error {
 	rec := a.record
 	pvc := inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName)
-	old, err := persistedRecord(pvc)
+	old, err := record.PersistedRecord(pvc)
 	if err != nil {
 		c.noteMalformed(malformedAnnotation(pvc, "PersistentVolumeClaim", err))
 		old = nil
 	}
-	digest := digestRecord(rec)
+	digest := record.DigestRecord(rec)
 	key := a.disk.Namespace + "/" + a.disk.Name
-	if old.sameAs(digest) {
+	if old.SameAs(digest) {
 		c.echoSeen(key)
 		return nil
 	}
@@ -317,7 +318,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *fleet.Inven
 		if already[reason] {
 			continue
 		}
-		if err := c.warn(ctx, dataVolumeTarget(a.disk), EventReason(reason), "", warningMessage(rec, reason)); err != nil {
+		if err := c.warn(ctx, dataVolumeTarget(a.disk), record.EventReason(reason), "", warningMessage(rec, reason)); err != nil {
 			return err
 		}
 	}
@@ -326,7 +327,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *fleet.Inven
 	}
 	err = c.patchPVC(ctx, pvc, "", map[string]*string{
 		fleet.AnnCloneVerdict:  ptrTo(rec.Verdict),
-		fleet.AnnCloneEvidence: ptrTo(mustJSON(rec)),
+		fleet.AnnCloneEvidence: ptrTo(record.MustJSON(rec)),
 	})
 	if err == nil {
 		c.noteWritten(key, rec)

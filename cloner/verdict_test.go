@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -22,7 +23,7 @@ func TestCSICloneWithResizeIsCSIClone(t *testing.T) {
 	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["md0-disk-0"]
-	if r.Verdict != VerdictCSIClone || r.Source != SourceCSITap {
+	if r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCSITap {
 		t.Fatalf("verdict %s from %s, want csi-clone from csi-tap: %s", r.Verdict, r.Source, r.Message)
 	}
 	if len(r.BadReasons()) != 0 {
@@ -44,7 +45,7 @@ func TestCSICloneAtGoldenSizeNeedsNoResize(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 6*gi, ptrTo(testClass))
 	w.cloned(dv, testClass, "csi-clone", 6*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["d"]; r.Verdict != VerdictCSIClone || len(r.BadReasons()) != 0 {
+	if r := recs["d"]; r.Verdict != record.VerdictCSIClone || len(r.BadReasons()) != 0 {
 		t.Fatalf("got %s %v, want csi-clone with no findings", r.Verdict, r.BadReasons())
 	}
 }
@@ -59,11 +60,11 @@ func TestCloneNeverExpandedIsResizeMissing(t *testing.T) {
 	ev.Expansions = []fleet.Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "ResourceExhausted", Message: "pool full"}}
 	w.cloned(dv2, testClass, "csi-clone", 6*gi, ev)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["d"]; !reasonsOf(r)[ReasonResizeMissing] || !strings.Contains(r.messageFor(ReasonResizeMissing), "no ControllerExpandVolume") {
-		t.Fatalf("d: %v %q", r.BadReasons(), r.messageFor(ReasonResizeMissing))
+	if r := recs["d"]; !reasonsOf(r)[record.ReasonResizeMissing] || !strings.Contains(r.MessageFor(record.ReasonResizeMissing), "no ControllerExpandVolume") {
+		t.Fatalf("d: %v %q", r.BadReasons(), r.MessageFor(record.ReasonResizeMissing))
 	}
-	if r := recs["d2"]; !strings.Contains(r.messageFor(ReasonResizeMissing), "ResourceExhausted pool full") {
-		t.Fatalf("d2 should carry the failed expansion: %q", r.messageFor(ReasonResizeMissing))
+	if r := recs["d2"]; !strings.Contains(r.MessageFor(record.ReasonResizeMissing), "ResourceExhausted pool full") {
+		t.Fatalf("d2 should carry the failed expansion: %q", r.MessageFor(record.ReasonResizeMissing))
 	}
 }
 
@@ -83,11 +84,11 @@ func TestSnapshotRestoreIsSnapshotClone(t *testing.T) {
 	w.vscs = append(w.vscs, vsc("snap-2", h), vsc("snap-3", "some-other-volume"))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	for _, n := range []string{"recorded", "via-vsc"} {
-		if r := recs[n]; r.Verdict != VerdictSnapshotClone || len(r.BadReasons()) != 0 {
+		if r := recs[n]; r.Verdict != record.VerdictSnapshotClone || len(r.BadReasons()) != 0 {
 			t.Fatalf("%s: %s %v", n, r.Verdict, r.Findings)
 		}
 	}
-	if r := recs["elsewhere"]; r.Verdict != VerdictSnapshotClone || !reasonsOf(r)[ReasonWrongSource] {
+	if r := recs["elsewhere"]; r.Verdict != record.VerdictSnapshotClone || !reasonsOf(r)[record.ReasonWrongSource] {
 		t.Fatalf("elsewhere: %s %v, want snapshot-clone + wrong-source", r.Verdict, r.BadReasons())
 	}
 }
@@ -115,13 +116,13 @@ func TestBlankVolumeIsHostAssistedWithCDIsReason(t *testing.T) {
 	if a := evn.assessments[0]; !a.timed || a.duration != time.Minute {
 		t.Fatalf("duration %v timed %v, want 1m: a host-assisted clone lasts until the copy is done", a.duration, a.timed)
 	}
-	if r.Verdict != VerdictHostAssisted || r.ContentSource != "none" {
+	if r.Verdict != record.VerdictHostAssisted || r.ContentSource != "none" {
 		t.Fatalf("got %s (%s)", r.Verdict, r.ContentSource)
 	}
-	if !strings.Contains(r.Message, "does not allow volume expansion") || !reasonsOf(r)[ReasonHostAssisted] {
+	if !strings.Contains(r.Message, "does not allow volume expansion") || !reasonsOf(r)[record.ReasonHostAssisted] {
 		t.Fatalf("message %q reasons %v", r.Message, r.BadReasons())
 	}
-	if EventReason(ReasonHostAssisted) != "HostAssistedClone" || Fix(ReasonHostAssisted) == "" {
+	if record.EventReason(record.ReasonHostAssisted) != "HostAssistedClone" || record.Fix(record.ReasonHostAssisted) == "" {
 		t.Fatal("host-assisted needs an event reason and a fix")
 	}
 }
@@ -133,9 +134,9 @@ func TestWithoutTapTheVerdictComesFromCDIAndSaysSo(t *testing.T) {
 		w.cloned(w.worker("tenant-a", name, "p", g, 20*gi, ptrTo(testClass)), testClass, ct, 20*gi, nil)
 	}
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	want := map[string]string{"csi": VerdictCSIClone, "snap": VerdictSnapshotClone, "copy": VerdictHostAssisted, "none": VerdictUnknown}
+	want := map[string]string{"csi": record.VerdictCSIClone, "snap": record.VerdictSnapshotClone, "copy": record.VerdictHostAssisted, "none": record.VerdictUnknown}
 	for name, v := range want {
-		if r := recs[name]; r.Verdict != v || r.Source != SourceCDI {
+		if r := recs[name]; r.Verdict != v || r.Source != record.SourceCDI {
 			t.Errorf("%s: %s from %s, want %s from cdi-annotations", name, r.Verdict, r.Source, v)
 		}
 	}
@@ -155,10 +156,10 @@ func TestFreshVolumeWaitsForTheTapsEvidenceBeforeCDIIsBelieved(t *testing.T) {
 	cfg := testConfig()
 
 	recs, ev := w.judgeAll(t, cfg, made.Add(cfg.EvidenceGrace/2))
-	if r := recs["bare"]; r.Verdict != VerdictPending || !strings.Contains(r.Message, "waiting for the tap's evidence") {
+	if r := recs["bare"]; r.Verdict != record.VerdictPending || !strings.Contains(r.Message, "waiting for the tap's evidence") {
 		t.Fatalf("inside the grace: %s %q, want pending for the evidence", r.Verdict, r.Message)
 	}
-	if r := recs["seen"]; r.Verdict != VerdictCSIClone || r.Source != SourceCSITap {
+	if r := recs["seen"]; r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCSITap {
 		t.Fatalf("evidence already there: %s from %s, want csi-clone from csi-tap", r.Verdict, r.Source)
 	}
 	if want := made.Add(cfg.EvidenceGrace); !ev.recheckAt.Equal(want) {
@@ -166,7 +167,7 @@ func TestFreshVolumeWaitsForTheTapsEvidenceBeforeCDIIsBelieved(t *testing.T) {
 	}
 
 	recs, ev = w.judgeAll(t, cfg, made.Add(cfg.EvidenceGrace))
-	if r := recs["bare"]; r.Verdict != VerdictCSIClone || r.Source != SourceCDI {
+	if r := recs["bare"]; r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCDI {
 		t.Fatalf("after the grace: %s from %s, want csi-clone from cdi-annotations", r.Verdict, r.Source)
 	}
 	if !ev.recheckAt.IsZero() {
@@ -181,11 +182,11 @@ func TestCDIDisagreeingWithTheDriverLosesToTheDriver(t *testing.T) {
 	w.cloned(dv, testClass, "copy", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["d"]
-	if r.Verdict != VerdictCSIClone || !reasonsOf(r)[ReasonCDIDisagrees] {
+	if r.Verdict != record.VerdictCSIClone || !reasonsOf(r)[record.ReasonCDIDisagrees] {
 		t.Fatalf("got %s %v, want csi-clone + cdi-disagrees", r.Verdict, r.BadReasons())
 	}
-	if !strings.Contains(r.messageFor(ReasonCDIDisagrees), "storage layer's record wins") {
-		t.Fatalf("message must say the storage layer wins: %q", r.messageFor(ReasonCDIDisagrees))
+	if !strings.Contains(r.MessageFor(record.ReasonCDIDisagrees), "storage layer's record wins") {
+		t.Fatalf("message must say the storage layer wins: %q", r.MessageFor(record.ReasonCDIDisagrees))
 	}
 }
 
@@ -197,7 +198,7 @@ func TestGoldenStillImportingIsPendingNotStuck(t *testing.T) {
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	w.class(testClass, nil, t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(48*time.Hour))
-	if r := recs["d"]; r.Verdict != VerdictPending || len(r.BadReasons()) != 0 {
+	if r := recs["d"]; r.Verdict != record.VerdictPending || len(r.BadReasons()) != 0 {
 		t.Fatalf("got %s %v, want pending with nothing flagged", r.Verdict, r.BadReasons())
 	}
 }
@@ -208,15 +209,15 @@ func TestUnfinishedCloneIsStuckAfterStuckAfterWithTheDriverError(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	pvc, _ := w.claim(dv, testClass, 20*gi, 0, "")
-	pvc.Annotations[fleet.AnnDriverError] = mustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
+	pvc.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
 		Message: "context deadline exceeded", Claim: "cozy-public/tmp-pvc-x", Attempts: 4})
 	cfg := testConfig()
-	if r, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter-time.Second)); r["d"].Verdict != VerdictPending {
+	if r, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter-time.Second)); r["d"].Verdict != record.VerdictPending {
 		t.Fatalf("before --stuck-after: %s", r["d"].Verdict)
 	}
 	recs, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter))
 	r := recs["d"]
-	if r.Verdict != VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
+	if r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
 		t.Fatalf("got %s %q", r.Verdict, r.Message)
 	}
 }
@@ -227,7 +228,7 @@ func TestStuckClockStartsWhenTheGoldenIsReady(t *testing.T) {
 	succeed(g, t0.Add(30*time.Minute)) // imported long after the worker was created
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(35*time.Minute))
-	if recs["d"].Verdict != VerdictPending {
+	if recs["d"].Verdict != record.VerdictPending {
 		t.Fatalf("5 minutes after the golden became ready: %s", recs["d"].Verdict)
 	}
 }
@@ -239,7 +240,7 @@ func TestFailedDataVolumeIsFailed(t *testing.T) {
 	dv.Status.Phase = cdiv1.Failed
 	dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning, Message: "clone source gone"}}
 	recs, _ := w.judgeAll(t, testConfig(), t0)
-	if r := recs["d"]; r.Verdict != VerdictFailed || !strings.Contains(r.Message, "clone source gone") {
+	if r := recs["d"]; r.Verdict != record.VerdictFailed || !strings.Contains(r.Message, "clone source gone") {
 		t.Fatalf("got %s %q", r.Verdict, r.Message)
 	}
 }
@@ -250,7 +251,7 @@ func TestFailedGoldenFlagsItsWorkers(t *testing.T) {
 	g.Status.Phase = cdiv1.Failed
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["d"]; r.Verdict != VerdictPending || !reasonsOf(r)[ReasonFailedGolden] {
+	if r := recs["d"]; r.Verdict != record.VerdictPending || !reasonsOf(r)[record.ReasonFailedGolden] {
 		t.Fatalf("got %s %v", r.Verdict, r.BadReasons())
 	}
 }
@@ -262,7 +263,7 @@ func TestUnknownGolden(t *testing.T) {
 	ghost.Namespace, ghost.Name = config.DefaultGoldenNamespace, goldenName("abc", "v9.9.9")
 	w.worker("tenant-a", "d", "p", ghost, 20*gi, ptrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["d"]; !reasonsOf(r)[ReasonUnknownGolden] {
+	if r := recs["d"]; !reasonsOf(r)[record.ReasonUnknownGolden] {
 		t.Fatalf("got %v", r.BadReasons())
 	}
 }
@@ -275,7 +276,7 @@ func TestGoldenBreakingTheNamingRulesIsNotTrusted(t *testing.T) {
 	if ev.inv.Goldens[0].Trusted() || len(ev.inv.Goldens[0].Problems) != 2 {
 		t.Fatalf("problems %v", ev.inv.Goldens[0].Problems)
 	}
-	if r := recs["d"]; !reasonsOf(r)[ReasonInvalidGolden] {
+	if r := recs["d"]; !reasonsOf(r)[record.ReasonInvalidGolden] {
 		t.Fatalf("got %v", r.BadReasons())
 	}
 }
@@ -288,7 +289,7 @@ func TestClassMismatchIsFlaggedBeforeAndAfterTheClone(t *testing.T) {
 	w.cloned(done, "fast", "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
 	for _, n := range []string{"pending", "done"} {
-		if r := recs[n]; !reasonsOf(r)[ReasonClassMismatch] || !strings.Contains(r.messageFor(ReasonClassMismatch), `"fast"`) {
+		if r := recs[n]; !reasonsOf(r)[record.ReasonClassMismatch] || !strings.Contains(r.MessageFor(record.ReasonClassMismatch), `"fast"`) {
 			t.Fatalf("%s: %v", n, r.BadReasons())
 		}
 	}
@@ -320,7 +321,7 @@ func TestEmptyClassIsResolvedBeforeComparing(t *testing.T) {
 				w.class(n, ann, t0)
 			}
 			recs, _ := w.judgeAll(t, testConfig(), t0)
-			if got := reasonsOf(recs["d"])[ReasonClassMismatch]; got != tc.mismatch {
+			if got := reasonsOf(recs["d"])[record.ReasonClassMismatch]; got != tc.mismatch {
 				t.Fatalf("class-mismatch %v, want %v (%v)", got, tc.mismatch, recs["d"].Findings)
 			}
 		})
@@ -345,7 +346,7 @@ func TestDiskSmallerThanGoldenIsTooSmall(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	w.worker("tenant-a", "d", "p", g, 4*gi, ptrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0)
-	if r := recs["d"]; !reasonsOf(r)[ReasonTooSmall] {
+	if r := recs["d"]; !reasonsOf(r)[record.ReasonTooSmall] {
 		t.Fatalf("got %v", r.BadReasons())
 	}
 }
@@ -356,7 +357,7 @@ func TestCloneOfAnotherVolumeIsWrongSource(t *testing.T) {
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("not-the-golden", 6*gi, 20*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if r := recs["d"]; r.Verdict != VerdictCSIClone || !reasonsOf(r)[ReasonWrongSource] {
+	if r := recs["d"]; r.Verdict != record.VerdictCSIClone || !reasonsOf(r)[record.ReasonWrongSource] {
 		t.Fatalf("got %s %v", r.Verdict, r.BadReasons())
 	}
 }
@@ -375,10 +376,10 @@ func TestFactoryImportOfAKnownFlavorIsHTTPImport(t *testing.T) {
 	other := w.dataVolume("tenant-b", "other-image", 20*gi, nil)
 	other.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/abc/v1.0.0/x.raw.xz"}}
 	recs, _ := w.judgeAll(t, testConfig(), t0)
-	if r := recs["http-done"]; r.Verdict != VerdictHTTPImport || r.SchematicID != testSID || r.Pool != "md1" {
+	if r := recs["http-done"]; r.Verdict != record.VerdictHTTPImport || r.SchematicID != testSID || r.Pool != "md1" {
 		t.Fatalf("http-done: %+v", r)
 	}
-	if r := recs["http-running"]; r.Verdict != VerdictPending {
+	if r := recs["http-running"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("http-running: %s", r.Verdict)
 	}
 	if _, ok := recs["other-image"]; ok {

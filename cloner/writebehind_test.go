@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,8 +56,8 @@ func passAndCheckEveryDisk(t *testing.T, fc *fakeCluster, c *Controller, n int) 
 		t.Fatal(err)
 	}
 	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != VerdictCSIClone {
-			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, record.VerdictCSIClone)
 		}
 	}
 }

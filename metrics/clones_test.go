@@ -12,6 +12,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // snapshotSource serves a fixed snapshot, as the cloner does between passes.
@@ -28,11 +29,11 @@ func leaderSnapshot() *cloner.Snapshot {
 		Leader: true,
 		Goldens: []cloner.GoldenStatus{{Namespace: "cozy-public", Name: "talos-worker-" + sid + "-v1.13.2", Flavor: f,
 			StorageClass: "replicated", Phase: "Succeeded", Consumers: 4, Trusted: true}},
-		Disks: []cloner.DiskCount{{Flavor: f, Verdict: cloner.VerdictCSIClone, Count: 3}, {Flavor: f, Verdict: cloner.VerdictHostAssisted, Count: 1}},
+		Disks: []cloner.DiskCount{{Flavor: f, Verdict: record.VerdictCSIClone, Count: 3}, {Flavor: f, Verdict: record.VerdictHostAssisted, Count: 1}},
 		BadDisks: []cloner.BadDiskCount{{Namespace: "tenant-a", Pool: "kubernetes-md1", Flavor: f,
-			Reason: cloner.ReasonHostAssisted, Count: 1}},
+			Reason: record.ReasonHostAssisted, Count: 1}},
 		Flavors:         []cloner.FlavorCounters{{Flavor: f, FlavorTotals: cloner.FlavorTotals{FetchesAvoided: 4, GoldenImports: 1, WorkerImports: 2, BytesAvoided: 4 << 30}}},
-		Durations:       map[string]cloner.DurationTotals{cloner.VerdictCSIClone: d},
+		Durations:       map[string]cloner.DurationTotals{record.VerdictCSIClone: d},
 		Malformed:       map[string]int64{"DataVolume": 1},
 		EvidenceDropped: 2,
 	}

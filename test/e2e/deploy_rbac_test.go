@@ -22,6 +22,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -415,7 +416,7 @@ func (s *rbacScenario) createRestore(t *testing.T, ctx context.Context, name str
 func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[string]bool, clone *cdiv1.DataVolume, other, restore string) {
 	t.Helper()
 	c := s.c
-	if rec := pvcRecord(ctx, c, rbacTenant, clone.Name); rec != nil && rec.Verdict == cloner.VerdictCSIClone && rec.Source == cloner.SourceCSITap {
+	if rec := pvcRecord(ctx, c, rbacTenant, clone.Name); rec != nil && rec.Verdict == record.VerdictCSIClone && rec.Source == record.SourceCSITap {
 		reached[rbacOutcomeNames[0]] = true
 	}
 	if pvc, err := c.Client.CoreV1().PersistentVolumeClaims(rbacTenant).Get(ctx, clone.Name, metav1.GetOptions{}); err == nil && pvc.Spec.VolumeName != "" {
@@ -426,12 +427,12 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 	if evs, err := c.Client.CoreV1().Events(rbacTenant).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, e := range evs.Items {
 			if e.InvolvedObject.Kind == "DataVolume" && e.InvolvedObject.Name == other && e.Source.Component == "csi-clone-sidecar" &&
-				e.Reason == cloner.EventReason(cloner.ReasonClassMismatch) {
+				e.Reason == record.EventReason(record.ReasonClassMismatch) {
 				reached[rbacOutcomeNames[2]] = true
 			}
 		}
 	}
-	if rec := pvcRecord(ctx, c, cluster.NamespaceGolden, restore); rec != nil && rec.Verdict == cloner.VerdictSnapshotClone &&
+	if rec := pvcRecord(ctx, c, cluster.NamespaceGolden, restore); rec != nil && rec.Verdict == record.VerdictSnapshotClone &&
 		strings.Contains(rec.Message, "of volume "+s.goldenHandle) {
 		reached[rbacOutcomeNames[3]] = true
 	}
@@ -451,12 +452,12 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 }
 
 // pvcRecord reads the verdict record persisted on a PVC, nil if none.
-func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *cloner.Record {
+func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *record.Record {
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil || pvc.Annotations[fleet.AnnCloneEvidence] == "" {
 		return nil
 	}
-	var r cloner.Record
+	var r record.Record
 	if json.Unmarshal([]byte(pvc.Annotations[fleet.AnnCloneEvidence]), &r) != nil {
 		return nil
 	}

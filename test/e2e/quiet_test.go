@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -44,7 +45,7 @@ func TestNoAPIWritesWhenNothingChanged(t *testing.T) {
 	if _, err := c.CreateWorkerDisk(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	waitVerdict(t, ctx, c, admissionTenant, w.Name, cloner.VerdictCSIClone, 3*time.Minute)
+	waitVerdict(t, ctx, c, admissionTenant, w.Name, record.VerdictCSIClone, 3*time.Minute)
 	key := golden + ".path.replicated-fixed"
 	waitAdmissionParams(t, ctx, c, key, "host-assisted/no-volume-expansion")
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -70,15 +71,15 @@ func TestSidecarKilledMidClone(t *testing.T) {
 	calm := restartWorkers("calm", flavorCalm)
 	createWorkersTogether(t, ctx, c, calm)
 	for _, w := range calm {
-		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, cloner.VerdictCSIClone, 4*time.Minute)
-		if rec.Source != cloner.SourceCSITap {
-			t.Errorf("%s (no kill): verdict from %s, want %s", w.name, rec.Source, cloner.SourceCSITap)
+		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, record.VerdictCSIClone, 4*time.Minute)
+		if rec.Source != record.SourceCSITap {
+			t.Errorf("%s (no kill): verdict from %s, want %s", w.name, rec.Source, record.SourceCSITap)
 		}
 		assertReasons(t, w.name, rec, nil)
 		assertWarnings(t, ctx, c, w.name, nil)
 	}
 	calmCounters := settledCounters(t, ctx, c, flavorCalm)
-	durationsBefore, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": cloner.VerdictCSIClone})
+	durationsBefore, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone})
 	if durationsBefore != restartDisks {
 		t.Errorf("clone durations observed without the kill: %v, want %d", durationsBefore, restartDisks)
 	}
@@ -108,8 +109,8 @@ func TestSidecarKilledMidClone(t *testing.T) {
 	}
 	// A clone's duration is known only from the tap: disks judged from
 	// CDI's annotations are not timed, none is timed twice.
-	durationsAfter, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": cloner.VerdictCSIClone})
-	if tapped := float64(sources[cloner.SourceCSITap]); durationsAfter-durationsBefore != tapped {
+	durationsAfter, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone})
+	if tapped := float64(sources[record.SourceCSITap]); durationsAfter-durationsBefore != tapped {
 		t.Errorf("clone durations observed for the killed pool: %v, want %v (one per disk judged from the tap)", durationsAfter-durationsBefore, tapped)
 	}
 }
@@ -118,7 +119,7 @@ func restartWorkers(prefix, flavor string) []workerCase {
 	out := make([]workerCase, restartDisks)
 	for i := range out {
 		out[i] = workerCase{name: fmt.Sprintf("%s-%02d", prefix, i), pool: "kubernetes-" + prefix, flavor: flavor,
-			class: "replicated", size: "20Gi", verdict: cloner.VerdictCSIClone}
+			class: "replicated", size: "20Gi", verdict: record.VerdictCSIClone}
 	}
 	return out
 }
@@ -285,7 +286,7 @@ func checkVerdictsAfterRestart(t *testing.T, ctx context.Context, c *cluster.Clu
 	var lines []string
 	var unprovisioned int
 	for _, w := range ws {
-		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, cloner.VerdictCSIClone, 4*time.Minute)
+		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, record.VerdictCSIClone, 4*time.Minute)
 		assertReasons(t, w.name, rec, nil)
 		assertWarnings(t, ctx, c, w.name, nil)
 		obs, err := c.Observations()
@@ -295,12 +296,12 @@ func checkVerdictsAfterRestart(t *testing.T, ctx context.Context, c *cluster.Clu
 		_, seenAgain := findCall(obs, sidecar.MethodCreateVolume, func(o sidecar.Observation) bool {
 			return o.Response.VolumeID == rec.Volume && !o.Start.Before(restartAt)
 		})
-		want, why := cloner.SourceCDI, "observation lost in the kill"
+		want, why := record.SourceCDI, "observation lost in the kill"
 		switch {
 		case st.evidenced[rec.Volume]:
-			want, why = cloner.SourceCSITap, "evidence on the PV before the kill"
+			want, why = record.SourceCSITap, "evidence on the PV before the kill"
 		case seenAgain:
-			want, why = cloner.SourceCSITap, "CreateVolume seen again after the restart"
+			want, why = record.SourceCSITap, "CreateVolume seen again after the restart"
 		}
 		if rec.Source != want {
 			t.Errorf("%s: verdict from %s, want %s (%s): %+v", w.name, rec.Source, want, why, rec)
@@ -313,7 +314,7 @@ func checkVerdictsAfterRestart(t *testing.T, ctx context.Context, c *cluster.Clu
 				t.Errorf("%s: volume %s had no PV at the kill, yet no CreateVolume of it was observed after the restart", w.name, rec.Volume)
 			}
 		}
-		if rec.Source == cloner.SourceCSITap && rec.ContentSource != "volume:"+goldenHandle {
+		if rec.Source == record.SourceCSITap && rec.ContentSource != "volume:"+goldenHandle {
 			t.Errorf("%s: content source %s, want the golden's volume %s", w.name, rec.ContentSource, goldenHandle)
 		}
 		if rec.CDICloneType != cluster.StrategyCSIClone {
@@ -406,7 +407,7 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 		if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == string(cdiv1.Succeeded) {
 			finished++
 		}
-		if rec := readRecord(t, ctx, c, verdictTenant, u.GetName()); rec != nil && rec.Verdict == cloner.VerdictCSIClone {
+		if rec := readRecord(t, ctx, c, verdictTenant, u.GetName()); rec != nil && rec.Verdict == record.VerdictCSIClone {
 			cloned++
 		}
 	}
@@ -417,7 +418,7 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 		"fetches " + cloner.FetchWorkerImport: 0,
 		"consumers":                           consumers,
 		"bad disks":                           0,
-		"disks " + cloner.VerdictCSIClone:     cloned,
+		"disks " + record.VerdictCSIClone:     cloned,
 	}
 }
 

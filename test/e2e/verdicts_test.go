@@ -23,6 +23,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -91,29 +92,29 @@ func TestVerdictsOnTheLoopbackStack(t *testing.T) {
 	}
 
 	cases := []workerCase{
-		{"md0-a", "kubernetes-md0", flavorA, "replicated", "20Gi", cloner.VerdictCSIClone, nil},
-		{"md0-b", "kubernetes-md0", flavorA, "replicated", "20Gi", cloner.VerdictCSIClone, nil},
+		{"md0-a", "kubernetes-md0", flavorA, "replicated", "20Gi", record.VerdictCSIClone, nil},
+		{"md0-b", "kubernetes-md0", flavorA, "replicated", "20Gi", record.VerdictCSIClone, nil},
 		// diskSize equal to the golden's: nothing to expand, nothing missing.
-		{"eq-a", "kubernetes-eq", flavorA, "replicated", "6Gi", cloner.VerdictCSIClone, nil},
+		{"eq-a", "kubernetes-eq", flavorA, "replicated", "6Gi", record.VerdictCSIClone, nil},
 		// An empty class is the virtualization default (replicated), not the
 		// Kubernetes default (replicated-b).
-		{"empty-a", "kubernetes-empty", flavorA, "", "20Gi", cloner.VerdictCSIClone, nil},
+		{"empty-a", "kubernetes-empty", flavorA, "", "20Gi", record.VerdictCSIClone, nil},
 		// A larger target on a class without expansion: CDI copies host-assisted.
-		{"fixed-a", "kubernetes-fixed", flavorA, "replicated-fixed", "20Gi", cloner.VerdictHostAssisted,
-			[]string{cloner.ReasonHostAssisted, cloner.ReasonClassMismatch}},
+		{"fixed-a", "kubernetes-fixed", flavorA, "replicated-fixed", "20Gi", record.VerdictHostAssisted,
+			[]string{record.ReasonHostAssisted, record.ReasonClassMismatch}},
 		// Another class of the same driver: CDI does not fall back, it asks the
 		// driver for a cross-class CSI clone, which this driver (like LINSTOR
 		// between two replicated pools) performs. The clone is real; the
 		// mismatch is still flagged.
-		{"other-a", "kubernetes-other", flavorA, "replicated-b", "20Gi", cloner.VerdictCSIClone,
-			[]string{cloner.ReasonClassMismatch}},
+		{"other-a", "kubernetes-other", flavorA, "replicated-b", "20Gi", record.VerdictCSIClone,
+			[]string{record.ReasonClassMismatch}},
 		// A node-local pool cannot hold a clone of a volume it does not have:
 		// the driver refuses, CDI retries for ever, the sidecar says stuck.
-		{"local-a", "kubernetes-local", flavorA, "local", "20Gi", cloner.VerdictStuck,
-			[]string{cloner.ReasonStuck, cloner.ReasonClassMismatch}},
+		{"local-a", "kubernetes-local", flavorA, "local", "20Gi", record.VerdictStuck,
+			[]string{record.ReasonStuck, record.ReasonClassMismatch}},
 		// A golden that failed to import: the worker waits for ever, flagged.
-		{"failed-a", "kubernetes-failed", flavorC, "replicated", "20Gi", cloner.VerdictPending,
-			[]string{cloner.ReasonFailedGolden}},
+		{"failed-a", "kubernetes-failed", flavorC, "replicated", "20Gi", record.VerdictPending,
+			[]string{record.ReasonFailedGolden}},
 	}
 	for _, w := range cases {
 		createWorker(t, ctx, c, w)
@@ -129,7 +130,7 @@ func TestVerdictsOnTheLoopbackStack(t *testing.T) {
 	}
 	checkCloneEvidence(t, ctx, c)
 	checkLateGolden(t, ctx, c)
-	if rec := waitVerdict(t, ctx, c, verdictTenant, "http-a", cloner.VerdictHTTPImport, 2*time.Minute); rec.SchematicID != flavorA {
+	if rec := waitVerdict(t, ctx, c, verdictTenant, "http-a", record.VerdictHTTPImport, 2*time.Minute); rec.SchematicID != flavorA {
 		t.Errorf("http-a: flavor %q, want %q", rec.SchematicID, flavorA)
 	}
 	// Counters catch up within a pass or two of the last verdict.
@@ -150,7 +151,7 @@ func checkCloneEvidence(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 		// The tap's evidence lands on the PV long before CDI finishes, so the
 		// verdict is the storage layer's; allow a pass for the annotation.
 		rec := waitRecord(t, ctx, c, verdictTenant, name, 30*time.Second, "judged from the tap",
-			func(r *cloner.Record) bool { return r.Source == cloner.SourceCSITap })
+			func(r *record.Record) bool { return r.Source == record.SourceCSITap })
 		if rec.ContentSource != "volume:"+gpv.Spec.CSI.VolumeHandle {
 			t.Errorf("%s: content source %s, want the golden's volume %s", name, rec.ContentSource, gpv.Spec.CSI.VolumeHandle)
 		}
@@ -166,8 +167,8 @@ func checkCloneEvidence(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	}
 	// The driver's refusal reaches the record through the PVC annotation the
 	// evidence loop writes; give it a pass or two.
-	waitRecord(t, ctx, c, verdictTenant, "local-a", time.Minute, "stuck with the driver's error", func(r *cloner.Record) bool {
-		return r.Verdict == cloner.VerdictStuck && r.DriverError != "" && strings.Contains(r.Message, r.DriverError)
+	waitRecord(t, ctx, c, verdictTenant, "local-a", time.Minute, "stuck with the driver's error", func(r *record.Record) bool {
+		return r.Verdict == record.VerdictStuck && r.DriverError != "" && strings.Contains(r.Message, r.DriverError)
 	})
 }
 
@@ -181,13 +182,13 @@ func checkLateGolden(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", cloner.VerdictPending, time.Minute); len(rec.BadReasons()) != 0 {
+	if rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", record.VerdictPending, time.Minute); len(rec.BadReasons()) != 0 {
 		t.Errorf("late-a while its golden imports: %v", rec.BadReasons())
 	}
 	assertWarnings(t, ctx, c, "late-a", nil)
 	c.Factory.Fail(flavorB, talosVersion, 0)
 	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
-	rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", cloner.VerdictCSIClone, 4*time.Minute)
+	rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", record.VerdictCSIClone, 4*time.Minute)
 	assertReasons(t, "late-a", rec, nil)
 	assertWarnings(t, ctx, c, "late-a", nil)
 }
@@ -222,10 +223,10 @@ func checkCounters(s scrape, c *cluster.Cluster) error {
 // checkStateMetrics: gauges that mirror the cluster.
 func checkStateMetrics(t *testing.T, s scrape) {
 	t.Helper()
-	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": cloner.ReasonHostAssisted}); got != 1 {
+	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": record.ReasonHostAssisted}); got != 1 {
 		t.Errorf("bad disks host-assisted = %v, want 1", got)
 	}
-	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": cloner.ReasonStuck}); got != 1 {
+	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": record.ReasonStuck}); got != 1 {
 		t.Errorf("bad disks stuck = %v, want 1", got)
 	}
 	for _, pool := range []string{"kubernetes-md0", "kubernetes-eq", "kubernetes-empty", "kubernetes-late", "kubernetes-http"} {
@@ -240,10 +241,10 @@ func checkStateMetrics(t *testing.T, s scrape) {
 	if got, _ := s.value("csi_clone_golden_consumers", map[string]string{"schematic_id": flavorA}); got != 7 {
 		t.Errorf("consumers of A = %v, want 7", got)
 	}
-	if got, _ := s.value("csi_clone_worker_disks", map[string]string{"schematic_id": flavorA, "verdict": cloner.VerdictCSIClone}); got != 5 {
+	if got, _ := s.value("csi_clone_worker_disks", map[string]string{"schematic_id": flavorA, "verdict": record.VerdictCSIClone}); got != 5 {
 		t.Errorf("csi-clone disks of A = %v, want 5", got)
 	}
-	if got, _ := s.value("csi_clone_duration_seconds", map[string]string{"verdict": cloner.VerdictCSIClone}); got != 6 {
+	if got, _ := s.value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone}); got != 6 {
 		t.Errorf("clone durations observed = %v, want 6 (5 of A, 1 of B)", got)
 	}
 	// Every decided disk (all but failed-a) had its path predicted first,
@@ -409,7 +410,7 @@ func waitPhase(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name s
 
 // readRecord reads the verdict the sidecar persisted on a worker PVC (nil
 // while there is none).
-func readRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) *cloner.Record {
+func readRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) *record.Record {
 	t.Helper()
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -419,7 +420,7 @@ func readRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name 
 	if raw == "" {
 		return nil
 	}
-	var r cloner.Record
+	var r record.Record
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		t.Fatalf("%s/%s: unreadable %s: %v", ns, name, fleet.AnnCloneEvidence, err)
 	}
@@ -430,16 +431,16 @@ func readRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name 
 }
 
 // waitVerdict waits until the persisted verdict is want.
-func waitVerdict(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name, want string, timeout time.Duration) *cloner.Record {
+func waitVerdict(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name, want string, timeout time.Duration) *record.Record {
 	t.Helper()
-	return waitRecord(t, ctx, c, ns, name, timeout, "verdict "+want, func(r *cloner.Record) bool { return r.Verdict == want })
+	return waitRecord(t, ctx, c, ns, name, timeout, "verdict "+want, func(r *record.Record) bool { return r.Verdict == want })
 }
 
 // waitRecord waits until the persisted record satisfies ok.
 func waitRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string, timeout time.Duration,
-	what string, ok func(*cloner.Record) bool) *cloner.Record {
+	what string, ok func(*record.Record) bool) *record.Record {
 	t.Helper()
-	var last *cloner.Record
+	var last *record.Record
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := c.Failed(); err != nil {
 			return false, err
@@ -453,7 +454,7 @@ func waitRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name 
 	return last
 }
 
-func assertReasons(t *testing.T, name string, rec *cloner.Record, want []string) {
+func assertReasons(t *testing.T, name string, rec *record.Record, want []string) {
 	t.Helper()
 	if got := strings.Join(rec.BadReasons(), ","); got != strings.Join(want, ",") {
 		t.Errorf("%s: bad reasons %q, want %q (record %+v)", name, got, strings.Join(want, ","), rec)
@@ -466,7 +467,7 @@ func assertWarnings(t *testing.T, ctx context.Context, c *cluster.Cluster, name 
 	t.Helper()
 	want := map[string]int{}
 	for _, r := range reasons {
-		want[cloner.EventReason(r)]++
+		want[record.EventReason(r)]++
 	}
 	evs, err := c.Client.CoreV1().Events(verdictTenant).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -593,14 +594,14 @@ func TestSnapshotStrategyVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	createWorker(t, ctx, c, workerCase{name: "snap-a", pool: "kubernetes-snap", flavor: flavorA, class: "replicated", size: "20Gi"})
-	rec := waitVerdict(t, ctx, c, verdictTenant, "snap-a", cloner.VerdictSnapshotClone, 4*time.Minute)
+	rec := waitVerdict(t, ctx, c, verdictTenant, "snap-a", record.VerdictSnapshotClone, 4*time.Minute)
 	assertReasons(t, "snap-a", rec, nil)
 	assertWarnings(t, ctx, c, "snap-a", nil)
-	if rec.Source != cloner.SourceCSITap || !strings.HasPrefix(rec.ContentSource, "snapshot:") || rec.CDICloneType != cluster.StrategySnapshot {
+	if rec.Source != record.SourceCSITap || !strings.HasPrefix(rec.ContentSource, "snapshot:") || rec.CDICloneType != cluster.StrategySnapshot {
 		t.Errorf("snap-a: %+v", rec)
 	}
 	waitMetrics(t, ctx, c, func(s scrape) error {
-		labels := map[string]string{"schematic_id": flavorA, "verdict": cloner.VerdictSnapshotClone}
+		labels := map[string]string{"schematic_id": flavorA, "verdict": record.VerdictSnapshotClone}
 		if got, _ := s.value("csi_clone_worker_disks", labels); got != 1 {
 			return fmt.Errorf("snapshot-clone disks = %v, want 1", got)
 		}

@@ -1,4 +1,4 @@
-package cloner
+package record
 
 import (
 	"go/ast"

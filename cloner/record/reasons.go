@@ -1,4 +1,4 @@
-package cloner
+package record
 
 // Verdicts: exactly one per worker disk.
 const (

@@ -1,4 +1,4 @@
-package cloner
+package record
 
 import (
 	"encoding/json"
@@ -22,10 +22,10 @@ import (
 // bytes); the API object keeps the whole record, for `report` and people.
 
 // digestPrefix marks a cached digest; a record's JSON cannot start with it.
-const digestPrefix = "digest:"
+const DigestPrefix = "digest:"
 
 // recordDigest is what the verdict engine reads of a persisted record.
-type recordDigest struct {
+type RecordDigest struct {
 	Verdict         string    `json:"v,omitempty"`
 	Since           time.Time `json:"s,omitzero"`
 	Predicted       string    `json:"p,omitempty"`
@@ -40,10 +40,10 @@ type recordDigest struct {
 }
 
 // digestRecord digests a record.
-func digestRecord(r *Record) *recordDigest {
+func DigestRecord(r *Record) *RecordDigest {
 	unstamped := *r
 	unstamped.Since = time.Time{}
-	return &recordDigest{Verdict: r.Verdict, Since: r.Since, Predicted: r.Predicted, PredictedReason: r.PredictedReason,
+	return &RecordDigest{Verdict: r.Verdict, Since: r.Since, Predicted: r.Predicted, PredictedReason: r.PredictedReason,
 		BadReasons: r.BadReasons(), Same: hashJSON(unstamped), ProgressFree: hashJSON(withoutProgress(unstamped))}
 }
 
@@ -59,7 +59,7 @@ func hashJSON(v any) uint64 {
 
 // sameAs reports whether two digested records say the same, Since aside:
 // an unchanged verdict is never rewritten.
-func (d *recordDigest) sameAs(o *recordDigest) bool {
+func (d *RecordDigest) SameAs(o *RecordDigest) bool {
 	return d != nil && o != nil && d.Same == o.Same
 }
 
@@ -68,39 +68,39 @@ func (d *recordDigest) sameAs(o *recordDigest) bool {
 // digest's own JSON. previous is the digest cached for the claim's last
 // version: when it was made from the same JSON it is reused as it is.
 func digestAnnotation(raw, previous string) string {
-	if raw == "" || strings.HasPrefix(raw, digestPrefix) {
+	if raw == "" || strings.HasPrefix(raw, DigestPrefix) {
 		return raw // none (as absent), or already digested (a watch-list's items are passed twice)
 	}
 	h := fnv.New64a()
 	h.Write([]byte(raw))
-	source := digestPrefix + strconv.FormatUint(h.Sum64(), 16) + ":"
+	source := DigestPrefix + strconv.FormatUint(h.Sum64(), 16) + ":"
 	if strings.HasPrefix(previous, source) {
 		return previous
 	}
 	d, err := digestJSON(raw)
 	if err != nil {
-		d = &recordDigest{Err: err.Error()}
+		d = &RecordDigest{Err: err.Error()}
 	}
-	return source + mustJSON(d)
+	return source + MustJSON(d)
 }
 
-func digestJSON(raw string) (*recordDigest, error) {
+func digestJSON(raw string) (*RecordDigest, error) {
 	var r Record
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return nil, fmt.Errorf("annotation %s: %w", fleet.AnnCloneEvidence, err)
 	}
-	return digestRecord(&r), nil
+	return DigestRecord(&r), nil
 }
 
 // persistedRecord reads the record persisted on a worker PVC, from the
 // cache's digest or, on an object not from the cache, its JSON. nil, nil:
 // there is none.
-func persistedRecord(pvc *corev1.PersistentVolumeClaim) (*recordDigest, error) {
+func PersistedRecord(pvc *corev1.PersistentVolumeClaim) (*RecordDigest, error) {
 	if pvc == nil {
 		return nil, nil
 	}
 	raw := pvc.Annotations[fleet.AnnCloneEvidence]
-	cached, ok := strings.CutPrefix(raw, digestPrefix)
+	cached, ok := strings.CutPrefix(raw, DigestPrefix)
 	switch {
 	case raw == "":
 		return nil, nil
@@ -108,7 +108,7 @@ func persistedRecord(pvc *corev1.PersistentVolumeClaim) (*recordDigest, error) {
 		return digestJSON(raw)
 	}
 	_, cached, _ = strings.Cut(cached, ":") // the source JSON's hash
-	var d recordDigest
+	var d RecordDigest
 	if err := json.Unmarshal([]byte(cached), &d); err != nil {
 		return nil, fmt.Errorf("cached digest of annotation %s: %w", fleet.AnnCloneEvidence, err)
 	}
@@ -119,7 +119,7 @@ func persistedRecord(pvc *corev1.PersistentVolumeClaim) (*recordDigest, error) {
 }
 
 // cacheClaim is the PVC transform without a store to reuse digests from.
-var cacheClaim = cacheClaimFrom(nil)
+var CacheClaim = CacheClaimFrom(nil)
 
 // cacheClaimFrom is the PVC informer's transform; cached looks up the
 // claim's object already in the informer's store (nil: none). A verdict
@@ -128,7 +128,7 @@ var cacheClaim = cacheClaimFrom(nil)
 // each verdict patch): those reuse the cached object's digest instead of
 // decoding the record and encoding its digest again, work that falls on the
 // watch's reader and, in a burst of verdict writes, let it fall behind.
-func cacheClaimFrom(cached func(key string) (any, bool, error)) cache.TransformFunc {
+func CacheClaimFrom(cached func(key string) (any, bool, error)) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		pvc, ok := obj.(*corev1.PersistentVolumeClaim)
 		if !ok {
@@ -154,4 +154,32 @@ func previousDigest(cached func(key string) (any, bool, error), pvc *corev1.Pers
 		return old.Annotations[fleet.AnnCloneEvidence]
 	}
 	return ""
+}
+
+// withoutProgress is r less what only follows a clone's progress.
+func withoutProgress(r Record) Record {
+	r.Message, r.Volume, r.CapacityBytes, r.CloneClaim = "", "", 0, ""
+	return r
+}
+
+// readRecord reads the verdict record persisted on a worker PVC.
+func ReadRecord(pvc *corev1.PersistentVolumeClaim) (*Record, error) {
+	if pvc == nil {
+		return nil, nil
+	}
+	var r Record
+	ok, err := fleet.DecodeAnnotation(pvc, fleet.AnnCloneEvidence, &r)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func MustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only our own plain structs are marshalled: this cannot happen.
+		panic(err)
+	}
+	return string(b)
 }
