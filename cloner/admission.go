@@ -15,6 +15,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // AdmissionParamsName is the ConfigMap, in the sidecar's namespace, that the
@@ -63,27 +64,27 @@ var (
 // admissionData renders the prediction as the guard's parameters. A key
 // that would break ConfigMap key rules is left out: the guard then checks
 // nothing for it (fail open).
-func admissionData(p *predictor, goldenNamespace string) map[string]string {
+func admissionData(p *verdict.Predictor, goldenNamespace string) map[string]string {
 	d := map[string]string{paramGoldenNamespace: goldenNamespace}
 	put := func(k, v string) {
 		if len(validation.IsConfigMapKey(k)) == 0 {
 			d[k] = v
 		}
 	}
-	if p.storageDefault.Resolved() {
-		put(paramDefaultStorage, p.storageDefault.Name)
+	if p.StorageDefault.Resolved() {
+		put(paramDefaultStorage, p.StorageDefault.Name)
 	}
-	if p.pvcDefault.Resolved() {
-		put(paramDefaultPVC, p.pvcDefault.Name)
+	if p.PvcDefault.Resolved() {
+		put(paramDefaultPVC, p.PvcDefault.Name)
 	}
-	classes := p.state.ClassNames()
+	classes := p.State.ClassNames()
 	for _, c := range classes {
-		for k, v := range p.state.ClassModes(c) {
+		for k, v := range p.State.ClassModes(c) {
 			put("class."+c+"."+k, v)
 		}
 	}
 	bad := map[string]bool{}
-	for ref, g := range p.goldens {
+	for ref, g := range p.Goldens {
 		if ref.Namespace != goldenNamespace {
 			continue
 		}
@@ -95,7 +96,7 @@ func admissionData(p *predictor, goldenNamespace string) map[string]string {
 		for _, c := range classes {
 			for _, kind := range guardKinds {
 				for _, mode := range guardModes {
-					r := p.state.Regions(g, predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"},
+					r := p.State.Regions(g, predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"},
 						ContentType: g.ContentType})
 					put(g.Name+"."+string(kind)+"."+mode+"."+c, regionsValue(r))
 					for _, pr := range []predict.Prediction{r.Sizeless, r.Small, r.AtSize, r.Larger} {
@@ -113,7 +114,7 @@ func admissionData(p *predictor, goldenNamespace string) map[string]string {
 	for r := range bad {
 		put("fix."+r, predict.Fix(r))
 	}
-	for _, ds := range p.dataSources {
+	for _, ds := range p.DataSources {
 		if pvc := cdirules.DataSourcePVC(ds); pvc != nil {
 			put("dataSource."+ds.Namespace+"."+ds.Name, pvc.Namespace+"/"+pvc.Name)
 		}
@@ -137,7 +138,7 @@ func resolvedGoldenMode(g predict.Golden) string {
 
 // publishAdmissionParams writes the guard's parameters when they differ
 // from what the API server holds: nothing is written when nothing changed.
-func (c *Controller) publishAdmissionParams(ctx context.Context, p *predictor) (string, error) {
+func (c *Controller) publishAdmissionParams(ctx context.Context, p *verdict.Predictor) (string, error) {
 	if !c.cfg.AdmissionParams || p == nil {
 		return "", nil
 	}

@@ -82,8 +82,8 @@ func TestCDICloneErrorIsFailedOnceItLasts(t *testing.T) {
 	if r := recs["quota"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("inside the grace: %s %q", r.Verdict, r.Message)
 	}
-	if want := t0.Add(time.Minute).Add(cfg.EvidenceGrace); !ev.recheckAt.Equal(want) {
-		t.Fatalf("recheck at %v, want %v", ev.recheckAt, want)
+	if want := t0.Add(time.Minute).Add(cfg.EvidenceGrace); !ev.RecheckAt.Equal(want) {
+		t.Fatalf("recheck at %v, want %v", ev.RecheckAt, want)
 	}
 	recs, _ = w.judgeAll(t, cfg, t0.Add(time.Minute).Add(cfg.EvidenceGrace))
 	r := recs["quota"]
@@ -267,13 +267,13 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	}
 	c := &Controller{cfg: testConfig(), judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
-	if s := c.buildSnapshot(ev.inv, newLedger()); len(s.Goldens) != 0 || len(s.Disks) != 1 || !s.Disks[0].Flavor.IsZero() {
+	if s := c.buildSnapshot(ev.Inv, newLedger()); len(s.Goldens) != 0 || len(s.Disks) != 1 || !s.Disks[0].Flavor.IsZero() {
 		t.Fatalf("snapshot goldens %+v disks %+v: an untrusted golden is not a flavor", s.Goldens, s.Disks)
 	}
-	if fl := reportFlavors(ev.inv, newLedger()); len(fl) != 0 {
+	if fl := reportFlavors(ev.Inv, newLedger()); len(fl) != 0 {
 		t.Fatalf("report flavor rows %+v", fl)
 	}
-	u := reportUntrusted(ev.inv)
+	u := reportUntrusted(ev.Inv)
 	if len(u) != 1 || u[0].Name != g.Name || strings.Join(u[0].Consumers, ",") != "tenant-a/d" || len(u[0].Problems) != 2 {
 		t.Fatalf("untrusted %+v, want the golden with its consumer named", u)
 	}

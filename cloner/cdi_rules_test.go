@@ -65,7 +65,7 @@ func TestCloneInProgressIsRecheckedWhenItWouldTurnStuck(t *testing.T) {
 	if r := recs["d"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("half way to --stuck-after: %s", r.Verdict)
 	}
-	if want := t0.Add(cfg.StuckAfter); !ev.recheckAt.Equal(want) {
-		t.Fatalf("recheck at %s, want %s (when it would turn stuck)", ev.recheckAt, want)
+	if want := t0.Add(cfg.StuckAfter); !ev.RecheckAt.Equal(want) {
+		t.Fatalf("recheck at %s, want %s (when it would turn stuck)", ev.RecheckAt, want)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -102,7 +103,7 @@ type Controller struct {
 	echoes map[string]pendingEcho
 	// heard holds CDI's Warning events on each disk stuck by age
 	// (cdiwords.go).
-	heard map[string]heardWords
+	heard map[string]verdict.HeardWords
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
 	// dataVolumesDeleted: a DataVolume went away since the last prune.
@@ -137,7 +138,7 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 		rechecks:        map[string]time.Time{},
 		progressWritten: map[string]time.Time{},
 		echoes:          map[string]pendingEcho{},
-		heard:           map[string]heardWords{},
+		heard:           map[string]verdict.HeardWords{},
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -178,13 +179,13 @@ func toUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured
 }
 
 // judgeAll evaluates the world at now with cfg and returns records by DV name.
-func (w *world) judgeAll(t *testing.T, cfg config.Config, now time.Time) (map[string]*record.Record, *evaluation) {
+func (w *world) judgeAll(t *testing.T, cfg config.Config, now time.Time) (map[string]*record.Record, *verdict.Evaluation) {
 	t.Helper()
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	ev := evaluate(inv, cfg, now)
+	ev := verdict.Evaluate(inv, cfg, now)
 	out := map[string]*record.Record{}
-	for _, a := range ev.assessments {
-		out[a.disk.Name] = a.record
+	for _, a := range ev.Assessments {
+		out[a.Disk.Name] = a.Record
 	}
 	return out, ev
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -311,7 +312,7 @@ func (c *Controller) dataVolumeLive(uid types.UID) bool {
 
 // remember records what the pass judged of the given keys: a key judged
 // no longer (deleted, or no longer a worker disk) is forgotten.
-func (c *Controller) remember(keys []string, ev *evaluation) {
+func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range keys {
@@ -321,23 +322,23 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 		}
 		delete(c.rechecks, k)
 	}
-	for _, a := range ev.assessments {
-		d := a.disk
+	for _, a := range ev.Assessments {
+		d := a.Disk
 		k := d.Namespace + "/" + d.Name
 		j := judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
-			flavor: fleet.Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}, verdict: a.record.Verdict,
-			badReasons: a.record.BadReasons()}
+			flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, verdict: a.Record.Verdict,
+			badReasons: a.Record.BadReasons()}
 		if d.Kind == fleet.DiskClone {
-			j.class = a.record.Class
+			j.class = a.Record.Class
 		}
-		j.predictionChecked, j.predictionRight = checkPrediction(a.record)
+		j.predictionChecked, j.predictionRight = verdict.CheckPrediction(a.Record)
 		if old, ok := c.judged[k]; ok {
 			c.tally.add(old, -1) // judged twice in one pass
 		}
 		c.judged[k] = j
 		c.tally.add(j, 1)
-		if !a.recheckAt.IsZero() {
-			c.rechecks[k] = a.recheckAt
+		if !a.RecheckAt.IsZero() {
+			c.rechecks[k] = a.RecheckAt
 		}
 	}
 	for _, k := range keys {

@@ -12,6 +12,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -358,25 +359,25 @@ func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.U
 // imports fetched (goldens and HTTP workers, restarts included) and, for a
 // finished disk cloned from a trusted golden, one fetch avoided. Nothing is
 // counted for an untrusted golden's flavor: its labels cannot be trusted.
-func ledgerFacts(ev *evaluation, cfg config.Config) []ledgerFact {
+func ledgerFacts(ev *verdict.Evaluation, cfg config.Config) []ledgerFact {
 	var out []ledgerFact
-	for _, g := range ev.inv.Goldens {
+	for _, g := range ev.Inv.Goldens {
 		if !g.Trusted() {
 			continue
 		}
-		if n := importFetches(g.Phase, g.RestartCount); n > 0 {
+		if n := verdict.ImportFetches(g.Phase, g.RestartCount); n > 0 {
 			out = append(out, ledgerFact{uid: g.UID, ref: g.Ref().String(), flavor: g.Flavor.Key(), kind: FetchGoldenImport, fetches: n})
 		}
 	}
-	for _, a := range ev.assessments {
-		d := a.disk
+	for _, a := range ev.Assessments {
+		d := a.Disk
 		f := ledgerFact{uid: d.UID, ref: d.Ref().String()}
 		switch {
 		case d.Kind == fleet.DiskHTTPImport:
-			f.flavor, f.kind, f.fetches = d.Flavor.Key(), FetchWorkerImport, importFetches(d.Phase, d.RestartCount)
-		case a.golden != nil && a.golden.Trusted() && d.Finished() && providedFromGolden(a.record.Verdict):
-			f.flavor, f.avoided, f.bytes = a.golden.Flavor.Key(), true, bytesPerFetch(a.golden, cfg)
-			f.verdict, f.duration, f.timed = a.record.Verdict, a.duration, a.timed
+			f.flavor, f.kind, f.fetches = d.Flavor.Key(), FetchWorkerImport, verdict.ImportFetches(d.Phase, d.RestartCount)
+		case a.Golden != nil && a.Golden.Trusted() && d.Finished() && providedFromGolden(a.Record.Verdict):
+			f.flavor, f.avoided, f.bytes = a.Golden.Flavor.Key(), true, bytesPerFetch(a.Golden, cfg)
+			f.verdict, f.duration, f.timed = a.Record.Verdict, a.Duration, a.Timed
 		default:
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
@@ -128,7 +129,7 @@ func TestFetchesCountRestartsOnceStarted(t *testing.T) {
 		{cdiv1.ImportScheduled, 0, 0}, {cdiv1.ImportInProgress, 0, 1}, {cdiv1.ImportInProgress, 2, 3},
 		{cdiv1.Succeeded, 1, 2}, {cdiv1.Failed, 0, 1}, {cdiv1.Pending, 1, 2},
 	} {
-		if got := importFetches(string(tc.phase), tc.restarts); got != tc.want {
+		if got := verdict.ImportFetches(string(tc.phase), tc.restarts); got != tc.want {
 			t.Errorf("%s with %d restarts: %d fetches, want %d", tc.phase, tc.restarts, got, tc.want)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"google.golang.org/grpc/codes"
 )
 
@@ -55,12 +56,12 @@ func TestDefiniteCodeIsTheSidecarsFinalError(t *testing.T) {
 	final := sidecarFinalCodes(t)
 	for c := codes.OK; c <= codes.Unauthenticated; c++ {
 		t.Run(c.String(), func(t *testing.T) {
-			if got, want := definiteCode(c.String()), final[c]; got != want {
+			if got, want := verdict.DefiniteCode(c.String()), final[c]; got != want {
 				t.Errorf("definiteCode(%s) = %v, the sidecars' IsFinalError says final=%v", c, got, want)
 			}
 		})
 	}
-	if definiteCode("") {
+	if verdict.DefiniteCode("") {
 		t.Error("no code is definite")
 	}
 }
@@ -75,7 +76,7 @@ func TestDriverCodesTheSidecarsRetryWaitForStuckAfter(t *testing.T) {
 	final := sidecarFinalCodes(t)
 	cfg := testConfig()
 	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
-		for _, method := range []string{methodCreateVolume, methodExpand} {
+		for _, method := range []string{verdict.MethodCreateVolume, verdict.MethodExpand} {
 			t.Run(c.String()+"/"+method, func(t *testing.T) {
 				w := driverErrorWorld(c.String(), method)
 				soon, _ := w.judgeAll(t, cfg, t0.Add(time.Minute))
@@ -109,7 +110,7 @@ func driverErrorWorld(code, method string) *world {
 	g, gpv := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	target := w.pendingTarget(dv)
-	if method == methodCreateVolume {
+	if method == verdict.MethodCreateVolume {
 		target.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: method, Code: code, Message: "driver says no",
 			Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: t0, Last: t0.Add(time.Second), Attempts: 3})
 		return w

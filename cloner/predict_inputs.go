@@ -18,6 +18,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // What the clone-path prediction reads besides the verdicts' objects. Read
@@ -179,4 +180,14 @@ func fromUnstructured(u *unstructured.Unstructured, into any) (err error) {
 		return fmt.Errorf("cannot read %s: %w", u.GetKind(), err)
 	}
 	return nil
+}
+
+// newPredictor builds the prediction for an inventory; nil while the
+// prediction's informers have not synced.
+func (c *Controller) newPredictor(inv *fleet.Inventory) (*verdict.Predictor, []fleet.MalformedObject) {
+	in, malformed, ok := c.predIn.Load().inputs()
+	if !ok {
+		return nil, malformed
+	}
+	return verdict.BuildPredictor(in, inv), malformed
 }

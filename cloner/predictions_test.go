@@ -18,6 +18,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 const testDriver = "linstor.csi.linbit.com"
@@ -50,10 +51,10 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	w, _ := predictionWorld(t)
 	cfg := testConfig()
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	ev := evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv))
+	ev := verdict.EvaluateWith(inv, cfg, t0.Add(time.Hour), verdict.BuildPredictor(csiCloneForced(), inv))
 	recs := map[string]*record.Record{}
-	for _, a := range ev.assessments {
-		recs[a.disk.Name] = a.record
+	for _, a := range ev.Assessments {
+		recs[a.Disk.Name] = a.Record
 	}
 	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || reasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("fixed-a: %+v", r)
@@ -64,8 +65,8 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
 	s := c.buildSnapshot(inv, nil)
-	addPredictions(s, ev.pred)
-	if s.PredictionChecks != (PredictionCheck{Right: 1, Wrong: 1}) || !s.PredictionsReady {
+	addPredictions(s, ev.Pred)
+	if s.PredictionChecks != (verdict.PredictionCheck{Right: 1, Wrong: 1}) || !s.PredictionsReady {
 		t.Errorf("checks %+v ready %v", s.PredictionChecks, s.PredictionsReady)
 	}
 	got := map[string]string{}
@@ -97,14 +98,14 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "invalid token", t0)
 	cfg := testConfig()
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	ev := evaluateWith(inv, cfg, t0.Add(time.Minute), buildPredictor(csiCloneForced(), inv))
-	r := ev.assessments[0].record
+	ev := verdict.EvaluateWith(inv, cfg, t0.Add(time.Minute), verdict.BuildPredictor(csiCloneForced(), inv))
+	r := ev.Assessments[0].Record
 	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Fatalf("verdict %s, predicted %s (%s), reasons %v; want failed, csi-clone, prediction-wrong", r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons())
 	}
 	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
-	if s := c.buildSnapshot(inv, nil); s.PredictionChecks != (PredictionCheck{Wrong: 1}) {
+	if s := c.buildSnapshot(inv, nil); s.PredictionChecks != (verdict.PredictionCheck{Wrong: 1}) {
 		t.Errorf("checks %+v, want one wrong", s.PredictionChecks)
 	}
 }
@@ -121,9 +122,9 @@ func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
 	}
 	cfg := testConfig()
 	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	for _, a := range evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv)).assessments {
-		if a.disk.Name == "same-a" && (a.record.Predicted != predict.PathHostAssisted || reasonsOf(a.record)[record.ReasonPredictionWrong]) {
-			t.Errorf("same-a: %+v", a.record)
+	for _, a := range verdict.EvaluateWith(inv, cfg, t0.Add(time.Hour), verdict.BuildPredictor(csiCloneForced(), inv)).Assessments {
+		if a.Disk.Name == "same-a" && (a.Record.Predicted != predict.PathHostAssisted || reasonsOf(a.Record)[record.ReasonPredictionWrong]) {
+			t.Errorf("same-a: %+v", a.Record)
 		}
 	}
 }
@@ -272,12 +273,12 @@ func TestFailedCountsAgainstItsPredictionStuckOnlyConfirmsBlocked(t *testing.T) 
 		record.VerdictStuck:         "----R",
 		record.VerdictFailed:        "-WWWR",
 	}
-	for verdict, row := range want {
+	for word, row := range want {
 		for i, predicted := range paths {
-			checked, right := checkPrediction(&record.Record{Verdict: verdict, Predicted: predicted})
+			checked, right := verdict.CheckPrediction(&record.Record{Verdict: word, Predicted: predicted})
 			got := map[[2]bool]byte{{false, false}: '-', {true, true}: 'R', {true, false}: 'W'}[[2]bool{checked, right}]
 			if got != row[i] {
-				t.Errorf("verdict %s, predicted %q: %c, want %c", verdict, predicted, got, row[i])
+				t.Errorf("verdict %s, predicted %q: %c, want %c", word, predicted, got, row[i])
 			}
 		}
 	}
@@ -301,7 +302,7 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 	in := csiCloneForced()
 	b.ReportAllocs()
 	for b.Loop() {
-		p := buildPredictor(in, inv)
+		p := verdict.BuildPredictor(in, inv)
 		s := &Snapshot{}
 		addPredictions(s, p)
 		if len(s.Paths) != 20*31 || len(admissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {

@@ -12,6 +12,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,8 +32,8 @@ type ReportData struct {
 	// ClonePaths is the predicted clone path of every golden on every CSI
 	// class and the empty one (report_paths.go); ClonePathsError says why
 	// it is missing when the prediction's objects cannot be read.
-	ClonePaths      []ClonePathReport `json:"clonePaths"`
-	ClonePathsError string            `json:"clonePathsError,omitempty"`
+	ClonePaths      []verdict.ClonePathReport `json:"clonePaths"`
+	ClonePathsError string                    `json:"clonePathsError,omitempty"`
 }
 
 // UntrustedGoldenReport is a golden that breaks the naming rules.
@@ -300,9 +301,9 @@ func reportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
 // which the report reads as the leader does.
 func judgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*record.Record {
 	out := map[types.UID]*record.Record{}
-	for _, a := range evaluate(inv, cfg, cfg.Clock()).assessments {
-		if inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName) == nil {
-			out[a.disk.UID] = a.record
+	for _, a := range verdict.Evaluate(inv, cfg, cfg.Clock()).Assessments {
+		if inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName) == nil {
+			out[a.Disk.UID] = a.Record
 		}
 	}
 	return out
@@ -354,7 +355,7 @@ func reportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) (
 // printTable writes the report for a terminal: flavors, pools, bad disks.
 func printTable(w io.Writer, d *ReportData) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "LEDGER\t%s\n\n", orNone(d.Ledger))
+	fmt.Fprintf(tw, "LEDGER\t%s\n\n", verdict.OrNone(d.Ledger))
 	fmt.Fprintln(tw, "FLAVOR\tGOLDEN\tPHASE\tCLASS\tSIZE\tCONSUMERS\tFETCHES(golden/worker)\tAVOIDED\tBYTES AVOIDED\tNOTE")
 	for _, f := range d.Flavors {
 		name := shortFlavor(f.SchematicID, f.Version)
@@ -363,25 +364,25 @@ func printTable(w io.Writer, d *ReportData) error {
 			fmt.Fprintf(tw, "%s\t(none)\t-\t-\t-\t%d\t%s\t%d\t%s\t\n", name, f.Consumers, fetches, f.FetchesAvoided, bytesText(f.BytesAvoided))
 		}
 		for _, g := range f.Goldens {
-			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", name, g.Namespace, g.Name, orNone(g.Phase),
-				orNone(g.StorageClass), bytesText(g.SizeBytes), g.Consumers, fetches, f.FetchesAvoided, bytesText(f.BytesAvoided), goldenNote(g))
+			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", name, g.Namespace, g.Name, verdict.OrNone(g.Phase),
+				verdict.OrNone(g.StorageClass), bytesText(g.SizeBytes), g.Consumers, fetches, f.FetchesAvoided, bytesText(f.BytesAvoided), goldenNote(g))
 		}
 	}
 	fmt.Fprintln(tw, "\nNAMESPACE\tPOOL\tDISKS\tVERDICTS")
 	for _, p := range d.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Namespace, orNone(p.Pool), p.Disks, verdictsText(p.Verdicts))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Namespace, verdict.OrNone(p.Pool), p.Disks, verdictsText(p.Verdicts))
 	}
 	if len(d.Untrusted) > 0 {
 		fmt.Fprintln(tw, "\nUNTRUSTED GOLDEN\tPROBLEMS\tCONSUMERS\tFIX")
 		for _, u := range d.Untrusted {
 			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\n", u.Namespace, u.Name, oneLine(strings.Join(u.Problems, "; ")),
-				orNone(strings.Join(u.Consumers, " ")), u.Fix)
+				verdict.OrNone(strings.Join(u.Consumers, " ")), u.Fix)
 		}
 	}
 	fmt.Fprintln(tw, "\nBAD DISK\tPOOL\tVERDICT\tREASON\tWHAT\tFIX")
 	for _, b := range d.BadDisks {
 		for _, r := range b.Reasons {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", b.Namespace, b.Name, orNone(b.Pool), b.Verdict, r.Reason,
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", b.Namespace, b.Name, verdict.OrNone(b.Pool), b.Verdict, r.Reason,
 				oneLine(r.Message), r.Fix)
 		}
 	}

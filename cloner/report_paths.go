@@ -16,21 +16,8 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
-
-// ClonePathReport is one (golden, class) pair of the "clone paths" table.
-type ClonePathReport struct {
-	Golden      string `json:"golden"`
-	SchematicID string `json:"schematicID"`
-	Version     string `json:"version"`
-	// StorageClass is a class or "(default)"; ResolvedClass what it resolves to.
-	StorageClass  string `json:"storageClass"`
-	ResolvedClass string `json:"resolvedClass"`
-	predict.Prediction
-	// AtGoldenSize is the path of a disk of exactly the golden's size.
-	AtGoldenSize string `json:"atGoldenSize"`
-	Fix          string `json:"fix,omitempty"`
-}
 
 // ReportClonePaths prints the predicted clone path of every golden on
 // class (every CSI class and the empty one when class is ""), in format
@@ -57,26 +44,26 @@ func ReportClonePaths(ctx context.Context, clients config.Clients, cfg config.Co
 // clonePaths predicts from the API's objects; with class set, only that
 // class (a name, or predict.EmptyClass), predicted even if it is not a CSI
 // class or does not exist.
-func clonePaths(ctx context.Context, clients config.Clients, inv *fleet.Inventory, class string) ([]ClonePathReport, error) {
+func clonePaths(ctx context.Context, clients config.Clients, inv *fleet.Inventory, class string) ([]verdict.ClonePathReport, error) {
 	in, err := listPredictionInputs(ctx, clients)
 	if err != nil {
 		return nil, err
 	}
-	p := buildPredictor(in, inv)
-	pairs := p.pairs
+	p := verdict.BuildPredictor(in, inv)
+	pairs := p.Pairs
 	if class != "" {
 		pairs = nil
 		t := predict.Target{Class: class}
 		if class == predict.EmptyClass {
-			t = targetOfClass(p.storageDefault)
+			t = verdict.TargetOfClass(p.StorageDefault)
 		}
 		goldens := make([]predict.Golden, 0, len(inv.Goldens))
 		for _, g := range inv.Goldens {
-			goldens = append(goldens, p.goldens[g.Ref()])
+			goldens = append(goldens, p.Goldens[g.Ref()])
 		}
-		pairs = p.state.PairsOn(goldens, class, t)
+		pairs = p.State.PairsOn(goldens, class, t)
 	}
-	out := p.reports(pairs)
+	out := p.Reports(pairs)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Golden < out[j].Golden })
 	return out, nil
 }
@@ -134,18 +121,18 @@ func itemsOf[T any](items []T) []any {
 }
 
 // printClonePaths writes the "clone paths" table.
-func printClonePaths(tw io.Writer, paths []ClonePathReport) {
+func printClonePaths(tw io.Writer, paths []verdict.ClonePathReport) {
 	fmt.Fprintln(tw, "GOLDEN\tCLASS\tPATH\tREASON\tAT GOLDEN SIZE\tFLAGS\tFIX")
 	for _, p := range paths {
 		class := p.StorageClass
 		if p.StorageClass == predict.EmptyClass {
-			class += " -> " + orNone(p.ResolvedClass)
+			class += " -> " + verdict.OrNone(p.ResolvedClass)
 		}
 		path := p.Path
 		if len(p.Uncertain) > 0 {
 			path += " (uncertain)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Golden, class, path, p.Reason, p.AtGoldenSize,
-			orNone(strings.Join(p.Flags, ", ")), orNone(p.Fix))
+			verdict.OrNone(strings.Join(p.Flags, ", ")), verdict.OrNone(p.Fix))
 	}
 }

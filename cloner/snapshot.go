@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // Snapshot is the read-only view the metrics collector turns into series at
@@ -36,11 +37,11 @@ type Snapshot struct {
 	// PredictionsReady is set once the prediction's informers have synced;
 	// Paths is then the predicted clone path of every (golden, class) pair.
 	PredictionsReady bool
-	Paths            []ClonePathReport
+	Paths            []verdict.ClonePathReport
 	// PredictionChecks compares decided verdicts with their predictions.
-	PredictionChecks PredictionCheck
+	PredictionChecks verdict.PredictionCheck
 	// ClassDisks counts clone worker disks per flavor and resolved class.
-	ClassDisks []ClassDiskCount
+	ClassDisks []verdict.ClassDiskCount
 	// AdmissionParams is the state of the admission guard's parameters
 	// (--admission-params): "" when off, else AdmissionParamsSynced or
 	// AdmissionParamsFailed.
@@ -120,7 +121,7 @@ func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *Ledger) *Snapshot {
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
 			Trusted: g.Trusted(), Problems: g.Problems, ReadySince: g.ReadySince})
 	}
-	slices.SortFunc(s.ClassDisks, func(a, b ClassDiskCount) int {
+	slices.SortFunc(s.ClassDisks, func(a, b verdict.ClassDiskCount) int {
 		return cmp.Or(compareFlavor(a.Flavor, b.Flavor), cmp.Compare(a.Class, b.Class))
 	})
 	sortSnapshot(s)
@@ -158,4 +159,15 @@ func sortSnapshot(s *Snapshot) {
 // compareFlavor orders flavors as their keys (schematic ID, then version) would.
 func compareFlavor(a, b fleet.Flavor) int {
 	return cmp.Or(cmp.Compare(a.SchematicID, b.SchematicID), cmp.Compare(a.Version, b.Version))
+}
+
+// addPredictions puts the pass's predictions into the snapshot the metrics
+// read (the checks and disks per class come from every judged disk, in
+// buildSnapshot).
+func addPredictions(s *Snapshot, p *verdict.Predictor) {
+	if p == nil {
+		return
+	}
+	s.PredictionsReady = true
+	s.Paths = p.Reports(p.Pairs)
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -18,13 +19,13 @@ type fleetTally struct {
 	consumers            map[types.NamespacedName]int
 	disks                map[DiskCount]int
 	bad                  map[BadDiskCount]int
-	perClass             map[ClassDiskCount]int
+	perClass             map[verdict.ClassDiskCount]int
 	predRight, predWrong int
 }
 
 func newFleetTally() *fleetTally {
 	return &fleetTally{consumers: map[types.NamespacedName]int{}, disks: map[DiskCount]int{},
-		bad: map[BadDiskCount]int{}, perClass: map[ClassDiskCount]int{}}
+		bad: map[BadDiskCount]int{}, perClass: map[verdict.ClassDiskCount]int{}}
 }
 
 // add counts a judged disk in (n = 1) or out (n = -1).
@@ -34,7 +35,7 @@ func (t *fleetTally) add(d judgedDisk, n int) {
 	}
 	bump(t.disks, DiskCount{Flavor: d.flavor, Verdict: d.verdict}, n)
 	if d.class != "" {
-		bump(t.perClass, ClassDiskCount{Flavor: d.flavor, Class: d.class}, n)
+		bump(t.perClass, verdict.ClassDiskCount{Flavor: d.flavor, Class: d.class}, n)
 	}
 	switch {
 	case d.predictionChecked && d.predictionRight:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"k8s.io/klog/v2"
 )
 
@@ -89,10 +90,10 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 	inv := c.storeInventory(keys)
 	pred, badInputs := c.newPredictor(inv)
 	now := c.cfg.Clock()
-	ev := evaluateHearing(inv, c.cfg, now, pred, c.hearingOf(now))
+	ev := verdict.EvaluateHearing(inv, c.cfg, now, pred, c.hearingOf(now))
 	c.hearCDI(ctx, ev, now)
-	ev.malformed = append(ev.malformed, badInputs...)
-	c.judgedCount.Add(int64(len(ev.assessments)))
+	ev.Malformed = append(ev.Malformed, badInputs...)
+	c.judgedCount.Add(int64(len(ev.Assessments)))
 	c.remember(keys, ev)
 	var firstErr error
 	keep := func(err error) {
@@ -100,8 +101,8 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 			firstErr = err
 		}
 	}
-	keep(c.reportMalformed(ctx, ev.malformed))
-	keep(c.writeBehind(ctx, keys, full, ev.assessments, inv))
+	keep(c.reportMalformed(ctx, ev.Malformed))
+	keep(c.writeBehind(ctx, keys, full, ev.Assessments, inv))
 	if !more {
 		keep(c.awaitWrites()) // the ledger counts what was written
 	}
@@ -129,7 +130,7 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 // client's rate limit. Marks are pruned on full passes and after a
 // DataVolume went away: a pass for one changed disk does not walk the whole
 // ledger. A nil Ledger means nothing was counted this time.
-func (c *Controller) countPass(ctx context.Context, ev *evaluation, full, more bool) (*Ledger, error) {
+func (c *Controller) countPass(ctx context.Context, ev *verdict.Evaluation, full, more bool) (*Ledger, error) {
 	c.heldFacts = append(c.heldFacts, ledgerFacts(ev, c.cfg)...)
 	c.heldPrune = c.heldPrune || full || c.dataVolumesDeleted.Swap(false)
 	if more {
@@ -164,7 +165,7 @@ type chunkWrites struct {
 // publishWriters slots, and at most two chunks' assessments are held at
 // once: the one being written and the one being judged, or, while this
 // waits, the one it started and the tail of the one before.
-func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *fleet.Inventory) error {
+func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []verdict.Assessment, inv *fleet.Inventory) error {
 	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
 	go func() { w.done <- c.publishAll(ctx, as, inv) }()
 	before := c.writing
@@ -217,8 +218,8 @@ const publishWriters = 32
 // first (an upgrade that changes every record must not make a bad disk wait
 // behind thousands of good ones), each write holding one of the shared
 // writer slots.
-func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *fleet.Inventory) error {
-	work := make(chan assessment)
+func (c *Controller) publishAll(ctx context.Context, as []verdict.Assessment, inv *fleet.Inventory) error {
+	work := make(chan verdict.Assessment)
 	errs := make(chan error, publishWriters)
 	var wg sync.WaitGroup
 	for range publishWriters {
@@ -253,19 +254,19 @@ func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *fleet
 
 // writeOrder ranks a pass's assessments for writing: bad verdicts, then
 // disks whose claim has no record yet, then the rest.
-func writeOrder(as []assessment, inv *fleet.Inventory) []assessment {
+func writeOrder(as []verdict.Assessment, inv *fleet.Inventory) []verdict.Assessment {
 	rank := make([]int, len(as))
 	order := make([]int, len(as))
 	for i, a := range as {
 		order[i], rank[i] = i, 2
-		if len(a.record.BadReasons()) > 0 {
+		if len(a.Record.BadReasons()) > 0 {
 			rank[i] = 0
-		} else if pvc := inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName); pvc == nil || pvc.Annotations[fleet.AnnCloneVerdict] == "" {
+		} else if pvc := inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName); pvc == nil || pvc.Annotations[fleet.AnnCloneVerdict] == "" {
 			rank[i] = 1
 		}
 	}
 	sort.SliceStable(order, func(i, j int) bool { return rank[order[i]] < rank[order[j]] })
-	out := make([]assessment, len(as))
+	out := make([]verdict.Assessment, len(as))
 	for i, k := range order {
 		out[i] = as[k]
 	}
@@ -287,16 +288,16 @@ func (c *Controller) recheckTimer() <-chan time.Time {
 // publish persists one disk's record and emits a Warning for each bad
 // reason the persisted record did not already carry: a resync that finds
 // nothing new writes nothing and emits nothing.
-func (c *Controller) publish(ctx context.Context, a assessment, inv *fleet.Inventory) error {
-	rec := a.record
-	pvc := inv.ClaimOf(a.disk.Namespace, a.disk.ClaimName)
+func (c *Controller) publish(ctx context.Context, a verdict.Assessment, inv *fleet.Inventory) error {
+	rec := a.Record
+	pvc := inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName)
 	old, err := record.PersistedRecord(pvc)
 	if err != nil {
-		c.noteMalformed(malformedAnnotation(pvc, "PersistentVolumeClaim", err))
+		c.noteMalformed(verdict.MalformedAnnotation(pvc, "PersistentVolumeClaim", err))
 		old = nil
 	}
 	digest := record.DigestRecord(rec)
-	key := a.disk.Namespace + "/" + a.disk.Name
+	key := a.Disk.Namespace + "/" + a.Disk.Name
 	if old.SameAs(digest) {
 		c.echoSeen(key)
 		return nil
@@ -318,7 +319,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *fleet.Inven
 		if already[reason] {
 			continue
 		}
-		if err := c.warn(ctx, dataVolumeTarget(a.disk), record.EventReason(reason), "", warningMessage(rec, reason)); err != nil {
+		if err := c.warn(ctx, dataVolumeTarget(a.Disk), record.EventReason(reason), "", warningMessage(rec, reason)); err != nil {
 			return err
 		}
 	}

@@ -34,8 +34,8 @@ func TestCSICloneWithResizeIsCSIClone(t *testing.T) {
 	}
 	// cloned() makes the DataVolume ready at t0+1m; the tap saw the first
 	// CreateVolume at t0 and the expansion at t0+5s.
-	if a := ev.assessments[0]; !a.timed || a.duration != time.Minute {
-		t.Fatalf("duration %v timed %v, want 1m from first CreateVolume to the disk being ready", a.duration, a.timed)
+	if a := ev.Assessments[0]; !a.Timed || a.Duration != time.Minute {
+		t.Fatalf("duration %v timed %v, want 1m from first CreateVolume to the disk being ready", a.Duration, a.Timed)
 	}
 }
 
@@ -113,8 +113,8 @@ func TestBlankVolumeIsHostAssistedWithCDIsReason(t *testing.T) {
 	r := recs["d"]
 	// The blank volume had its final size at once (t0+2s); the copy by pods
 	// lasted until the DataVolume was ready (t0+1m), and that is the clone.
-	if a := evn.assessments[0]; !a.timed || a.duration != time.Minute {
-		t.Fatalf("duration %v timed %v, want 1m: a host-assisted clone lasts until the copy is done", a.duration, a.timed)
+	if a := evn.Assessments[0]; !a.Timed || a.Duration != time.Minute {
+		t.Fatalf("duration %v timed %v, want 1m: a host-assisted clone lasts until the copy is done", a.Duration, a.Timed)
 	}
 	if r.Verdict != record.VerdictHostAssisted || r.ContentSource != "none" {
 		t.Fatalf("got %s (%s)", r.Verdict, r.ContentSource)
@@ -162,16 +162,16 @@ func TestFreshVolumeWaitsForTheTapsEvidenceBeforeCDIIsBelieved(t *testing.T) {
 	if r := recs["seen"]; r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCSITap {
 		t.Fatalf("evidence already there: %s from %s, want csi-clone from csi-tap", r.Verdict, r.Source)
 	}
-	if want := made.Add(cfg.EvidenceGrace); !ev.recheckAt.Equal(want) {
-		t.Fatalf("recheck at %s, want %s (the grace's end)", ev.recheckAt, want)
+	if want := made.Add(cfg.EvidenceGrace); !ev.RecheckAt.Equal(want) {
+		t.Fatalf("recheck at %s, want %s (the grace's end)", ev.RecheckAt, want)
 	}
 
 	recs, ev = w.judgeAll(t, cfg, made.Add(cfg.EvidenceGrace))
 	if r := recs["bare"]; r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCDI {
 		t.Fatalf("after the grace: %s from %s, want csi-clone from cdi-annotations", r.Verdict, r.Source)
 	}
-	if !ev.recheckAt.IsZero() {
-		t.Fatalf("nothing left to recheck, got %s", ev.recheckAt)
+	if !ev.RecheckAt.IsZero() {
+		t.Fatalf("nothing left to recheck, got %s", ev.RecheckAt)
 	}
 }
 
@@ -273,8 +273,8 @@ func TestGoldenBreakingTheNamingRulesIsNotTrusted(t *testing.T) {
 	g, _ := w.golden("ABC", "1.2")
 	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
-	if ev.inv.Goldens[0].Trusted() || len(ev.inv.Goldens[0].Problems) != 2 {
-		t.Fatalf("problems %v", ev.inv.Goldens[0].Problems)
+	if ev.Inv.Goldens[0].Trusted() || len(ev.Inv.Goldens[0].Problems) != 2 {
+		t.Fatalf("problems %v", ev.Inv.Goldens[0].Problems)
 	}
 	if r := recs["d"]; !reasonsOf(r)[record.ReasonInvalidGolden] {
 		t.Fatalf("got %v", r.BadReasons())

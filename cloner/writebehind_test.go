@@ -12,6 +12,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -260,11 +261,11 @@ func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 		inv := c.storeInventory([]string{key})
 		inv.Claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
 		pred, _ := c.newPredictor(inv)
-		ev := evaluateWith(inv, c.cfg, c.cfg.Clock(), pred)
-		if len(ev.assessments) != 1 {
-			t.Fatalf("%d assessments, want 1", len(ev.assessments))
+		ev := verdict.EvaluateWith(inv, c.cfg, c.cfg.Clock(), pred)
+		if len(ev.Assessments) != 1 {
+			t.Fatalf("%d assessments, want 1", len(ev.Assessments))
 		}
-		if err := c.publish(ctx, ev.assessments[0], inv); err != nil {
+		if err := c.publish(ctx, ev.Assessments[0], inv); err != nil {
 			t.Fatal(err)
 		}
 	}

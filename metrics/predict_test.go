@@ -8,15 +8,16 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 func TestPredictionCollectorSeries(t *testing.T) {
 	s := leaderSnapshot()
-	s.Paths = []cloner.ClonePathReport{
+	s.Paths = []verdict.ClonePathReport{
 		{SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated-fixed", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
 		{SchematicID: sid, Version: "v1.13.2", StorageClass: predict.EmptyClass, Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride}},
 	}
-	s.PredictionChecks = cloner.PredictionCheck{Right: 3, Wrong: 1}
+	s.PredictionChecks = verdict.PredictionCheck{Right: 3, Wrong: 1}
 	s.AdmissionParams = cloner.AdmissionParamsSynced
 	c := NewPredictionCollector(snapshotSource{s})
 	want := `

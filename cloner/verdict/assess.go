@@ -1,4 +1,4 @@
-package cloner
+package verdict
 
 import (
 	"time"
@@ -9,79 +9,79 @@ import (
 )
 
 // evaluation is one pass of judgement over an inventory.
-type evaluation struct {
-	inv         *fleet.Inventory
-	assessments []assessment
+type Evaluation struct {
+	Inv         *fleet.Inventory
+	Assessments []Assessment
 	// malformed adds unreadable annotations to the inventory's unreadable objects.
-	malformed []fleet.MalformedObject
+	Malformed []fleet.MalformedObject
 	// recheckAt is the earliest time a verdict may change with no object
 	// changing; zero when none will.
-	recheckAt time.Time
+	RecheckAt time.Time
 	// pred is the pass's clone-path prediction (nil: not available).
-	pred *predictor
+	Pred *Predictor
 	// hearingOf tells what was heard of a disk's Warning events; nil: no
 	// events are read (report, tests), a stuck disk is judged without them.
-	hearingOf func(*fleet.WorkerDisk) hearing
+	hearingOf func(*fleet.WorkerDisk) Hearing
 }
 
 // evaluate judges every worker disk of the inventory.
-func evaluate(inv *fleet.Inventory, cfg config.Config, now time.Time) *evaluation {
-	return evaluateWith(inv, cfg, now, nil)
+func Evaluate(inv *fleet.Inventory, cfg config.Config, now time.Time) *Evaluation {
+	return EvaluateWith(inv, cfg, now, nil)
 }
 
 // evaluateWith judges every worker disk, recording each one's clone-path
 // prediction when pred is not nil.
-func evaluateWith(inv *fleet.Inventory, cfg config.Config, now time.Time, pred *predictor) *evaluation {
-	return evaluateHearing(inv, cfg, now, pred, nil)
+func EvaluateWith(inv *fleet.Inventory, cfg config.Config, now time.Time, pred *Predictor) *Evaluation {
+	return EvaluateHearing(inv, cfg, now, pred, nil)
 }
 
 // evaluateHearing is evaluateWith that also knows what CDI's Warning events
 // said of each disk (the controller's passes).
-func evaluateHearing(inv *fleet.Inventory, cfg config.Config, now time.Time, pred *predictor, hearingOf func(*fleet.WorkerDisk) hearing) *evaluation {
-	ev := &evaluation{inv: inv, pred: pred, hearingOf: hearingOf, malformed: append([]fleet.MalformedObject(nil), inv.Malformed...)}
+func EvaluateHearing(inv *fleet.Inventory, cfg config.Config, now time.Time, pred *Predictor, hearingOf func(*fleet.WorkerDisk) Hearing) *Evaluation {
+	ev := &Evaluation{Inv: inv, Pred: pred, hearingOf: hearingOf, Malformed: append([]fleet.MalformedObject(nil), inv.Malformed...)}
 	for _, d := range inv.Disks {
 		if d.Kind == fleet.DiskHTTPImport {
-			ev.assessments = append(ev.assessments, judgeHTTP(d, inv.GoldenForFlavor(d.Flavor)))
+			ev.Assessments = append(ev.Assessments, judgeHTTP(d, inv.GoldenForFlavor(d.Flavor)))
 			continue
 		}
-		a := judge(ev.factsOf(d), cfg, now, inv.SnapshotOf)
-		if !a.recheckAt.IsZero() && (ev.recheckAt.IsZero() || a.recheckAt.Before(ev.recheckAt)) {
-			ev.recheckAt = a.recheckAt
+		a := Judge(ev.FactsOf(d), cfg, now, inv.SnapshotOf)
+		if !a.RecheckAt.IsZero() && (ev.RecheckAt.IsZero() || a.RecheckAt.Before(ev.RecheckAt)) {
+			ev.RecheckAt = a.RecheckAt
 		}
-		ev.assessments = append(ev.assessments, a)
+		ev.Assessments = append(ev.Assessments, a)
 	}
 	return ev
 }
 
 // factsOf joins a clone disk with its golden, claim, volume and evidence.
-func (ev *evaluation) factsOf(d *fleet.WorkerDisk) diskFacts {
-	inv := ev.inv
-	f := diskFacts{disk: d, golden: inv.GoldenByRef[d.GoldenRef], pvc: inv.ClaimOf(d.Namespace, d.ClaimName)}
-	f.pv = inv.BoundPV(f.pvc)
-	f.class = inv.Classes.ResolveDiskClass(f.pvc, f.pv, d)
+func (ev *Evaluation) FactsOf(d *fleet.WorkerDisk) DiskFacts {
+	inv := ev.Inv
+	f := DiskFacts{Disk: d, golden: inv.GoldenByRef[d.GoldenRef], Pvc: inv.ClaimOf(d.Namespace, d.ClaimName)}
+	f.pv = inv.BoundPV(f.Pvc)
+	f.class = inv.Classes.ResolveDiskClass(f.Pvc, f.pv, d)
 	f.goldenClaimExists = inv.ClaimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
 	ev.followClonePath(&f)
-	f.heard = hearing{known: true}
+	f.heard = Hearing{Known: true}
 	if ev.hearingOf != nil {
 		f.heard = ev.hearingOf(d)
 	}
-	if f.predicted = recordedPrediction(f.pvc); f.predicted == nil {
-		f.predicted = ev.pred.forDisk(f)
+	if f.predicted = recordedPrediction(f.Pvc); f.predicted == nil {
+		f.predicted = ev.Pred.forDisk(f)
 	}
 	if pv := f.volumeOf(); pv != nil {
 		var tap fleet.VolumeEvidence
 		if ok, err := fleet.DecodeAnnotation(pv, fleet.AnnCSIEvidence, &tap); err != nil {
-			ev.malformed = append(ev.malformed, malformedAnnotation(pv, "PersistentVolume", err))
+			ev.Malformed = append(ev.Malformed, MalformedAnnotation(pv, "PersistentVolume", err))
 		} else if ok && tap.CreateSeen() {
 			f.tap = &tap
 		} else if ok {
 			f.partial = &tap
 		}
 	}
-	if f.pvc != nil {
+	if f.Pvc != nil {
 		var de fleet.DriverError
-		if ok, err := fleet.DecodeAnnotation(f.pvc, fleet.AnnDriverError, &de); err != nil {
-			ev.malformed = append(ev.malformed, malformedAnnotation(f.pvc, "PersistentVolumeClaim", err))
+		if ok, err := fleet.DecodeAnnotation(f.Pvc, fleet.AnnDriverError, &de); err != nil {
+			ev.Malformed = append(ev.Malformed, MalformedAnnotation(f.Pvc, "PersistentVolumeClaim", err))
 		} else if ok && !staleDriverError(&de, f.tap) {
 			f.drvErr = &de
 		}
@@ -89,7 +89,7 @@ func (ev *evaluation) factsOf(d *fleet.WorkerDisk) diskFacts {
 	return f
 }
 
-func malformedAnnotation(obj interface {
+func MalformedAnnotation(obj interface {
 	GetNamespace() string
 	GetName() string
 	GetResourceVersion() string
@@ -107,7 +107,7 @@ func malformedAnnotation(obj interface {
 
 // importFetches is how many times an import DataVolume fetched from the
 // Factory: once when its import started, plus every restart of the importer.
-func importFetches(phase string, restarts int32) int64 {
+func ImportFetches(phase string, restarts int32) int64 {
 	switch phase {
 	case "", "Pending", "ImportScheduled", "WaitForFirstConsumer", "PVCBound", "PendingPopulation", "Unknown":
 		if restarts == 0 {

@@ -1,4 +1,4 @@
-package cloner
+package verdict
 
 import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -16,17 +16,17 @@ import (
 
 // followClonePath fills in, for a disk whose claim has no volume yet, the
 // claim and volume CDI is making it on.
-func (ev *evaluation) followClonePath(f *diskFacts) {
-	if f.pv != nil || f.disk.Kind != fleet.DiskClone {
+func (ev *Evaluation) followClonePath(f *DiskFacts) {
+	if f.pv != nil || f.Disk.Kind != fleet.DiskClone {
 		return
 	}
-	f.clonePVC = ev.inv.CloneClaimOf(f.disk, f.pvc)
-	f.clonePV = ev.inv.BoundPV(f.clonePVC)
+	f.ClonePVC = ev.Inv.CloneClaimOf(f.Disk, f.Pvc)
+	f.clonePV = ev.Inv.BoundPV(f.ClonePVC)
 }
 
 // volumeOf is the PV that holds the disk's data: its own, else the one CDI
 // is making it on.
-func (f *diskFacts) volumeOf() *corev1.PersistentVolume {
+func (f *DiskFacts) volumeOf() *corev1.PersistentVolume {
 	if f.pv != nil {
 		return f.pv
 	}
@@ -49,7 +49,7 @@ func failedExpansion(ev *fleet.VolumeEvidence) *fleet.Expansion {
 
 // evidenceOf is the tap's record of the disk's volume: the CreateVolume with
 // its expansions, else the expansions alone.
-func (f *diskFacts) evidenceOf() *fleet.VolumeEvidence {
+func (f *DiskFacts) evidenceOf() *fleet.VolumeEvidence {
 	if f.tap != nil {
 		return f.tap
 	}
@@ -59,7 +59,7 @@ func (f *diskFacts) evidenceOf() *fleet.VolumeEvidence {
 // staleDriverError: the driver error on the claim came from a CreateVolume
 // that was retried and then succeeded; it no longer says anything.
 func staleDriverError(de *fleet.DriverError, tap *fleet.VolumeEvidence) bool {
-	return de != nil && tap != nil && de.Method == methodCreateVolume && !tap.Created.Before(de.Last)
+	return de != nil && tap != nil && de.Method == MethodCreateVolume && !tap.Created.Before(de.Last)
 }
 
 // definiteCode: a gRPC code after which the kubernetes-csi sidecars know the
@@ -77,7 +77,7 @@ func staleDriverError(de *fleet.DriverError, tap *fleet.VolumeEvidence) bool {
 // empty code are no error. cloner/testdata/kubernetes-csi-final-codes.txt
 // holds IsFinalError's answer for every code, checked against the real
 // function by test/tools/mod/resizer/finalcodes.
-func definiteCode(code string) bool {
+func DefiniteCode(code string) bool {
 	switch code {
 	case codes.OK.String(), "",
 		codes.Canceled.String(), codes.DeadlineExceeded.String(), codes.Unavailable.String(),
@@ -88,8 +88,8 @@ func definiteCode(code string) bool {
 }
 
 const (
-	methodCreateVolume = "CreateVolume"
-	methodExpand       = "ControllerExpandVolume"
+	MethodCreateVolume = "CreateVolume"
+	MethodExpand       = "ControllerExpandVolume"
 )
 
 // expansionText is a failed expansion as the record shows it. No time: the

@@ -1,4 +1,4 @@
-package cloner
+package verdict
 
 import (
 	"fmt"
@@ -13,27 +13,27 @@ import (
 )
 
 // assessment is one judged worker disk.
-type assessment struct {
-	disk   *fleet.WorkerDisk
-	golden *fleet.Golden
-	record *record.Record
+type Assessment struct {
+	Disk   *fleet.WorkerDisk
+	Golden *fleet.Golden
+	Record *record.Record
 	// duration is first CreateVolume to the disk being ready (csi-tap
 	// only, see cloneDuration).
-	duration time.Duration
-	timed    bool
+	Duration time.Duration
+	Timed    bool
 	// recheckAt, when set, is when the verdict may change with no object
 	// changing (the evidence grace ends).
-	recheckAt time.Time
+	RecheckAt time.Time
 	// hear: the disk is stuck by age, and CDI's Warning events on it are to
 	// be read (cdiwords.go).
-	hear bool
+	Hear bool
 }
 
 // diskFacts is everything one verdict is decided from.
-type diskFacts struct {
-	disk    *fleet.WorkerDisk
+type DiskFacts struct {
+	Disk    *fleet.WorkerDisk
 	golden  *fleet.Golden
-	pvc     *corev1.PersistentVolumeClaim
+	Pvc     *corev1.PersistentVolumeClaim
 	pv      *corev1.PersistentVolume
 	tap     *fleet.VolumeEvidence // nil unless the tap saw the CreateVolume
 	partial *fleet.VolumeEvidence // expansions seen without the CreateVolume
@@ -42,13 +42,13 @@ type diskFacts struct {
 	// clonePVC and clonePV are where CDI makes the disk while pv is nil
 	// (see path.go); goldenClaimExists tells a deleted golden DataVolume
 	// whose claim is still there.
-	clonePVC          *corev1.PersistentVolumeClaim
+	ClonePVC          *corev1.PersistentVolumeClaim
 	clonePV           *corev1.PersistentVolume
 	goldenClaimExists bool
 	// predicted is the disk's clone-path prediction (nil: none available).
 	predicted *predict.Prediction
 	// heard is what CDI said in Warning events on the disk's objects.
-	heard hearing
+	heard Hearing
 }
 
 // judge decides the verdict and findings of one worker disk. The rules, in
@@ -57,8 +57,8 @@ type diskFacts struct {
 // one that a definite error blocks is failed or stuck at once (judgeBlocked,
 // blocked.go); otherwise it is pending while its golden imports, stuck once a
 // requested clone has waited --stuck-after, pending before that.
-func judge(f diskFacts, cfg config.Config, now time.Time, snapshotOf map[string]string) assessment {
-	d, g := f.disk, f.golden
+func Judge(f DiskFacts, cfg config.Config, now time.Time, snapshotOf map[string]string) Assessment {
+	d, g := f.Disk, f.golden
 	r := &record.Record{Verdict: record.VerdictPending, Source: record.SourceNone, Pool: d.Pool, Golden: d.GoldenRef.String(),
 		DiskBytes: d.RequestedBytes, Class: f.class.Name}
 	describeGolden(r, g)
@@ -66,48 +66,48 @@ func judge(f diskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 	if f.predicted != nil {
 		r.Predicted, r.PredictedReason = f.predicted.Path, f.predicted.Reason
 	}
-	a := assessment{disk: d, golden: g, record: r}
+	a := Assessment{Disk: d, Golden: g, Record: r}
 	switch {
 	case d.Failed():
-		r.Verdict, r.Message = record.VerdictFailed, "CDI marked the DataVolume Failed: "+orNone(d.FailMessage)
+		r.Verdict, r.Message = record.VerdictFailed, "CDI marked the DataVolume Failed: "+OrNone(d.FailMessage)
 	case d.Finished() && f.pv != nil && f.tap == nil && now.Before(evidenceDue(f.pv, cfg)):
 		// The tap's evidence lands on the PV a moment after the PV appears;
 		// judging from CDI's annotations before then would claim that no
 		// sidecar watched.
-		a.recheckAt = evidenceDue(f.pv, cfg)
+		a.RecheckAt = evidenceDue(f.pv, cfg)
 		r.Message = "volume " + f.pv.Name + " made; waiting for the tap's evidence on it until " +
-			a.recheckAt.UTC().Format(time.RFC3339)
+			a.RecheckAt.UTC().Format(time.RFC3339)
 	case d.Finished() && f.pv != nil:
 		judgeMechanism(r, f, snapshotOf)
-		a.duration, a.timed = cloneDuration(r, f)
+		a.Duration, a.Timed = cloneDuration(r, f)
 	case judgeBlocked(r, f, &a, cfg, now):
 	case g != nil && !g.Imported():
 		// Without the golden's DataVolume nothing imports: CDI clones from
 		// its claim, or already did, and the clock below runs.
 		r.Message = "waiting for the golden's import"
-	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter && !f.heard.known:
+	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter && !f.heard.Known:
 		// The controller reads CDI's Warning events first (cdiwords.go).
-		a.hear = true
-		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
+		a.Hear = true
+		r.Message = "clone in progress (phase " + OrNone(d.Phase) + ")"
 	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter:
 		// No "ago" in the message: it must not change on every pass, or the
 		// record would be rewritten on every resync.
-		a.hear = f.heard.stale
+		a.Hear = f.heard.Stale
 		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("clone requested at %s and not finished after %s (phase %s); last driver error: %s",
-			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, orNone(d.Phase), orNone(r.DriverError))
+			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, OrNone(d.Phase), OrNone(r.DriverError))
 		if why := fleet.CdiExplanation(d); why != "" {
 			r.Message += "; CDI: " + why
 		}
-		if said := heardText(f.heard.events); said != "" {
+		if said := heardText(f.heard.Events); said != "" {
 			r.Message += "; CDI's Warning events: " + said
 		}
 	default:
-		r.Message = "clone in progress (phase " + orNone(d.Phase) + ")"
+		r.Message = "clone in progress (phase " + OrNone(d.Phase) + ")"
 		// The verdict turns stuck then with no object changing, unless a
 		// CDI error's grace (judgeBlocked) ends first.
-		if stuckAt := cloneRequestedAt(d, g).Add(cfg.StuckAfter); a.recheckAt.IsZero() || stuckAt.Before(a.recheckAt) {
-			a.recheckAt = stuckAt
+		if stuckAt := cloneRequestedAt(d, g).Add(cfg.StuckAfter); a.RecheckAt.IsZero() || stuckAt.Before(a.RecheckAt) {
+			a.RecheckAt = stuckAt
 		}
 	}
 	r.Findings = findings(r, f, snapshotOf)
@@ -144,10 +144,10 @@ func describeGolden(r *record.Record, g *fleet.Golden) {
 	}
 }
 
-func describeVolume(r *record.Record, f diskFacts) {
-	if f.pvc != nil {
-		r.CDICloneType = f.pvc.Annotations[fleet.AnnCDICloneType]
-		r.FallbackReason = fleet.Clip(f.pvc.Annotations[fleet.AnnCDIFallbackReason], fleet.MaxMessageBytes)
+func describeVolume(r *record.Record, f DiskFacts) {
+	if f.Pvc != nil {
+		r.CDICloneType = f.Pvc.Annotations[fleet.AnnCDICloneType]
+		r.FallbackReason = fleet.Clip(f.Pvc.Annotations[fleet.AnnCDIFallbackReason], fleet.MaxMessageBytes)
 	}
 	if pv := f.volumeOf(); pv != nil {
 		r.Volume = fleet.CsiHandle(pv)
@@ -155,8 +155,8 @@ func describeVolume(r *record.Record, f diskFacts) {
 			r.CapacityBytes = q.Value()
 		}
 	}
-	if f.pv == nil && f.clonePVC != nil {
-		r.CloneClaim = f.clonePVC.Namespace + "/" + f.clonePVC.Name
+	if f.pv == nil && f.ClonePVC != nil {
+		r.CloneClaim = f.ClonePVC.Namespace + "/" + f.ClonePVC.Name
 	}
 	if f.drvErr != nil {
 		// Attempts and times stay on the PVC's own annotation: they change on
@@ -164,14 +164,14 @@ func describeVolume(r *record.Record, f diskFacts) {
 		r.DriverError = fmt.Sprintf("%s %s: %s", f.drvErr.Method, f.drvErr.Code, f.drvErr.Message)
 	}
 	if x := failedExpansion(f.evidenceOf()); x != nil {
-		r.DriverError = methodExpand + " " + expansionText(x)
+		r.DriverError = MethodExpand + " " + expansionText(x)
 	}
 }
 
 // judgeMechanism decides how a finished disk was made. The tap's record of
 // the CreateVolume is the authority; CDI's cloneType is used only for a
 // volume created while no sidecar watched, and the record says so.
-func judgeMechanism(r *record.Record, f diskFacts, snapshotOf map[string]string) {
+func judgeMechanism(r *record.Record, f DiskFacts, snapshotOf map[string]string) {
 	if f.tap != nil {
 		r.Source = record.SourceCSITap
 		switch {
@@ -181,10 +181,10 @@ func judgeMechanism(r *record.Record, f diskFacts, snapshotOf map[string]string)
 		case f.tap.SourceSnapshot != "":
 			r.Verdict, r.ContentSource = record.VerdictSnapshotClone, "snapshot:"+f.tap.SourceSnapshot
 			r.Message = fmt.Sprintf("CSI restore of snapshot %s of volume %s", f.tap.SourceSnapshot,
-				orNone(snapshotSource(f.tap, snapshotOf)))
+				OrNone(snapshotSource(f.tap, snapshotOf)))
 		default:
 			r.Verdict, r.ContentSource = record.VerdictHostAssisted, "none"
-			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + orNone(fleet.FallbackText(r.FallbackReason))
+			r.Message = "the driver created a blank volume (no content source): the data was copied by pods over the network; CDI's fallback reason: " + OrNone(fleet.FallbackText(r.FallbackReason))
 		}
 		if c, _ := f.tap.FinalCapacity(); c > 0 {
 			r.CapacityBytes = max(r.CapacityBytes, c)
@@ -197,7 +197,7 @@ func judgeMechanism(r *record.Record, f diskFacts, snapshotOf map[string]string)
 	case record.VerdictUnknown:
 		r.Message = "the volume was made while no sidecar watched and CDI left no cloneType annotation"
 	case record.VerdictHostAssisted:
-		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + orNone(fleet.FallbackText(r.FallbackReason))
+		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + OrNone(fleet.FallbackText(r.FallbackReason))
 	default:
 		r.Message = "from CDI's cloneType " + r.CDICloneType + " (volume made while no sidecar watched)"
 	}
@@ -225,15 +225,15 @@ func snapshotSource(ev *fleet.VolumeEvidence, snapshotOf map[string]string) stri
 // cloneDuration is first CreateVolume to the disk being ready (CDI's Ready
 // condition, or the final capacity if that came later), known only when the
 // tap saw the CreateVolume.
-func cloneDuration(r *record.Record, f diskFacts) (time.Duration, bool) {
+func cloneDuration(r *record.Record, f DiskFacts) (time.Duration, bool) {
 	if f.tap == nil || f.tap.FirstAttempt.IsZero() {
 		return 0, false
 	}
 	// Until the disk is usable: a host-assisted copy's blank volume has its
 	// final size at once, the copy by pods comes after it.
 	_, end := f.tap.FinalCapacity()
-	if f.disk.ReadySince.After(end) {
-		end = f.disk.ReadySince
+	if f.Disk.ReadySince.After(end) {
+		end = f.Disk.ReadySince
 	}
 	d := end.Sub(f.tap.FirstAttempt)
 	if d < 0 {
@@ -243,7 +243,7 @@ func cloneDuration(r *record.Record, f diskFacts) (time.Duration, bool) {
 	return d, true
 }
 
-func orNone(s string) string {
+func OrNone(s string) string {
 	if s == "" {
 		return "none"
 	}
@@ -251,7 +251,7 @@ func orNone(s string) string {
 }
 
 // findings are the problems found on top of the verdict, each independent.
-func findings(r *record.Record, f diskFacts, snapshotOf map[string]string) []record.Finding {
+func findings(r *record.Record, f DiskFacts, snapshotOf map[string]string) []record.Finding {
 	var out []record.Finding
 	add := func(reason, msg string) {
 		out = append(out, record.Finding{Reason: reason, Message: msg})
@@ -259,7 +259,7 @@ func findings(r *record.Record, f diskFacts, snapshotOf map[string]string) []rec
 	g := f.golden
 	if g == nil {
 		msg := fmt.Sprintf("golden %s is not in the catalog: no golden DataVolume of that name exists", r.Golden)
-		if c := fleet.CdiWaitsForSource(f.disk); c != nil {
+		if c := fleet.CdiWaitsForSource(f.Disk); c != nil {
 			msg += "; CDI: " + c.Reason + ": " + c.Message
 		}
 		add(record.ReasonUnknownGolden, msg)
@@ -275,13 +275,13 @@ func findings(r *record.Record, f diskFacts, snapshotOf map[string]string) []rec
 		add(record.ReasonClassMismatch, fmt.Sprintf("disk StorageClass %q (%s) differs from golden %s's %q (%s)",
 			f.class.Name, f.class.How, r.Golden, g.Class.Name, g.Class.How))
 	}
-	if gb := goldenSize(g); gb > 0 && f.disk.RequestedBytes > 0 && f.disk.RequestedBytes < gb {
-		add(record.ReasonTooSmall, fmt.Sprintf("disk size %d bytes is smaller than golden %s's %d bytes", f.disk.RequestedBytes, r.Golden, gb))
+	if gb := goldenSize(g); gb > 0 && f.Disk.RequestedBytes > 0 && f.Disk.RequestedBytes < gb {
+		add(record.ReasonTooSmall, fmt.Sprintf("disk size %d bytes is smaller than golden %s's %d bytes", f.Disk.RequestedBytes, r.Golden, gb))
 	}
 	if msg := resizeMissing(r, f); msg != "" {
 		add(record.ReasonResizeMissing, msg)
 	}
-	if x := failedExpansion(f.evidenceOf()); x != nil && (definiteCode(x.Code) || r.Verdict != record.VerdictPending) {
+	if x := failedExpansion(f.evidenceOf()); x != nil && (DefiniteCode(x.Code) || r.Verdict != record.VerdictPending) {
 		// A code the resizer retries is a problem only once the disk is
 		// stuck or done without it.
 		add(record.ReasonResizeFailed, fmt.Sprintf("the driver answered ControllerExpandVolume of volume %s to %d bytes with %s",
@@ -311,11 +311,11 @@ func goldenSize(g *fleet.Golden) int64 {
 // resizeMissing: a finished clone whose volume is smaller than its claim
 // asked (the golden-sized clone was never expanded). A host-assisted copy is
 // created at the target size, so only clones are checked.
-func resizeMissing(r *record.Record, f diskFacts) string {
+func resizeMissing(r *record.Record, f DiskFacts) string {
 	if r.Verdict != record.VerdictCSIClone && r.Verdict != record.VerdictSnapshotClone {
 		return ""
 	}
-	want := fleet.ClaimRequest(f.pvc)
+	want := fleet.ClaimRequest(f.Pvc)
 	if want == 0 || r.CapacityBytes >= want {
 		return ""
 	}
@@ -336,7 +336,7 @@ func resizeMissing(r *record.Record, f diskFacts) string {
 
 // cdiDisagrees: CDI's cloneType annotation says one mechanism, the driver
 // was asked for another. The storage layer wins; the verdict already follows it.
-func cdiDisagrees(r *record.Record, f diskFacts) string {
+func cdiDisagrees(r *record.Record, f DiskFacts) string {
 	if r.Source != record.SourceCSITap || r.CDICloneType == "" {
 		return ""
 	}
@@ -349,7 +349,7 @@ func cdiDisagrees(r *record.Record, f diskFacts) string {
 }
 
 // wrongSource: the driver copied a volume or snapshot that is not the golden's.
-func wrongSource(r *record.Record, f diskFacts, snapshotOf map[string]string) string {
+func wrongSource(r *record.Record, f DiskFacts, snapshotOf map[string]string) string {
 	if f.tap == nil || f.golden.VolumeHandle == "" {
 		return ""
 	}
@@ -375,7 +375,7 @@ func joinProblems(p []string) string {
 }
 
 // judgeHTTP decides an HTTP-import worker: it did fetch from the Factory.
-func judgeHTTP(d *fleet.WorkerDisk, g *fleet.Golden) assessment {
+func judgeHTTP(d *fleet.WorkerDisk, g *fleet.Golden) Assessment {
 	r := &record.Record{Verdict: record.VerdictPending, Source: record.SourceDataVolume, Pool: d.Pool,
 		SchematicID: d.Flavor.SchematicID, Version: d.Flavor.Version, DiskBytes: d.RequestedBytes}
 	if g != nil {
@@ -383,11 +383,11 @@ func judgeHTTP(d *fleet.WorkerDisk, g *fleet.Golden) assessment {
 	}
 	switch {
 	case d.Failed():
-		r.Verdict, r.Message = record.VerdictFailed, "CDI marked the import Failed: "+orNone(d.FailMessage)
+		r.Verdict, r.Message = record.VerdictFailed, "CDI marked the import Failed: "+OrNone(d.FailMessage)
 	case d.Finished():
-		r.Verdict, r.Message = record.VerdictHTTPImport, fmt.Sprintf("imported from the Image Factory over HTTP (%d fetches)", importFetches(d.Phase, d.RestartCount))
+		r.Verdict, r.Message = record.VerdictHTTPImport, fmt.Sprintf("imported from the Image Factory over HTTP (%d fetches)", ImportFetches(d.Phase, d.RestartCount))
 	default:
-		r.Message = "import in progress (phase " + orNone(d.Phase) + ")"
+		r.Message = "import in progress (phase " + OrNone(d.Phase) + ")"
 	}
-	return assessment{disk: d, golden: g, record: r}
+	return Assessment{Disk: d, Golden: g, Record: r}
 }

@@ -1,4 +1,4 @@
-package cloner
+package verdict
 
 import (
 	"fmt"
@@ -25,19 +25,19 @@ import (
 //     with a definite code and no later call succeeded: stuck.
 //
 // The message carries CDI's or the driver's own words.
-func judgeBlocked(r *record.Record, f diskFacts, a *assessment, cfg config.Config, now time.Time) bool {
-	d := f.disk
+func judgeBlocked(r *record.Record, f DiskFacts, a *Assessment, cfg config.Config, now time.Time) bool {
+	d := f.Disk
 	if c := fleet.CdiRefusal(d); c != nil {
 		r.Verdict = record.VerdictFailed
-		r.Message = fmt.Sprintf("CDI refused the clone (%s): %s", c.Reason, orNone(c.Message))
+		r.Message = fmt.Sprintf("CDI refused the clone (%s): %s", c.Reason, OrNone(c.Message))
 		return true
 	}
-	if msg, since, ok := fleet.CdiCloneError(d, f.pvc); ok && f.golden != nil && f.golden.Imported() {
+	if msg, since, ok := fleet.CdiCloneError(d, f.Pvc); ok && f.golden != nil && f.golden.Imported() {
 		if due := since.Add(cfg.EvidenceGrace); now.Before(due) {
-			a.recheckAt = due
+			a.RecheckAt = due
 		} else {
 			r.Verdict = record.VerdictFailed
-			r.Message = "CDI reports an error on the clone and retries it (clonePhase Error): " + orNone(msg)
+			r.Message = "CDI reports an error on the clone and retries it (clonePhase Error): " + OrNone(msg)
 			return true
 		}
 	}
@@ -49,16 +49,16 @@ func judgeBlocked(r *record.Record, f diskFacts, a *assessment, cfg config.Confi
 		}
 		return true
 	}
-	if x := failedExpansion(f.evidenceOf()); x != nil && definiteCode(x.Code) && f.volumeOf() != nil {
+	if x := failedExpansion(f.evidenceOf()); x != nil && DefiniteCode(x.Code) && f.volumeOf() != nil {
 		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("the driver refused to grow the clone's volume %s to %d bytes (%s): %s; CDI waits (phase %s)",
-			fleet.CsiHandle(f.volumeOf()), x.RequiredBytes, claimText(f), r.DriverError, orNone(d.Phase))
+			fleet.CsiHandle(f.volumeOf()), x.RequiredBytes, claimText(f), r.DriverError, OrNone(d.Phase))
 		return true
 	}
-	if de := f.drvErr; de != nil && de.Method == methodCreateVolume && definiteCode(de.Code) {
+	if de := f.drvErr; de != nil && de.Method == MethodCreateVolume && DefiniteCode(de.Code) {
 		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("the driver refused the clone's CreateVolume for %s: %s; CDI retries (phase %s)",
-			de.Claim, r.DriverError, orNone(d.Phase))
+			de.Claim, r.DriverError, OrNone(d.Phase))
 		return true
 	}
 	return false
@@ -67,21 +67,21 @@ func judgeBlocked(r *record.Record, f diskFacts, a *assessment, cfg config.Confi
 // goldenGone: neither the golden DataVolume nor its claim exists, CDI has
 // looked for it (it made the disk's claim, which it does only once the
 // source exists, or said CloneWithoutSource), and nothing was cloned yet.
-func goldenGone(f diskFacts) bool {
+func goldenGone(f DiskFacts) bool {
 	if f.golden != nil || f.goldenClaimExists || f.volumeOf() != nil {
 		return false
 	}
-	return f.pvc != nil || fleet.CdiWaitsForSource(f.disk) != nil
+	return f.Pvc != nil || fleet.CdiWaitsForSource(f.Disk) != nil
 }
 
 // claimText names the claim a volume is bound to while the disk's own claim
 // is not: where the operator finds the driver's events.
-func claimText(f diskFacts) string {
-	if f.pv == nil && f.clonePVC != nil {
-		return "claim " + f.clonePVC.Namespace + "/" + f.clonePVC.Name
+func claimText(f DiskFacts) string {
+	if f.pv == nil && f.ClonePVC != nil {
+		return "claim " + f.ClonePVC.Namespace + "/" + f.ClonePVC.Name
 	}
-	if f.pvc != nil {
-		return "claim " + f.pvc.Namespace + "/" + f.pvc.Name
+	if f.Pvc != nil {
+		return "claim " + f.Pvc.Namespace + "/" + f.Pvc.Name
 	}
 	return "no claim"
 }

@@ -1,4 +1,4 @@
-package cloner
+package verdict
 
 import (
 	"fmt"
@@ -17,52 +17,42 @@ import (
 // predictor is one pass's clone-path prediction (package predict): the
 // planner's state, the goldens as the planner reads them, every
 // (golden, class) pair.
-type predictor struct {
-	state   *predict.State
-	goldens map[types.NamespacedName]predict.Golden
+type Predictor struct {
+	State   *predict.State
+	Goldens map[types.NamespacedName]predict.Golden
 	flavors map[types.NamespacedName]fleet.Flavor
-	pairs   []predict.Pair
+	Pairs   []predict.Pair
 	// dataSources are the DataSources a sourceRef may name.
-	dataSources []*cdiv1.DataSource
+	DataSources []*cdiv1.DataSource
 	// defaults are the classes an empty class resolves to: for spec.storage
 	// DataVolumes of content kubevirt (the platform's), and for spec.pvc.
-	storageDefault, pvcDefault fleet.ClassResolution
-}
-
-// newPredictor builds the prediction for an inventory; nil while the
-// prediction's informers have not synced.
-func (c *Controller) newPredictor(inv *fleet.Inventory) (*predictor, []fleet.MalformedObject) {
-	in, malformed, ok := c.predIn.Load().inputs()
-	if !ok {
-		return nil, malformed
-	}
-	return buildPredictor(in, inv), malformed
+	StorageDefault, PvcDefault fleet.ClassResolution
 }
 
 // buildPredictor predicts every golden of the inventory on every CSI class
 // and on the empty class, resolved as the cloner resolves it.
-func buildPredictor(in predict.Inputs, inv *fleet.Inventory) *predictor {
+func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 	in.Classes = make([]*storagev1.StorageClass, 0, len(inv.Classes.ByName))
 	for _, sc := range inv.Classes.ByName {
 		in.Classes = append(in.Classes, sc)
 	}
-	p := &predictor{state: predict.NewState(in), goldens: map[types.NamespacedName]predict.Golden{},
+	p := &Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{},
 		flavors:        map[types.NamespacedName]fleet.Flavor{},
-		dataSources:    in.DataSources,
-		storageDefault: inv.Classes.ResolveRequested(nil, cdirules.ContentKubeVirt),
-		pvcDefault:     inv.Classes.KubernetesDefault(),
+		DataSources:    in.DataSources,
+		StorageDefault: inv.Classes.ResolveRequested(nil, cdirules.ContentKubeVirt),
+		PvcDefault:     inv.Classes.KubernetesDefault(),
 	}
 	goldens := make([]predict.Golden, 0, len(inv.Goldens))
 	for _, g := range inv.Goldens {
 		pg := plannerGolden(g, inv)
-		p.goldens[g.Ref()], p.flavors[g.Ref()] = pg, g.Flavor
+		p.Goldens[g.Ref()], p.flavors[g.Ref()] = pg, g.Flavor
 		goldens = append(goldens, pg)
 	}
-	p.pairs = p.state.Pairs(goldens, targetOfClass(p.storageDefault))
+	p.Pairs = p.State.Pairs(goldens, TargetOfClass(p.StorageDefault))
 	return p
 }
 
-func targetOfClass(r fleet.ClassResolution) predict.Target {
+func TargetOfClass(r fleet.ClassResolution) predict.Target {
 	return predict.Target{Class: r.Name, Unresolved: !r.Resolved()}
 }
 
@@ -107,27 +97,27 @@ func pinnedTo(pv *corev1.PersistentVolume) []string {
 
 // forDisk predicts one worker disk from its own claim: its resolved class,
 // volume mode and request (what CDI's planner compares).
-func (p *predictor) forDisk(f diskFacts) *predict.Prediction {
-	if p == nil || f.golden == nil || f.disk.Kind != fleet.DiskClone || !f.disk.FromPVC {
+func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
+	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC {
 		return nil
 	}
-	g, ok := p.goldens[f.golden.Ref()]
+	g, ok := p.Goldens[f.golden.Ref()]
 	if !ok {
 		return nil
 	}
-	t := targetOfClass(f.class)
-	t.Bytes, t.VolumeMode, t.AccessModes, t.ContentType = f.disk.RequestedBytes, f.disk.VolumeMode, f.disk.AccessModes, f.disk.ContentType
-	if f.disk.FromPVCSpec {
+	t := TargetOfClass(f.class)
+	t.Bytes, t.VolumeMode, t.AccessModes, t.ContentType = f.Disk.RequestedBytes, f.Disk.VolumeMode, f.Disk.AccessModes, f.Disk.ContentType
+	if f.Disk.FromPVCSpec {
 		t.Kind = cdirules.KindPVC
 	}
-	if f.pvc != nil && f.pvc.Spec.StorageClassName != nil {
+	if f.Pvc != nil && f.Pvc.Spec.StorageClassName != nil {
 		// The claim CDI rendered: its own class, mode and request.
-		t.Claimed, t.VolumeMode, t.Bytes = true, "", fleet.ClaimRequest(f.pvc)
-		if f.pvc.Spec.VolumeMode != nil {
-			t.VolumeMode = string(*f.pvc.Spec.VolumeMode)
+		t.Claimed, t.VolumeMode, t.Bytes = true, "", fleet.ClaimRequest(f.Pvc)
+		if f.Pvc.Spec.VolumeMode != nil {
+			t.VolumeMode = string(*f.Pvc.Spec.VolumeMode)
 		}
 	}
-	pr := p.state.Predict(g, t)
+	pr := p.State.Predict(g, t)
 	return &pr
 }
 
@@ -164,7 +154,7 @@ func pathOfVerdict(verdict string) (string, bool) {
 // fail. A stuck disk confirms a blocked prediction but contradicts no other
 // one: a slow clone may still finish (CSICloneStuck speaks for it
 // meanwhile).
-func checkPrediction(r *record.Record) (checked, right bool) {
+func CheckPrediction(r *record.Record) (checked, right bool) {
 	got, decided := pathOfVerdict(r.Verdict)
 	switch {
 	case r.Predicted == "" || !decided:
@@ -179,7 +169,7 @@ func checkPrediction(r *record.Record) (checked, right bool) {
 
 // predictionWrong: the verdict contradicts the path predicted for the disk.
 func predictionWrong(r *record.Record) string {
-	if checked, right := checkPrediction(r); !checked || right {
+	if checked, right := CheckPrediction(r); !checked || right {
 		return ""
 	}
 	return fmt.Sprintf("the clone path was predicted %s (%s) from CDI's rules, but the verdict is %s", r.Predicted, r.PredictedReason, r.Verdict)
@@ -196,19 +186,8 @@ type ClassDiskCount struct {
 	Count  int
 }
 
-// addPredictions puts the pass's predictions into the snapshot the metrics
-// read (the checks and disks per class come from every judged disk, in
-// buildSnapshot).
-func addPredictions(s *Snapshot, p *predictor) {
-	if p == nil {
-		return
-	}
-	s.PredictionsReady = true
-	s.Paths = p.reports(p.pairs)
-}
-
 // reports turns pairs into the rows metrics and the report show.
-func (p *predictor) reports(pairs []predict.Pair) []ClonePathReport {
+func (p *Predictor) Reports(pairs []predict.Pair) []ClonePathReport {
 	out := make([]ClonePathReport, 0, len(pairs))
 	for _, pr := range pairs {
 		ref := types.NamespacedName{Namespace: pr.Golden.Namespace, Name: pr.Golden.Name}
@@ -218,4 +197,18 @@ func (p *predictor) reports(pairs []predict.Pair) []ClonePathReport {
 			AtGoldenSize: pr.AtSize.Path, Fix: predict.Fix(pr.Larger.Reason)})
 	}
 	return out
+}
+
+// ClonePathReport is one (golden, class) pair of the "clone paths" table.
+type ClonePathReport struct {
+	Golden      string `json:"golden"`
+	SchematicID string `json:"schematicID"`
+	Version     string `json:"version"`
+	// StorageClass is a class or "(default)"; ResolvedClass what it resolves to.
+	StorageClass  string `json:"storageClass"`
+	ResolvedClass string `json:"resolvedClass"`
+	predict.Prediction
+	// AtGoldenSize is the path of a disk of exactly the golden's size.
+	AtGoldenSize string `json:"atGoldenSize"`
+	Fix          string `json:"fix,omitempty"`
 }
