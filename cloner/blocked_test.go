@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -267,10 +268,10 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	}
 	c := &Controller{cfg: testConfig(), judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
-	if s := c.buildSnapshot(ev.Inv, newLedger()); len(s.Goldens) != 0 || len(s.Disks) != 1 || !s.Disks[0].Flavor.IsZero() {
+	if s := c.buildSnapshot(ev.Inv, ledger.NewLedger()); len(s.Goldens) != 0 || len(s.Disks) != 1 || !s.Disks[0].Flavor.IsZero() {
 		t.Fatalf("snapshot goldens %+v disks %+v: an untrusted golden is not a flavor", s.Goldens, s.Disks)
 	}
-	if fl := reportFlavors(ev.Inv, newLedger()); len(fl) != 0 {
+	if fl := reportFlavors(ev.Inv, ledger.NewLedger()); len(fl) != 0 {
 		t.Fatalf("report flavor rows %+v", fl)
 	}
 	u := reportUntrusted(ev.Inv)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -228,13 +229,13 @@ func (fc *fakeCluster) record(t *testing.T, ns, name string) *record.Record {
 }
 
 // ledger is the whole ledger, root and shards summed, with every mark.
-func (fc *fakeCluster) ledger(t *testing.T, cfg config.Config) *Ledger {
+func (fc *fakeCluster) ledger(t *testing.T, cfg config.Config) *ledger.Ledger {
 	t.Helper()
-	b, err := readLedgerBook(context.Background(), fc.kube, cfg.LedgerNamespace, cfg.LedgerName)
+	b, err := ledger.ReadLedgerBook(context.Background(), fc.kube, cfg.LedgerNamespace, cfg.LedgerName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b.merged(true)
+	return b.Merged(true)
 }
 
 // warnings lists the Warning events by involved object name and reason.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
@@ -76,10 +77,10 @@ type Controller struct {
 
 	// ledger is the leader's copy of the ledger; only the goroutine running
 	// passes touches it.
-	ledger *ledgerBook
+	ledger *ledger.LedgerBook
 	// heldFacts and heldPrune wait for a full pass's last chunk
 	// (countPass); only the goroutine running passes touches them.
-	heldFacts []ledgerFact
+	heldFacts []ledger.LedgerFact
 	heldPrune bool
 	// writing is the chunk whose verdict writes are still going while the
 	// next chunk is judged (writeBehind); only the goroutine running passes

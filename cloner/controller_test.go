@@ -16,6 +16,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -111,7 +112,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 	if v := fc.pvc(t, "tenant-a", "md0-0").Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
 		t.Fatalf("verdict annotation %q", v)
 	}
-	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
+	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
 	if d := fc.ledger(t, cfg).Durations[record.VerdictCSIClone]; d == nil || d.Count != 1 || d.Sum != 60 {
 		t.Fatalf("duration %+v, want one observation of 60s (first CreateVolume at t0 to the DataVolume ready at t0+1m)", d)
 	}
@@ -133,7 +134,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
+	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 1, GoldenImports: 1, BytesAvoided: 6 * gi})
 	if after := fc.pvc(t, "tenant-a", "md0-0").Annotations[fleet.AnnCloneEvidence]; after != before {
 		t.Fatalf("restart rewrote the record:\n%s\n%s", before, after)
 	}
@@ -142,7 +143,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 	}
 }
 
-func assertTotals(t *testing.T, l *Ledger, want FlavorTotals) {
+func assertTotals(t *testing.T, l *ledger.Ledger, want ledger.FlavorTotals) {
 	t.Helper()
 	got := l.Flavors[fleet.Flavor{SchematicID: testSID, Version: testVer}.Key()]
 	if got == nil || *got != want {
@@ -173,7 +174,7 @@ func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, WorkerImports: 3, BytesAvoided: 18 * gi})
+	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, WorkerImports: 3, BytesAvoided: 18 * gi})
 
 	// d4 finishes; the other leader writes the same count first, so this
 	// leader's write conflicts and must re-read instead of adding again.
@@ -193,7 +194,7 @@ func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
 	if !raced.Load() {
 		t.Fatal("the race was not exercised")
 	}
-	want := FlavorTotals{FetchesAvoided: 4, GoldenImports: 1, WorkerImports: 3, BytesAvoided: 24 * gi}
+	want := ledger.FlavorTotals{FetchesAvoided: 4, GoldenImports: 1, WorkerImports: 3, BytesAvoided: 24 * gi}
 	assertTotals(t, fc.ledger(t, cfg), want)
 
 	// A restarted controller and a deleted disk change no total.
@@ -207,11 +208,11 @@ func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
 	}
 	l := fc.ledger(t, cfg)
 	assertTotals(t, l, want)
-	if _, ok := l.counted[string(w.dvs[1].UID)]; ok {
+	if _, ok := l.Counted[string(w.dvs[1].UID)]; ok {
 		t.Fatal("the deleted disk's UID was not pruned")
 	}
-	if len(l.counted) != 5 { // golden, d2, d3, d4, http-0
-		t.Fatalf("counted %d UIDs, want 5", len(l.counted))
+	if len(l.Counted) != 5 { // golden, d2, d3, d4, http-0
+		t.Fatalf("counted %d UIDs, want 5", len(l.Counted))
 	}
 }
 

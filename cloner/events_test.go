@@ -13,6 +13,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -176,7 +177,7 @@ func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
 	cfg := testConfig()
 	ctx := t.Context()
 	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.LedgerName, Namespace: cfg.LedgerNamespace},
-		Data: map[string]string{ledgerKeyFlavors: "{"}}
+		Data: map[string]string{ledger.LedgerKeyFlavors: "{"}}
 	if _, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	cm, _ := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, cfg.LedgerName, metav1.GetOptions{})
-	if cm.Data[ledgerKeyFlavors] != "{" {
+	if cm.Data[ledger.LedgerKeyFlavors] != "{" {
 		t.Fatal("the unreadable ledger was overwritten")
 	}
 	if r := fc.record(t, "tenant-a", "d"); r == nil || r.Verdict != record.VerdictCSIClone {

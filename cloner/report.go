@@ -11,6 +11,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
@@ -203,12 +204,12 @@ func listObjects(ctx context.Context, clients config.Clients) (fleet.Objects, er
 
 // findLedger reads the ledger named by cfg, or the one ConfigMap carrying
 // the ledger label when no namespace is given.
-func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) (*Ledger, string, error) {
+func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) (*ledger.Ledger, string, error) {
 	name := cfg.LedgerName
 	if name == "" {
 		name = config.DefaultLedgerName
 	}
-	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.LabelLedger + "=" + ledgerLabelRoot})
+	cms, err := clients.Kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.LabelLedger + "=" + ledger.LedgerLabelRoot})
 	if err != nil {
 		return nil, "", fmt.Errorf("listing ledger ConfigMaps: %w", err)
 	}
@@ -220,14 +221,14 @@ func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) 
 	}
 	switch len(found) {
 	case 0:
-		return newLedger(), "", nil
+		return ledger.NewLedger(), "", nil
 	case 1:
-		b, err := readLedgerBook(ctx, clients.Kube, found[0].Namespace, found[0].Name)
+		b, err := ledger.ReadLedgerBook(ctx, clients.Kube, found[0].Namespace, found[0].Name)
 		if err != nil {
 			return nil, "", err
 		}
 		// A format-1 root still holds its marks: the sum is right either way.
-		return b.merged(false), found[0].Namespace + "/" + found[0].Name, nil
+		return b.Merged(false), found[0].Namespace + "/" + found[0].Name, nil
 	}
 	var names []string
 	for _, cm := range found {
@@ -238,7 +239,7 @@ func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) 
 
 // reportFlavors joins the catalog with the ledger; a flavor whose goldens are
 // gone still shows its counters.
-func reportFlavors(inv *fleet.Inventory, l *Ledger) []FlavorReport {
+func reportFlavors(inv *fleet.Inventory, l *ledger.Ledger) []FlavorReport {
 	byKey := map[string]*FlavorReport{}
 	get := func(f fleet.Flavor) *FlavorReport {
 		r := byKey[f.Key()]
@@ -261,7 +262,7 @@ func reportFlavors(inv *fleet.Inventory, l *Ledger) []FlavorReport {
 		r.Consumers += n
 	}
 	for k, t := range l.Flavors {
-		r := get(splitFlavorKey(k))
+		r := get(ledger.SplitFlavorKey(k))
 		r.GoldenImports, r.WorkerImports = t.GoldenImports, t.WorkerImports
 		r.FetchesAvoided, r.BytesAvoided = t.FetchesAvoided, t.BytesAvoided
 	}

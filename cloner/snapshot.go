@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -27,7 +28,7 @@ type Snapshot struct {
 	// Flavors are the ledger's per-flavor counters.
 	Flavors []FlavorCounters
 	// Durations are the ledger's clone-duration histograms per verdict.
-	Durations map[string]DurationTotals
+	Durations map[string]ledger.DurationTotals
 	// Malformed counts unreadable objects seen by this process, per kind.
 	Malformed map[string]int64
 	// EvidenceDropped counts observations dropped because the queue was
@@ -80,7 +81,7 @@ type BadDiskCount struct {
 // FlavorCounters are one flavor's ledger totals.
 type FlavorCounters struct {
 	Flavor fleet.Flavor
-	FlavorTotals
+	ledger.FlavorTotals
 }
 
 // Snapshot returns the latest view; never nil.
@@ -107,7 +108,7 @@ func (c *Controller) setSnapshot(s *Snapshot) {
 
 // buildSnapshot summarises every disk as last judged, the catalog and the
 // ledger as last read or written.
-func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *Ledger) *Snapshot {
+func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *ledger.Ledger) *Snapshot {
 	s := &Snapshot{Leader: true, Taken: c.cfg.Clock()}
 	c.mu.Lock()
 	c.tally.fill(s)
@@ -131,13 +132,13 @@ func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *Ledger) *Snapshot {
 	return s
 }
 
-func ledgerCounters(l *Ledger) ([]FlavorCounters, map[string]DurationTotals) {
+func ledgerCounters(l *ledger.Ledger) ([]FlavorCounters, map[string]ledger.DurationTotals) {
 	var fl []FlavorCounters
 	for k, t := range l.Flavors {
-		fl = append(fl, FlavorCounters{Flavor: splitFlavorKey(k), FlavorTotals: *t})
+		fl = append(fl, FlavorCounters{Flavor: ledger.SplitFlavorKey(k), FlavorTotals: *t})
 	}
 	sort.Slice(fl, func(i, j int) bool { return fl[i].Flavor.Key() < fl[j].Flavor.Key() })
-	d := make(map[string]DurationTotals, len(l.Durations))
+	d := make(map[string]ledger.DurationTotals, len(l.Durations))
 	for k, t := range l.Durations {
 		d[k] = *t
 	}

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
@@ -130,8 +135,8 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 // client's rate limit. Marks are pruned on full passes and after a
 // DataVolume went away: a pass for one changed disk does not walk the whole
 // ledger. A nil Ledger means nothing was counted this time.
-func (c *Controller) countPass(ctx context.Context, ev *verdict.Evaluation, full, more bool) (*Ledger, error) {
-	c.heldFacts = append(c.heldFacts, ledgerFacts(ev, c.cfg)...)
+func (c *Controller) countPass(ctx context.Context, ev *verdict.Evaluation, full, more bool) (*ledger.Ledger, error) {
+	c.heldFacts = append(c.heldFacts, ledger.LedgerFacts(ev, c.cfg)...)
 	c.heldPrune = c.heldPrune || full || c.dataVolumesDeleted.Swap(false)
 	if more {
 		return nil, nil
@@ -365,4 +370,47 @@ func (c *Controller) noteMalformed(m fleet.MalformedObject) bool {
 		klog.InfoS("Skipping an object that cannot be read", "kind", m.Kind, "namespace", m.Namespace, "name", m.Name, "err", m.Err)
 	}
 	return isNew
+}
+
+// countLedger adds one pass's facts to the ledger and forgets the marks of
+// DataVolumes confirmed gone. The leader reads the whole ledger the first
+// time (migrating a format-1 one) and keeps it from its own writes; it
+// returns the counters as they now stand (nil when the ledger was never read).
+func (c *Controller) countLedger(ctx context.Context, facts []ledger.LedgerFact, prune bool, live func(types.UID) bool) (*ledger.Ledger, error) {
+	kube := c.clients.Kube
+	if c.ledger == nil {
+		b, err := ledger.ReadLedgerBook(ctx, kube, c.cfg.LedgerNamespace, c.cfg.LedgerName)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.Migrate(ctx, kube); err != nil {
+			return nil, err
+		}
+		c.ledger = b
+	}
+	goneCache := map[types.UID]bool{}
+	gone := func(ref string, uid types.UID) bool {
+		if v, ok := goneCache[uid]; ok {
+			return v
+		}
+		v := c.dataVolumeGone(ctx, ref, uid)
+		goneCache[uid] = v
+		return v
+	}
+	err := c.ledger.Update(ctx, kube, facts, prune, live, gone)
+	return c.ledger.Merged(false), err
+}
+
+// dataVolumeGone asks the API server whether the DataVolume a UID belonged
+// to is gone (absent, or replaced by one with another UID).
+func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.UID) bool {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return false
+	}
+	u, err := c.clients.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	return err == nil && u.GetUID() != uid
 }

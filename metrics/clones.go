@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 )
 
 // ClonesSource is what the verdict collector reads at scrape time;
@@ -116,8 +117,8 @@ func collectLedger(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
 		sid, ver := label(f.Flavor.SchematicID), label(f.Flavor.Version)
 		ch <- prometheus.MustNewConstMetric(descFetchesAvoided, prometheus.CounterValue, float64(f.FetchesAvoided), sid, ver)
 		ch <- prometheus.MustNewConstMetric(descBytesAvoided, prometheus.CounterValue, float64(f.BytesAvoided), sid, ver)
-		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.GoldenImports), sid, ver, cloner.FetchGoldenImport)
-		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.WorkerImports), sid, ver, cloner.FetchWorkerImport)
+		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.GoldenImports), sid, ver, ledger.FetchGoldenImport)
+		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.WorkerImports), sid, ver, ledger.FetchWorkerImport)
 	}
 	for verdict, d := range s.Durations {
 		ch <- prometheus.MustNewConstHistogram(descDuration, d.Count, d.Sum, d.Cumulative(), verdict)

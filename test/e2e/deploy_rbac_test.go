@@ -22,6 +22,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -468,7 +469,7 @@ func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *record
 // and its shards.
 func ledgerCounted(ctx context.Context, c *cluster.Cluster) (map[string]json.RawMessage, error) {
 	counted := map[string]json.RawMessage{}
-	for _, name := range cloner.LedgerObjectNames(config.DefaultLedgerName) {
+	for _, name := range ledger.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) && name != config.DefaultLedgerName {
 			continue

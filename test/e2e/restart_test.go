@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -366,7 +366,7 @@ func flavorCounters(s scrape, flavor string) map[string]float64 {
 	out := map[string]float64{}
 	out["fetches avoided"], _ = s.value("csi_clone_factory_fetches_avoided_total", l)
 	out["bytes avoided"], _ = s.value("csi_clone_factory_bytes_avoided_total", l)
-	for _, kind := range []string{cloner.FetchGoldenImport, cloner.FetchWorkerImport} {
+	for _, kind := range []string{ledger.FetchGoldenImport, ledger.FetchWorkerImport} {
 		out["fetches "+kind], _ = s.value("csi_clone_factory_fetches_total", with(l, "kind", kind))
 	}
 	out["consumers"], _ = s.value("csi_clone_golden_consumers", l)
@@ -414,8 +414,8 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 	return map[string]float64{
 		"fetches avoided":                     finished,
 		"bytes avoided":                       finished * float64(capacity),
-		"fetches " + cloner.FetchGoldenImport: float64(c.Factory.Fetches(flavor, talosVersion)),
-		"fetches " + cloner.FetchWorkerImport: 0,
+		"fetches " + ledger.FetchGoldenImport: float64(c.Factory.Fetches(flavor, talosVersion)),
+		"fetches " + ledger.FetchWorkerImport: 0,
 		"consumers":                           consumers,
 		"bad disks":                           0,
 		"disks " + record.VerdictCSIClone:     cloned,
@@ -428,7 +428,7 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 func settledCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, flavor string) map[string]float64 {
 	t.Helper()
 	want := expectedCounters(t, ctx, c, flavor)
-	if want["fetches avoided"] != restartDisks || want["fetches "+cloner.FetchGoldenImport] != 1 {
+	if want["fetches avoided"] != restartDisks || want["fetches "+ledger.FetchGoldenImport] != 1 {
 		t.Fatalf("flavor %s: the cluster shows %v, want %d finished clones of one imported golden", flavor[:4], want, restartDisks)
 	}
 	waitMetrics(t, ctx, c, func(s scrape) error {

@@ -23,6 +23,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -208,8 +209,8 @@ func checkCounters(s scrape, c *cluster.Cluster) error {
 	// Fetches counted = fetches the Factory served, retries included.
 	d := map[string]string{"schematic_id": flavorD, "version": talosVersion}
 	for flavor, labels := range map[string]map[string]string{flavorA: a, flavorB: b, flavorD: d} {
-		golden, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", cloner.FetchGoldenImport))
-		worker, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", cloner.FetchWorkerImport))
+		golden, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", ledger.FetchGoldenImport))
+		worker, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", ledger.FetchWorkerImport))
 		if served := c.Factory.Fetches(flavor, talosVersion); golden+worker != float64(served) {
 			return fmt.Errorf("flavor %s: %v golden + %v worker fetches counted, the Factory served %d", flavor[:4], golden, worker, served)
 		}
@@ -351,7 +352,7 @@ func checkSecondLeaderCountsNothing(t *testing.T, ctx context.Context, c *cluste
 func ledgerData(t *testing.T, ctx context.Context, c *cluster.Cluster) string {
 	t.Helper()
 	var out []string
-	for _, name := range cloner.LedgerObjectNames(config.DefaultLedgerName) {
+	for _, name := range ledger.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := c.Client.CoreV1().ConfigMaps(ledgerNS).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) && name != config.DefaultLedgerName {
 			continue

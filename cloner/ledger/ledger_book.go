@@ -1,4 +1,4 @@
-package cloner
+package ledger
 
 import (
 	"context"
@@ -19,30 +19,30 @@ import (
 // a 253-character name), so 64 shards keep each object under the API
 // server's 1 MiB limit up to about 500,000 disks with usual names and
 // 150,000 with the longest names Kubernetes allows (TestLedgerShardsFit).
-const ledgerShards = 64
+const LedgerShards = 64
 
 // Label values of LabelLedger: the root is what `report` finds.
 const (
-	ledgerLabelRoot  = "true"
+	LedgerLabelRoot  = "true"
 	ledgerLabelShard = "shard"
 )
 
 // shardOf is the shard a DataVolume UID's mark lives in.
-func shardOf(uid types.UID) int {
+func ShardOf(uid types.UID) int {
 	h := fnv.New32a()
 	h.Write([]byte(uid))
-	return int(h.Sum32() % ledgerShards)
+	return int(h.Sum32() % LedgerShards)
 }
 
 // shardName is the ConfigMap of shard i of the ledger named root.
-func shardName(root string, i int) string { return fmt.Sprintf("%s-%02d", root, i) }
+func ShardName(root string, i int) string { return fmt.Sprintf("%s-%02d", root, i) }
 
 // LedgerObjectNames are the ConfigMaps of the ledger named root: the root,
 // then its shards (what the Role must let the sidecar get and update).
 func LedgerObjectNames(root string) []string {
 	out := []string{root}
-	for i := range ledgerShards {
-		out = append(out, shardName(root, i))
+	for i := range LedgerShards {
+		out = append(out, ShardName(root, i))
 	}
 	return out
 }
@@ -53,23 +53,23 @@ func LedgerObjectNames(root string) []string {
 // resourceVersion kept here, so a stale book costs a conflict and a fresh
 // read of one shard, never a double count. The leader reads the book once
 // when it starts leading and keeps it current from its own writes.
-type ledgerBook struct {
-	ns, name string
-	root     *Ledger
-	shards   [ledgerShards]*Ledger
+type LedgerBook struct {
+	Ns, Name string
+	Root     *Ledger
+	Shards   [LedgerShards]*Ledger
 }
 
 // readLedgerBook reads the root and every shard straight from the API
 // server (not a cache): counting must start from the newest versions. A
 // format-1 root still holding marks is returned as read; migrate moves them.
-func readLedgerBook(ctx context.Context, kube kubernetes.Interface, ns, name string) (*ledgerBook, error) {
-	b := &ledgerBook{ns: ns, name: name}
+func ReadLedgerBook(ctx context.Context, kube kubernetes.Interface, ns, name string) (*LedgerBook, error) {
+	b := &LedgerBook{Ns: ns, Name: name}
 	var err error
-	if b.root, err = readLedgerObject(ctx, kube, ns, name); err != nil {
+	if b.Root, err = readLedgerObject(ctx, kube, ns, name); err != nil {
 		return nil, err
 	}
-	for i := range b.shards {
-		if b.shards[i], err = readLedgerObject(ctx, kube, ns, shardName(name, i)); err != nil {
+	for i := range b.Shards {
+		if b.Shards[i], err = readLedgerObject(ctx, kube, ns, ShardName(name, i)); err != nil {
 			return nil, err
 		}
 	}
@@ -79,7 +79,7 @@ func readLedgerBook(ctx context.Context, kube kubernetes.Interface, ns, name str
 func readLedgerObject(ctx context.Context, kube kubernetes.Interface, ns, name string) (*Ledger, error) {
 	cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return newLedger(), nil
+		return NewLedger(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading ledger %s/%s: %w", ns, name, err)
@@ -89,21 +89,21 @@ func readLedgerObject(ctx context.Context, kube kubernetes.Interface, ns, name s
 
 // merged is the sum of the root and the shards: the counters as metrics and
 // the report show them, and with marks every counted UID.
-func (b *ledgerBook) merged(marks bool) *Ledger {
-	out := newLedger()
-	out.add(b.root, marks)
-	for _, s := range b.shards {
+func (b *LedgerBook) Merged(marks bool) *Ledger {
+	out := NewLedger()
+	out.add(b.Root, marks)
+	for _, s := range b.Shards {
 		out.add(s, marks)
 	}
 	return out
 }
 
 // bytes is the size of the ledger's data over all its objects.
-func (b *ledgerBook) bytes() int {
+func (b *LedgerBook) Bytes() int {
 	n := 0
-	for _, l := range append([]*Ledger{b.root}, b.shards[:]...) {
-		if l.exists || len(l.counted) > 0 {
-			for k, v := range l.encode() {
+	for _, l := range append([]*Ledger{b.Root}, b.Shards[:]...) {
+		if l.exists || len(l.Counted) > 0 {
+			for k, v := range l.Encode() {
 				n += len(k) + len(v)
 			}
 		}
@@ -113,24 +113,24 @@ func (b *ledgerBook) bytes() int {
 
 // write creates or updates one of the book's objects (shard -1 is the root)
 // and keeps what was written.
-func (b *ledgerBook) write(ctx context.Context, kube kubernetes.Interface, shard int, l *Ledger) error {
-	name, label := b.name, ledgerLabelRoot
+func (b *LedgerBook) write(ctx context.Context, kube kubernetes.Interface, shard int, l *Ledger) error {
+	name, label := b.Name, LedgerLabelRoot
 	if shard >= 0 {
-		name, label = shardName(b.name, shard), ledgerLabelShard
+		name, label = ShardName(b.Name, shard), ledgerLabelShard
 	}
-	data := l.encode()
+	data := l.Encode()
 	if shard < 0 {
-		data[ledgerKeyShards] = strconv.Itoa(ledgerShards)
-		delete(data, ledgerKeyCounted)
+		data[ledgerKeyShards] = strconv.Itoa(LedgerShards)
+		delete(data, LedgerKeyCounted)
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: b.ns, ResourceVersion: l.rv,
+			Name: name, Namespace: b.Ns, ResourceVersion: l.rv,
 			Labels: map[string]string{fleet.LabelLedger: label, "app.kubernetes.io/name": "csi-clone-sidecar"},
 		},
 		Data: data,
 	}
-	cms := kube.CoreV1().ConfigMaps(b.ns)
+	cms := kube.CoreV1().ConfigMaps(b.Ns)
 	var out *corev1.ConfigMap
 	var err error
 	if l.exists {
@@ -141,30 +141,30 @@ func (b *ledgerBook) write(ctx context.Context, kube kubernetes.Interface, shard
 	if err != nil {
 		return err
 	}
-	l.rv, l.exists, l.format = out.ResourceVersion, true, ledgerFormat
+	l.rv, l.exists, l.format = out.ResourceVersion, true, LedgerFormat
 	if shard < 0 {
-		b.root = l
+		b.Root = l
 	} else {
-		b.shards[shard] = l
+		b.Shards[shard] = l
 	}
 	return nil
 }
 
 // reread replaces one object of the book with the API server's version,
 // after a write lost a race.
-func (b *ledgerBook) reread(ctx context.Context, kube kubernetes.Interface, shard int) error {
-	name := b.name
+func (b *LedgerBook) reread(ctx context.Context, kube kubernetes.Interface, shard int) error {
+	name := b.Name
 	if shard >= 0 {
-		name = shardName(b.name, shard)
+		name = ShardName(b.Name, shard)
 	}
-	l, err := readLedgerObject(ctx, kube, b.ns, name)
+	l, err := readLedgerObject(ctx, kube, b.Ns, name)
 	if err != nil {
 		return err
 	}
 	if shard < 0 {
-		b.root = l
+		b.Root = l
 	} else {
-		b.shards[shard] = l
+		b.Shards[shard] = l
 	}
 	return nil
 }
@@ -173,11 +173,11 @@ func (b *ledgerBook) reread(ctx context.Context, kube kubernetes.Interface, shar
 // reports a change, retrying from a fresh read when the write loses a race.
 // On any error the book keeps the object as last read: what fn added is
 // added again by the next attempt, never lost, never doubled.
-func (b *ledgerBook) change(ctx context.Context, kube kubernetes.Interface, shard int, fn func(*Ledger) bool) error {
+func (b *LedgerBook) change(ctx context.Context, kube kubernetes.Interface, shard int, fn func(*Ledger) bool) error {
 	for try := 0; try < ledgerWriteTries; try++ {
-		cur := b.root
+		cur := b.Root
 		if shard >= 0 {
-			cur = b.shards[shard]
+			cur = b.Shards[shard]
 		}
 		next := cur.clone()
 		if !fn(next) {
@@ -191,11 +191,11 @@ func (b *ledgerBook) change(ctx context.Context, kube kubernetes.Interface, shar
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("writing ledger %s/%s (shard %d): %w", b.ns, b.name, shard, err)
+			return fmt.Errorf("writing ledger %s/%s (shard %d): %w", b.Ns, b.Name, shard, err)
 		}
 		return nil
 	}
-	return fmt.Errorf("writing ledger %s/%s (shard %d): still conflicting after %d tries", b.ns, b.name, shard, ledgerWriteTries)
+	return fmt.Errorf("writing ledger %s/%s (shard %d): still conflicting after %d tries", b.Ns, b.Name, shard, ledgerWriteTries)
 }
 
 // migrate moves the marks of a format-1 root into the shards, then rewrites
@@ -205,13 +205,13 @@ func (b *ledgerBook) change(ctx context.Context, kube kubernetes.Interface, shar
 // leader of the old version that counts into the root meanwhile makes the
 // root's rewrite conflict, which re-reads and moves its new marks too. The
 // shards gain marks only, never totals: nothing is counted twice.
-func (b *ledgerBook) migrate(ctx context.Context, kube kubernetes.Interface) error {
-	for b.root.format == ledgerFormatLegacy || (b.root.exists && len(b.root.counted) > 0) {
-		byShard := map[int]map[string]*mark{}
-		for uid, m := range b.root.counted {
-			s := shardOf(types.UID(uid))
+func (b *LedgerBook) Migrate(ctx context.Context, kube kubernetes.Interface) error {
+	for b.Root.format == LedgerFormatLegacy || (b.Root.exists && len(b.Root.Counted) > 0) {
+		byShard := map[int]map[string]*Mark{}
+		for uid, m := range b.Root.Counted {
+			s := ShardOf(types.UID(uid))
 			if byShard[s] == nil {
-				byShard[s] = map[string]*mark{}
+				byShard[s] = map[string]*Mark{}
 			}
 			byShard[s][uid] = m
 		}
@@ -220,8 +220,8 @@ func (b *ledgerBook) migrate(ctx context.Context, kube kubernetes.Interface) err
 				return err
 			}
 		}
-		root := b.root.clone()
-		root.counted = map[string]*mark{}
+		root := b.Root.clone()
+		root.Counted = map[string]*Mark{}
 		err := b.write(ctx, kube, -1, root)
 		if apierrors.IsConflict(err) {
 			if err := b.reread(ctx, kube, -1); err != nil {
@@ -230,10 +230,10 @@ func (b *ledgerBook) migrate(ctx context.Context, kube kubernetes.Interface) err
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("migrating ledger %s/%s: %w", b.ns, b.name, err)
+			return fmt.Errorf("migrating ledger %s/%s: %w", b.Ns, b.Name, err)
 		}
 	}
-	if !b.root.exists {
+	if !b.Root.exists {
 		// The root is what `report` finds by its label.
 		return b.change(ctx, kube, -1, func(*Ledger) bool { return true })
 	}
@@ -242,7 +242,7 @@ func (b *ledgerBook) migrate(ctx context.Context, kube kubernetes.Interface) err
 
 // hasStale reports whether a mark's DataVolume is not in the cache.
 func (l *Ledger) hasStale(live func(types.UID) bool) bool {
-	for uid := range l.counted {
+	for uid := range l.Counted {
 		if !live(types.UID(uid)) {
 			return true
 		}
@@ -252,13 +252,13 @@ func (l *Ledger) hasStale(live func(types.UID) bool) bool {
 
 // adopt takes marks counted elsewhere without raising any total; it reports
 // whether a mark was new or grew.
-func (l *Ledger) adopt(marks map[string]*mark) bool {
+func (l *Ledger) adopt(marks map[string]*Mark) bool {
 	changed := false
 	for uid, m := range marks {
-		have := l.counted[uid]
+		have := l.Counted[uid]
 		if have == nil {
 			cp := *m
-			l.counted[uid], changed = &cp, true
+			l.Counted[uid], changed = &cp, true
 			continue
 		}
 		if m.Fetches > have.Fetches || (m.Avoided && !have.Avoided) || (m.Timed && !have.Timed) {
@@ -273,22 +273,22 @@ func (l *Ledger) adopt(marks map[string]*mark) bool {
 // update adds the facts to the shards their UIDs hash to and, with prune,
 // forgets marks of DataVolumes confirmed gone; only shards that change are
 // written.
-func (b *ledgerBook) update(ctx context.Context, kube kubernetes.Interface, facts []ledgerFact, prune bool,
+func (b *LedgerBook) Update(ctx context.Context, kube kubernetes.Interface, facts []LedgerFact, prune bool,
 	live func(types.UID) bool, gone func(ref string, uid types.UID) bool) error {
-	byShard := map[int][]ledgerFact{}
+	byShard := map[int][]LedgerFact{}
 	for _, f := range facts {
-		s := shardOf(f.uid)
+		s := ShardOf(f.Uid)
 		byShard[s] = append(byShard[s], f)
 	}
 	budget := ledgerPrunePerPass
 	var firstErr error
-	for s := range b.shards {
+	for s := range b.Shards {
 		fs := byShard[s]
-		if len(fs) == 0 && (!prune || !b.shards[s].hasStale(live)) {
+		if len(fs) == 0 && (!prune || !b.Shards[s].hasStale(live)) {
 			continue // nothing to count or forget: no copy, no write
 		}
 		err := b.change(ctx, kube, s, func(l *Ledger) bool {
-			changed := l.apply(fs)
+			changed := l.Apply(fs)
 			return (prune && l.prune(live, gone, &budget)) || changed
 		})
 		if err != nil && firstErr == nil {

@@ -1,7 +1,6 @@
-package cloner
+package ledger
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -14,8 +13,6 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -38,11 +35,11 @@ import (
 //	durations.json  {"<verdict>": DurationTotals}
 //	shards          the number of shards (root only)
 const (
-	ledgerFormat       = "2"
-	ledgerFormatLegacy = "1"
-	ledgerKeyFormat    = "format"
-	ledgerKeyFlavors   = "flavors.json"
-	ledgerKeyCounted   = "counted.json"
+	LedgerFormat       = "2"
+	LedgerFormatLegacy = "1"
+	LedgerKeyFormat    = "format"
+	LedgerKeyFlavors   = "flavors.json"
+	LedgerKeyCounted   = "counted.json"
 	ledgerKeyDurations = "durations.json"
 	ledgerKeyShards    = "shards"
 	ledgerWriteTries   = 5
@@ -76,7 +73,7 @@ type DurationTotals struct {
 }
 
 // mark records what was counted for one DataVolume UID.
-type mark struct {
+type Mark struct {
 	Ref     string `json:"r"`
 	Fetches int64  `json:"f,omitempty"`
 	Avoided bool   `json:"a,omitempty"`
@@ -87,30 +84,30 @@ type mark struct {
 type Ledger struct {
 	Flavors   map[string]*FlavorTotals
 	Durations map[string]*DurationTotals
-	counted   map[string]*mark
+	Counted   map[string]*Mark
 	rv        string
 	exists    bool
 	format    string // as read; "" for a new one
 }
 
-func newLedger() *Ledger {
-	return &Ledger{Flavors: map[string]*FlavorTotals{}, Durations: map[string]*DurationTotals{}, counted: map[string]*mark{}}
+func NewLedger() *Ledger {
+	return &Ledger{Flavors: map[string]*FlavorTotals{}, Durations: map[string]*DurationTotals{}, Counted: map[string]*Mark{}}
 }
 
 // decodeLedger reads a ledger ConfigMap; an unreadable one is an error, never
 // silently reset (that would count everything again).
 func decodeLedger(cm *corev1.ConfigMap) (*Ledger, error) {
-	l := newLedger()
+	l := NewLedger()
 	if cm == nil {
 		return l, nil
 	}
 	l.rv, l.exists = cm.ResourceVersion, true
-	switch l.format = cm.Data[ledgerKeyFormat]; l.format {
-	case ledgerFormat, ledgerFormatLegacy, "":
+	switch l.format = cm.Data[LedgerKeyFormat]; l.format {
+	case LedgerFormat, LedgerFormatLegacy, "":
 	default:
-		return nil, fmt.Errorf("ledger %s/%s has format %q, this sidecar reads %q", cm.Namespace, cm.Name, l.format, ledgerFormat)
+		return nil, fmt.Errorf("ledger %s/%s has format %q, this sidecar reads %q", cm.Namespace, cm.Name, l.format, LedgerFormat)
 	}
-	for key, dst := range map[string]any{ledgerKeyFlavors: &l.Flavors, ledgerKeyCounted: &l.counted, ledgerKeyDurations: &l.Durations} {
+	for key, dst := range map[string]any{LedgerKeyFlavors: &l.Flavors, LedgerKeyCounted: &l.Counted, ledgerKeyDurations: &l.Durations} {
 		if raw := cm.Data[key]; raw != "" {
 			if err := json.Unmarshal([]byte(raw), dst); err != nil {
 				return nil, fmt.Errorf("ledger %s/%s key %s is unreadable: %w", cm.Namespace, cm.Name, key, err)
@@ -120,8 +117,8 @@ func decodeLedger(cm *corev1.ConfigMap) (*Ledger, error) {
 	if l.Flavors == nil {
 		l.Flavors = map[string]*FlavorTotals{}
 	}
-	if l.counted == nil {
-		l.counted = map[string]*mark{}
+	if l.Counted == nil {
+		l.Counted = map[string]*Mark{}
 	}
 	if l.Durations == nil {
 		l.Durations = map[string]*DurationTotals{}
@@ -129,27 +126,27 @@ func decodeLedger(cm *corev1.ConfigMap) (*Ledger, error) {
 	return l, nil
 }
 
-func (l *Ledger) encode() map[string]string {
+func (l *Ledger) Encode() map[string]string {
 	return map[string]string{
-		ledgerKeyFormat:    ledgerFormat,
-		ledgerKeyFlavors:   record.MustJSON(l.Flavors),
-		ledgerKeyCounted:   record.MustJSON(l.counted),
+		LedgerKeyFormat:    LedgerFormat,
+		LedgerKeyFlavors:   record.MustJSON(l.Flavors),
+		LedgerKeyCounted:   record.MustJSON(l.Counted),
 		ledgerKeyDurations: record.MustJSON(l.Durations),
 	}
 }
 
 // ledgerFact is what one DataVolume has earned so far.
-type ledgerFact struct {
-	uid      types.UID
-	ref      string
-	flavor   string
+type LedgerFact struct {
+	Uid      types.UID
+	Ref      string
+	Flavor   string
 	kind     string // FetchGoldenImport, FetchWorkerImport, or "" for a clone
 	fetches  int64
-	avoided  bool
-	bytes    int64
-	verdict  string
-	duration time.Duration
-	timed    bool
+	Avoided  bool
+	Bytes    int64
+	Verdict  string
+	Duration time.Duration
+	Timed    bool
 }
 
 func (l *Ledger) flavor(key string) *FlavorTotals {
@@ -163,34 +160,34 @@ func (l *Ledger) flavor(key string) *FlavorTotals {
 
 // apply counts what the facts add beyond what is already marked, and marks
 // it, in memory; it reports whether anything changed.
-func (l *Ledger) apply(facts []ledgerFact) bool {
+func (l *Ledger) Apply(facts []LedgerFact) bool {
 	changed := false
 	for _, f := range facts {
-		m := l.counted[string(f.uid)]
+		m := l.Counted[string(f.Uid)]
 		if m == nil {
-			if f.fetches == 0 && !f.avoided && !f.timed {
+			if f.fetches == 0 && !f.Avoided && !f.Timed {
 				continue
 			}
-			m = &mark{Ref: f.ref}
-			l.counted[string(f.uid)] = m
+			m = &Mark{Ref: f.Ref}
+			l.Counted[string(f.Uid)] = m
 		}
 		if f.fetches > m.Fetches {
 			d := f.fetches - m.Fetches
 			if f.kind == FetchGoldenImport {
-				l.flavor(f.flavor).GoldenImports += d
+				l.flavor(f.Flavor).GoldenImports += d
 			} else {
-				l.flavor(f.flavor).WorkerImports += d
+				l.flavor(f.Flavor).WorkerImports += d
 			}
 			m.Fetches, changed = f.fetches, true
 		}
-		if f.avoided && !m.Avoided {
-			t := l.flavor(f.flavor)
+		if f.Avoided && !m.Avoided {
+			t := l.flavor(f.Flavor)
 			t.FetchesAvoided++
-			t.BytesAvoided += f.bytes
+			t.BytesAvoided += f.Bytes
 			m.Avoided, changed = true, true
 		}
-		if f.timed && !m.Timed {
-			l.observe(f.verdict, f.duration)
+		if f.Timed && !m.Timed {
+			l.observe(f.Verdict, f.Duration)
 			m.Timed, changed = true, true
 		}
 	}
@@ -235,7 +232,7 @@ func (t *DurationTotals) Cumulative() map[float64]uint64 {
 // the API server spends one of *budget.
 func (l *Ledger) prune(live func(types.UID) bool, gone func(ref string, uid types.UID) bool, budget *int) bool {
 	var stale []string
-	for uid := range l.counted {
+	for uid := range l.Counted {
 		if !live(types.UID(uid)) {
 			stale = append(stale, uid)
 		}
@@ -247,8 +244,8 @@ func (l *Ledger) prune(live func(types.UID) bool, gone func(ref string, uid type
 			break
 		}
 		*budget--
-		if gone(l.counted[uid].Ref, types.UID(uid)) {
-			delete(l.counted, uid)
+		if gone(l.Counted[uid].Ref, types.UID(uid)) {
+			delete(l.Counted, uid)
 			changed = true
 		}
 	}
@@ -258,7 +255,7 @@ func (l *Ledger) prune(live func(types.UID) bool, gone func(ref string, uid type
 // clone is a deep copy: a write that fails must leave the book as it was.
 func (l *Ledger) clone() *Ledger {
 	c := &Ledger{Flavors: make(map[string]*FlavorTotals, len(l.Flavors)), Durations: make(map[string]*DurationTotals, len(l.Durations)),
-		counted: make(map[string]*mark, len(l.counted)), rv: l.rv, exists: l.exists, format: l.format}
+		Counted: make(map[string]*Mark, len(l.Counted)), rv: l.rv, exists: l.exists, format: l.format}
 	for k, t := range l.Flavors {
 		cp := *t
 		c.Flavors[k] = &cp
@@ -270,9 +267,9 @@ func (l *Ledger) clone() *Ledger {
 		}
 		c.Durations[k] = &cp
 	}
-	for k, m := range l.counted {
+	for k, m := range l.Counted {
 		cp := *m
-		c.counted[k] = &cp
+		c.Counted[k] = &cp
 	}
 	return c
 }
@@ -300,84 +297,41 @@ func (l *Ledger) add(o *Ledger, marks bool) {
 		}
 	}
 	if marks {
-		for k, m := range o.counted {
-			l.counted[k] = m
+		for k, m := range o.Counted {
+			l.Counted[k] = m
 		}
 	}
 }
 
 // splitFlavorKey undoes Flavor.Key.
-func splitFlavorKey(k string) fleet.Flavor {
+func SplitFlavorKey(k string) fleet.Flavor {
 	sid, ver, _ := strings.Cut(k, "/")
 	return fleet.Flavor{SchematicID: sid, Version: ver}
-}
-
-// countLedger adds one pass's facts to the ledger and forgets the marks of
-// DataVolumes confirmed gone. The leader reads the whole ledger the first
-// time (migrating a format-1 one) and keeps it from its own writes; it
-// returns the counters as they now stand (nil when the ledger was never read).
-func (c *Controller) countLedger(ctx context.Context, facts []ledgerFact, prune bool, live func(types.UID) bool) (*Ledger, error) {
-	kube := c.clients.Kube
-	if c.ledger == nil {
-		b, err := readLedgerBook(ctx, kube, c.cfg.LedgerNamespace, c.cfg.LedgerName)
-		if err != nil {
-			return nil, err
-		}
-		if err := b.migrate(ctx, kube); err != nil {
-			return nil, err
-		}
-		c.ledger = b
-	}
-	goneCache := map[types.UID]bool{}
-	gone := func(ref string, uid types.UID) bool {
-		if v, ok := goneCache[uid]; ok {
-			return v
-		}
-		v := c.dataVolumeGone(ctx, ref, uid)
-		goneCache[uid] = v
-		return v
-	}
-	err := c.ledger.update(ctx, kube, facts, prune, live, gone)
-	return c.ledger.merged(false), err
-}
-
-// dataVolumeGone asks the API server whether the DataVolume a UID belonged
-// to is gone (absent, or replaced by one with another UID).
-func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.UID) bool {
-	ns, name, ok := strings.Cut(ref, "/")
-	if !ok {
-		return false
-	}
-	u, err := c.clients.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return true
-	}
-	return err == nil && u.GetUID() != uid
 }
 
 // ledgerFacts turns one evaluation into what each DataVolume has earned:
 // imports fetched (goldens and HTTP workers, restarts included) and, for a
 // finished disk cloned from a trusted golden, one fetch avoided. Nothing is
 // counted for an untrusted golden's flavor: its labels cannot be trusted.
-func ledgerFacts(ev *verdict.Evaluation, cfg config.Config) []ledgerFact {
-	var out []ledgerFact
+func LedgerFacts(ev *verdict.Evaluation, cfg config.Config) []LedgerFact {
+	var out []LedgerFact
 	for _, g := range ev.Inv.Goldens {
 		if !g.Trusted() {
 			continue
 		}
 		if n := verdict.ImportFetches(g.Phase, g.RestartCount); n > 0 {
-			out = append(out, ledgerFact{uid: g.UID, ref: g.Ref().String(), flavor: g.Flavor.Key(), kind: FetchGoldenImport, fetches: n})
+			out = append(out, LedgerFact{Uid: g.UID, Ref: g.Ref().String(), Flavor: g.Flavor.Key(), kind: FetchGoldenImport, fetches: n})
 		}
 	}
 	for _, a := range ev.Assessments {
 		d := a.Disk
-		f := ledgerFact{uid: d.UID, ref: d.Ref().String()}
+		f := LedgerFact{Uid: d.UID, Ref: d.Ref().String()}
 		switch {
 		case d.Kind == fleet.DiskHTTPImport:
-			f.flavor, f.kind, f.fetches = d.Flavor.Key(), FetchWorkerImport, verdict.ImportFetches(d.Phase, d.RestartCount)
+			f.Flavor, f.kind, f.fetches = d.Flavor.Key(), FetchWorkerImport, verdict.ImportFetches(d.Phase, d.RestartCount)
 		case a.Golden != nil && a.Golden.Trusted() && d.Finished() && providedFromGolden(a.Record.Verdict):
-			f.flavor, f.avoided, f.bytes = a.Golden.Flavor.Key(), true, bytesPerFetch(a.Golden, cfg)
-			f.verdict, f.duration, f.timed = a.Record.Verdict, a.Duration, a.Timed
+			f.Flavor, f.Avoided, f.Bytes = a.Golden.Flavor.Key(), true, bytesPerFetch(a.Golden, cfg)
+			f.Verdict, f.Duration, f.Timed = a.Record.Verdict, a.Duration, a.Timed
 		default:
 			continue
 		}
