@@ -9,6 +9,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -271,10 +272,10 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	if s := c.buildSnapshot(ev.Inv, ledger.NewLedger()); len(s.Goldens) != 0 || len(s.Disks) != 1 || !s.Disks[0].Flavor.IsZero() {
 		t.Fatalf("snapshot goldens %+v disks %+v: an untrusted golden is not a flavor", s.Goldens, s.Disks)
 	}
-	if fl := reportFlavors(ev.Inv, ledger.NewLedger()); len(fl) != 0 {
+	if fl := report.ReportFlavors(ev.Inv, ledger.NewLedger()); len(fl) != 0 {
 		t.Fatalf("report flavor rows %+v", fl)
 	}
-	u := reportUntrusted(ev.Inv)
+	u := report.ReportUntrusted(ev.Inv)
 	if len(u) != 1 || u[0].Name != g.Name || strings.Join(u[0].Consumers, ",") != "tenant-a/d" || len(u[0].Problems) != 2 {
 		t.Fatalf("untrusted %+v, want the golden with its consumer named", u)
 	}
@@ -359,7 +360,7 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
 	inv := fleet.BuildInventory(w.objects(t), config.DefaultGoldenNamespace)
-	_, bad := reportDisks(inv, judgeClaimless(inv, configAt(t0.Add(time.Minute))))
+	_, bad := report.ReportDisks(inv, report.JudgeClaimless(inv, configAt(t0.Add(time.Minute))))
 	if len(bad) != 1 || bad[0].Verdict != record.VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {
 		t.Fatalf("bad disks %+v", bad)

@@ -59,7 +59,7 @@ func newFakeCluster(t *testing.T, w *world) *fakeCluster {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		fleet.DataVolumeGVR: "DataVolumeList", fleet.VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
-		StorageProfileGVR: "StorageProfileList", CDIGVR: "CDIList", CDIConfigGVR: "CDIConfigList", DataSourceGVR: "DataSourceList", VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
+		fleet.StorageProfileGVR: "StorageProfileList", fleet.CDIGVR: "CDIList", fleet.CDIConfigGVR: "CDIConfigList", fleet.DataSourceGVR: "DataSourceList", fleet.VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
 	}, dynObjs...)
 	return &fakeCluster{kube: kube, dyn: dyn}
 }

@@ -60,7 +60,7 @@ type Controller struct {
 	// claimUIDs and dataVolumeUIDs find a PVC and a DataVolume by UID.
 	claimUIDs, dataVolumeUIDs *uidKeys
 	// predIn holds the clone-path prediction's informers (predict_inputs.go).
-	predIn atomic.Pointer[predictionInputs]
+	predIn atomic.Pointer[fleet.PredictionInputs]
 
 	wake  chan struct{} // a verdict pass is due
 	flush chan struct{} // an evidence flush is due
@@ -317,14 +317,4 @@ func (c *Controller) synced() bool {
 		}
 	}
 	return true
-}
-
-func unstructuredList(xs []any) []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, 0, len(xs))
-	for _, x := range xs {
-		if u, ok := x.(*unstructured.Unstructured); ok {
-			out = append(out, u)
-		}
-	}
-	return out
 }

@@ -277,7 +277,7 @@ func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 	if p := c.vscInf.Load(); p != nil {
 		vscs = (*p).GetStore().List()
 	}
-	inv := fleet.NewInventory(classes, unstructuredList(vscs), c.claim, c.volume)
+	inv := fleet.NewInventory(classes, fleet.UnstructuredList(vscs), c.claim, c.volume)
 	idx := (*c.dvInf.Load()).GetIndexer()
 	var dvs []*fleet.CachedDataVolume
 	seen := map[string]bool{}

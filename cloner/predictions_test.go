@@ -18,6 +18,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -140,7 +141,7 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 	cfg.AdmissionParams = true
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
-	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().inputs(); return ok })
+	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func countWrites(actions []clienttesting.Action, resource string) int {
 func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	t.Helper()
 	for _, l := range fc.kube.Resources {
-		if l.GroupVersion == CDIGVR.GroupVersion().String() {
+		if l.GroupVersion == fleet.CDIGVR.GroupVersion().String() {
 			l.APIResources = append(l.APIResources, metav1.APIResource{Name: "storageprofiles", Kind: "StorageProfile"},
 				metav1.APIResource{Name: "cdis", Kind: "CDI"}, metav1.APIResource{Name: "cdiconfigs", Kind: "CDIConfig"},
 				metav1.APIResource{Name: "datasources", Kind: "DataSource"})
@@ -217,7 +218,7 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	ctx := context.Background()
 	cr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI",
 		"metadata": map[string]any{"name": "cdi"}, "spec": map[string]any{"cloneStrategyOverride": "csi-clone"}}}
-	if _, err := fc.dyn.Resource(CDIGVR).Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+	if _, err := fc.dyn.Resource(fleet.CDIGVR).Create(ctx, cr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}}, metav1.CreateOptions{}); err != nil {
@@ -233,7 +234,7 @@ func TestReportClonePaths(t *testing.T) {
 	servePredictionInputs(t, fc)
 	ctx := t.Context()
 	var out strings.Builder
-	if err := ReportClonePaths(ctx, fc.clients(), testConfig(), &out, "table", "fixed"); err != nil {
+	if err := report.ReportClonePaths(ctx, fc.clients(), testConfig(), &out, "table", "fixed"); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"cozy-public/" + g.Name, "fixed", "host-assisted", "no-volume-expansion", "csi-clone", predict.Fix(predict.ReasonNoVolumeExpansion)} {
@@ -245,7 +246,7 @@ func TestReportClonePaths(t *testing.T) {
 		t.Errorf("report --predict fixed shows other classes:\n%s", out.String())
 	}
 	out.Reset()
-	if err := Report(ctx, fc.clients(), testConfig(), &out, "table"); err != nil {
+	if err := report.Report(ctx, fc.clients(), testConfig(), &out, "table"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "CLONE PATHS") || !strings.Contains(out.String(), predict.EmptyClass+" -> none") {

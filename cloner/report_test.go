@@ -12,6 +12,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
@@ -46,7 +47,7 @@ func reportOf(t *testing.T, cfg config.Config, format string) (string, string, *
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := Report(ctx, fc.clients(), cfg, &out, format); err != nil {
+	if err := report.Report(ctx, fc.clients(), cfg, &out, format); err != nil {
 		t.Fatal(err)
 	}
 	return out.String(), secret, fc
@@ -58,7 +59,7 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 	if strings.Contains(out, secret) {
 		t.Fatal("the report printed a credential from a DataVolume URL")
 	}
-	var d ReportData
+	var d report.ReportData
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestReportTableNamesBadDisksFixesAndSafeDeletes(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if err := Report(t.Context(), fc.clients(), cfg, io.Discard, "yaml"); err == nil {
+	if err := report.Report(t.Context(), fc.clients(), cfg, io.Discard, "yaml"); err == nil {
 		t.Fatal("an unknown format must be refused")
 	}
 }
@@ -104,14 +105,14 @@ func TestReportBeforeAnyVerdictShowsUnjudged(t *testing.T) {
 	w, _ := reportWorld()
 	fc := newFakeCluster(t, w)
 	var out bytes.Buffer
-	if err := Report(context.Background(), fc.clients(), config.DefaultConfig(), &out, "json"); err != nil {
+	if err := report.Report(context.Background(), fc.clients(), config.DefaultConfig(), &out, "json"); err != nil {
 		t.Fatal(err)
 	}
-	var d ReportData
+	var d report.ReportData
 	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Ledger != "" || d.Pools[0].Verdicts[VerdictUnjudged] != 1 {
+	if d.Ledger != "" || d.Pools[0].Verdicts[report.VerdictUnjudged] != 1 {
 		t.Fatalf("%+v", d)
 	}
 }

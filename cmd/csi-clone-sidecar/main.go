@@ -31,6 +31,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/metrics"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -126,9 +127,9 @@ func runReport(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if *predictClass != "" {
-		return cloner.ReportClonePaths(ctx, clients, c, os.Stdout, *format, *predictClass)
+		return report.ReportClonePaths(ctx, clients, c, os.Stdout, *format, *predictClass)
 	}
-	return cloner.Report(ctx, clients, c, os.Stdout, *format)
+	return report.Report(ctx, clients, c, os.Stdout, *format)
 }
 
 func registerFlags(fs *flag.FlagSet) *options {

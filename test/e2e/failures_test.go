@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -195,10 +195,10 @@ func verdictOf(t *testing.T, ctx context.Context, c *cluster.Cluster, name strin
 		return nil // a claim that carries no verdict yet
 	}
 	var out bytes.Buffer
-	if err := cloner.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
 		t.Fatal(err)
 	}
-	var rep cloner.ReportData
+	var rep report.ReportData
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func checkWarningWords(t *testing.T, ctx context.Context, c *cluster.Cluster, f 
 func checkReportLines(t *testing.T, ctx context.Context, c *cluster.Cluster, f failureCase) {
 	t.Helper()
 	var out bytes.Buffer
-	if err := cloner.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "table"); err != nil {
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "table"); err != nil {
 		t.Fatal(err)
 	}
 	for _, reason := range f.reasons {

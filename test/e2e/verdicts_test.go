@@ -25,6 +25,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -262,10 +263,10 @@ func checkReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	t.Helper()
 	var out bytes.Buffer
 	cfg := config.DefaultConfig()
-	if err := cloner.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cfg, &out, "json"); err != nil {
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cfg, &out, "json"); err != nil {
 		t.Fatal(err)
 	}
-	var rep cloner.ReportData
+	var rep report.ReportData
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}

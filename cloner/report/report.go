@@ -1,4 +1,4 @@
-package cloner
+package report
 
 import (
 	"context"
@@ -159,9 +159,9 @@ func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config
 		return nil, err
 	}
 	data := &ReportData{Ledger: name}
-	data.Flavors = reportFlavors(inv, ledger)
-	data.Pools, data.BadDisks = reportDisks(inv, judgeClaimless(inv, cfg))
-	data.Untrusted = reportUntrusted(inv)
+	data.Flavors = ReportFlavors(inv, ledger)
+	data.Pools, data.BadDisks = ReportDisks(inv, JudgeClaimless(inv, cfg))
+	data.Untrusted = ReportUntrusted(inv)
 	if data.ClonePaths, err = clonePaths(ctx, clients, inv, ""); err != nil {
 		data.ClonePathsError = err.Error()
 	}
@@ -239,7 +239,7 @@ func findLedger(ctx context.Context, clients config.Clients, cfg config.Config) 
 
 // reportFlavors joins the catalog with the ledger; a flavor whose goldens are
 // gone still shows its counters.
-func reportFlavors(inv *fleet.Inventory, l *ledger.Ledger) []FlavorReport {
+func ReportFlavors(inv *fleet.Inventory, l *ledger.Ledger) []FlavorReport {
 	byKey := map[string]*FlavorReport{}
 	get := func(f fleet.Flavor) *FlavorReport {
 		r := byKey[f.Key()]
@@ -278,7 +278,7 @@ func reportFlavors(inv *fleet.Inventory, l *ledger.Ledger) []FlavorReport {
 
 // reportUntrusted lists the goldens that break the naming rules and the
 // worker disks that name each.
-func reportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
+func ReportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
 	out := []UntrustedGoldenReport{}
 	for _, g := range inv.Goldens {
 		if g.Trusted() {
@@ -300,7 +300,7 @@ func reportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
 // clone, or has not got to it): the leader's verdict on them has no object
 // to be persisted on, and depends only on the DataVolume and its golden,
 // which the report reads as the leader does.
-func judgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*record.Record {
+func JudgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*record.Record {
 	out := map[types.UID]*record.Record{}
 	for _, a := range verdict.Evaluate(inv, cfg, cfg.Clock()).Assessments {
 		if inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName) == nil {
@@ -313,7 +313,7 @@ func judgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*reco
 // reportDisks reads each worker disk's persisted record: the report shows
 // what the leader decided, it does not judge again, except a disk with no
 // claim to persist on (claimless, from judgeClaimless).
-func reportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) ([]PoolReport, []BadDiskReport) {
+func ReportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) ([]PoolReport, []BadDiskReport) {
 	pools := map[[2]string]*PoolReport{}
 	bad := []BadDiskReport{}
 	for _, d := range inv.Disks {

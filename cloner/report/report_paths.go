@@ -1,4 +1,4 @@
-package cloner
+package report
 
 import (
 	"context"
@@ -79,32 +79,32 @@ func listPredictionInputs(ctx context.Context, clients config.Clients) (predict.
 	for _, d := range drivers.Items {
 		in.CSIDrivers = append(in.CSIDrivers, d.Name)
 	}
-	sps, err := clients.Dynamic.Resource(StorageProfileGVR).List(ctx, metav1.ListOptions{})
+	sps, err := clients.Dynamic.Resource(fleet.StorageProfileGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, fmt.Errorf("listing StorageProfiles (is CDI installed?): %w", err)
 	}
-	cdis, err := clients.Dynamic.Resource(CDIGVR).List(ctx, metav1.ListOptions{})
+	cdis, err := clients.Dynamic.Resource(fleet.CDIGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, fmt.Errorf("listing CDI resources: %w", err)
 	}
 	// Unreadable objects are left out; the sidecar reports them as malformed.
 	var unreadable []fleet.MalformedObject
-	in.Profiles = convertAll[cdiv1.StorageProfile](unstructuredList(itemsOf(sps.Items)), &unreadable)
-	in.CDIs = convertAll[cdiv1.CDI](unstructuredList(itemsOf(cdis.Items)), &unreadable)
-	configs, err := clients.Dynamic.Resource(CDIConfigGVR).List(ctx, metav1.ListOptions{})
+	in.Profiles = fleet.ConvertAll[cdiv1.StorageProfile](fleet.UnstructuredList(itemsOf(sps.Items)), &unreadable)
+	in.CDIs = fleet.ConvertAll[cdiv1.CDI](fleet.UnstructuredList(itemsOf(cdis.Items)), &unreadable)
+	configs, err := clients.Dynamic.Resource(fleet.CDIConfigGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, fmt.Errorf("listing CDIConfigs: %w", err)
 	}
-	in.CDIConfigs = convertAll[cdiv1.CDIConfig](unstructuredList(itemsOf(configs.Items)), &unreadable)
-	sources, err := clients.Dynamic.Resource(DataSourceGVR).List(ctx, metav1.ListOptions{})
+	in.CDIConfigs = fleet.ConvertAll[cdiv1.CDIConfig](fleet.UnstructuredList(itemsOf(configs.Items)), &unreadable)
+	sources, err := clients.Dynamic.Resource(fleet.DataSourceGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, fmt.Errorf("listing DataSources: %w", err)
 	}
-	in.DataSources = convertAll[cdiv1.DataSource](unstructuredList(itemsOf(sources.Items)), &unreadable)
-	vscs, err := clients.Dynamic.Resource(VolumeSnapshotClassGVR).List(ctx, metav1.ListOptions{})
+	in.DataSources = fleet.ConvertAll[cdiv1.DataSource](fleet.UnstructuredList(itemsOf(sources.Items)), &unreadable)
+	vscs, err := clients.Dynamic.Resource(fleet.VolumeSnapshotClassGVR).List(ctx, metav1.ListOptions{})
 	switch {
 	case err == nil:
-		in.SnapshotClasses = snapshotClasses(unstructuredList(itemsOf(vscs.Items)))
+		in.SnapshotClasses = fleet.SnapshotClasses(fleet.UnstructuredList(itemsOf(vscs.Items)))
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 	default:
 		return in, fmt.Errorf("listing VolumeSnapshotClasses: %w", err)
