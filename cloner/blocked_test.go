@@ -8,6 +8,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	corev1 "k8s.io/api/core/v1"
@@ -53,7 +54,7 @@ func (w *world) tmpClaim(target *corev1.PersistentVolumeClaim, ev *fleet.VolumeE
 func TestCDIRefusingTheCloneIsFailedAtOnceWithCDIsWords(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "small", "p", g, 4*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = ""
 	msg := "The clone doesn't meet the validation requirements: target resources requests storage size is smaller than the source 4294967296 < 6442450944"
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, msg, t0)
@@ -71,7 +72,7 @@ func TestCDIRefusingTheCloneIsFailedAtOnceWithCDIsWords(t *testing.T) {
 func TestCDICloneErrorIsFailedOnceItLasts(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "quota", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "quota", "p", g, 20*gi, publish.PtrTo(testClass))
 	pvc := w.pendingTarget(dv)
 	quota := `persistentvolumeclaims "tmp-pvc-x" is forbidden: exceeded quota: golden-quota, requested: persistentvolumeclaims=1, used: persistentvolumeclaims=1, limited: persistentvolumeclaims=1`
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", quota
@@ -100,7 +101,7 @@ func TestCDICloneErrorIsFailedOnceItLasts(t *testing.T) {
 func TestCloneErrorTheDataVolumeDoesNotShowIsNotFailed(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	pvc := w.pendingTarget(dv)
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "Operation cannot be fulfilled: the object has been modified"
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Populator is running", "", t0)
@@ -115,12 +116,12 @@ func TestGoldenGoneBeforeTheCloneIsStuckAtOnce(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	// Drop the golden's DataVolume and claim, keep its name in the disk.
 	w.dvs, w.pvcs = nil, nil
-	dv := w.worker("tenant-a", "mid", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "mid", "p", g, 20*gi, publish.PtrTo(testClass))
 	w.pendingTarget(dv)
-	waiting := w.worker("tenant-a", "no-claim", "p", g, 20*gi, ptrTo(testClass))
+	waiting := w.worker("tenant-a", "no-claim", "p", g, 20*gi, publish.PtrTo(testClass))
 	condition(waiting, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonWithoutSource,
 		"The source pvc "+g.Name+" doesn't exist", t0)
-	notLooked := w.worker("tenant-a", "not-looked", "p", g, 20*gi, ptrTo(testClass))
+	notLooked := w.worker("tenant-a", "not-looked", "p", g, 20*gi, publish.PtrTo(testClass))
 	_ = notLooked
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second))
 	for _, n := range []string{"mid", "no-claim"} {
@@ -143,14 +144,14 @@ func TestGoldenGoneAfterTheCloneWasMadeDoesNotBlock(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
 	w.dvs = nil // the DataVolume is deleted; keep the claim for the first case
-	dv := w.worker("tenant-a", "claim-left", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "claim-left", "p", g, 20*gi, publish.PtrTo(testClass))
 	w.pendingTarget(dv)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second))
 	if r := recs["claim-left"]; r.Verdict == record.VerdictStuck {
 		t.Fatalf("the golden's claim still exists (kept by a clone's finalizer): %q", r.Message)
 	}
 	w.pvcs = nil
-	made := w.worker("tenant-a", "made", "p", g, 20*gi, ptrTo(testClass))
+	made := w.worker("tenant-a", "made", "p", g, 20*gi, publish.PtrTo(testClass))
 	target := w.pendingTarget(made)
 	w.tmpClaim(target, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
 	recs, _ = w.judgeAll(t, testConfig(), t0.Add(time.Second))
@@ -162,7 +163,7 @@ func TestGoldenGoneAfterTheCloneWasMadeDoesNotBlock(t *testing.T) {
 func TestFailedExpansionOnTheTmpClaimIsResizeFailedWhileUnbound(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "grow", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "grow", "p", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.PrepClaimInProgress
 	target := w.pendingTarget(dv)
 	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
@@ -196,12 +197,12 @@ func TestFailedExpansionOnTheTmpClaimIsResizeFailedWhileUnbound(t *testing.T) {
 func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "slow", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "slow", "p", g, 20*gi, publish.PtrTo(testClass))
 	target := w.pendingTarget(dv)
 	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
 	ev.Expansions = []fleet.Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "Unavailable", Message: "try later"}}
 	w.tmpClaim(target, ev)
-	dv2 := w.worker("tenant-a", "hang", "p", g, 20*gi, ptrTo("local"))
+	dv2 := w.worker("tenant-a", "hang", "p", g, 20*gi, publish.PtrTo("local"))
 	t2 := w.pendingTarget(dv2)
 	t2.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
 		Message: "context deadline exceeded", Claim: "cozy-public/tmp-pvc-" + string(t2.UID), First: t0, Last: t0})
@@ -226,7 +227,7 @@ func TestRetryableDriverErrorsWaitForStuckAfter(t *testing.T) {
 func TestDefiniteCreateVolumeErrorIsStuckAtOnceUntilARetrySucceeds(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "local", "p", g, 20*gi, ptrTo("local"))
+	dv := w.worker("tenant-a", "local", "p", g, 20*gi, publish.PtrTo("local"))
 	target := w.pendingTarget(dv)
 	de := fleet.DriverError{Method: "CreateVolume", Code: "InvalidArgument", Message: "cannot clone volume g into node-local pool local",
 		Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: t0, Last: t0.Add(time.Second)}
@@ -248,7 +249,7 @@ func TestDefiniteCreateVolumeErrorIsStuckAtOnceUntilARetrySucceeds(t *testing.T)
 func TestStuckMessageCarriesCDIsExplanation(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, "ErrExceededQuota", "exceeded quota: tenant-quota", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	// The sidecar's own text, with CDI's word appended.
@@ -261,7 +262,7 @@ func TestStuckMessageCarriesCDIsExplanation(t *testing.T) {
 func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	var w world
 	g, _ := w.golden("ABC", "1.2")
-	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["d"]
 	if r.SchematicID != "" || r.Version != "" || !reasonsOf(r)[record.ReasonInvalidGolden] || r.Golden != config.DefaultGoldenNamespace+"/"+g.Name {
@@ -319,7 +320,7 @@ func TestDriverErrorIsRemovedWhenARetrySucceeds(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "retry", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "retry", "p", g, 20*gi, publish.PtrTo(testClass))
 	target := w.pendingTarget(dv)
 	claim := "cozy-public/tmp-pvc-" + string(target.UID)
 	target.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: "CreateVolume", Code: "ResourceExhausted",
@@ -342,7 +343,7 @@ func TestCloneErrorWhileTheGoldenImportsIsWaiting(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	g.Status.Phase = cdiv1.ImportInProgress
-	dv := w.worker("tenant-a", "early", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "early", "p", g, 20*gi, publish.PtrTo(testClass))
 	pvc := w.pendingTarget(dv)
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "source/target size info missing"
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "source/target size info missing", t0)
@@ -357,7 +358,7 @@ func TestCloneErrorWhileTheGoldenImportsIsWaiting(t *testing.T) {
 func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "small", "p", g, 4*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "small", "p", g, 4*gi, publish.PtrTo(testClass))
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
 	inv := fleet.BuildInventory(w.objects(t), config.DefaultGoldenNamespace)
 	_, bad := report.ReportDisks(inv, report.JudgeClaimless(inv, configAt(t0.Add(time.Minute))))
@@ -400,7 +401,7 @@ func TestNoGoldenDataVolumeStillGetsStuck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var w world
 			g, gpv := w.golden(testSID, testVer)
-			dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+			dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 			dv.Status.Phase = cdiv1.CSICloneInProgress
 			target := w.pendingTarget(dv)
 			if !tc.keepClaim {
@@ -428,13 +429,13 @@ func TestNoGoldenDataVolumeStillGetsStuck(t *testing.T) {
 func TestStuckMessageCarriesWhyCDIHoldsTheClone(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "held", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "held", "p", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	w.pendingTarget(dv)
 	inUse := "pod cozy-public/golden-reader using PersistentVolumeClaim " + g.Name
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, "Pending", "target PVC held Pending and "+inUse, t0)
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Populator is running", "", t0)
-	plain := w.worker("tenant-a", "plain", "p", g, 20*gi, ptrTo(testClass))
+	plain := w.worker("tenant-a", "plain", "p", g, 20*gi, publish.PtrTo(testClass))
 	condition(plain, cdiv1.DataVolumeBound, corev1.ConditionFalse, "Pending", "PVC plain Pending", t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["held"]; r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, inUse) {

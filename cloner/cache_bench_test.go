@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,7 +55,7 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 	out := make([]wireDisk, n)
 	for i := range out {
 		ns := fmt.Sprintf("tenant-%03d", i%200)
-		dv := w.worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*gi, ptrTo(testClass))
+		dv := w.worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*gi, publish.PtrTo(testClass))
 		pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
 		pv.Spec.CSI.VolumeHandle = pv.Name // as LINSTOR names its volumes
 		for k, v := range cdiClaimAnnotations(string(dv.UID)) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -209,7 +210,7 @@ func oneClonedDisk() (*cdiv1.DataVolume, *cdiv1.DataVolume, *corev1.PersistentVo
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, publish.PtrTo(testClass))
 	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
 	return g, dv, pvc, pv
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,7 +58,7 @@ func TestCDIExplanationPicksTheTellingCondition(t *testing.T) {
 func TestCloneInProgressIsRecheckedWhenItWouldTurnStuck(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	w.claim(dv, testClass, 20*gi, 0, "")
 	cfg := testConfig()

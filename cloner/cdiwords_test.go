@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,12 +35,12 @@ func TestStuckVerdictQuotesCDIsWarningEvents(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "held", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "held", "p", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	target := w.pendingTarget(dv)
 	tmp, _ := w.tmpClaim(target, nil)
 	tmp.Spec.VolumeName, tmp.Status.Phase = "", corev1.ClaimPending
-	young := w.worker("tenant-a", "young", "p", g, 20*gi, ptrTo(testClass))
+	young := w.worker("tenant-a", "young", "p", g, 20*gi, publish.PtrTo(testClass))
 	young.CreationTimestamp = metav1.NewTime(t0.Add(55 * time.Minute))
 	fc := newFakeCluster(t, &w)
 	ctx := t.Context()

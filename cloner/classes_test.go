@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -37,7 +38,7 @@ func TestExplicitEmptyClassIsNotTheDefault(t *testing.T) {
 	w.class("k8s", map[string]string{fleet.AnnDefaultClass: "true"}, t0)
 	// CDI looks a class named "" up, finds none and keeps "": Kubernetes
 	// then reads the claim as "no class".
-	got := fleet.NewClassIndex(w.scs).ResolveRequested(ptrTo(""), "")
+	got := fleet.NewClassIndex(w.scs).ResolveRequested(publish.PtrTo(""), "")
 	if got.Name != "" || got.How != fleet.ClassRequested {
 		t.Fatalf("got %+v", got)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
@@ -71,7 +72,7 @@ type Controller struct {
 
 	mu        sync.Mutex
 	snap      *Snapshot
-	malformed *malformedTracker
+	malformed *publish.MalformedTracker
 	emitted   map[string]bool // event keys emitted by this process
 	recheckAt time.Time       // see evaluation.recheckAt
 
@@ -101,7 +102,7 @@ type Controller struct {
 	progressWritten map[string]time.Time
 	// echoes are the records written whose echo the claim cache has not
 	// shown yet (echo.go).
-	echoes map[string]pendingEcho
+	echoes map[string]publish.PendingEcho
 	// heard holds CDI's Warning events on each disk stuck by age
 	// (cdiwords.go).
 	heard map[string]verdict.HeardWords
@@ -129,7 +130,7 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 		wake:            make(chan struct{}, 1),
 		flush:           make(chan struct{}, 1),
 		finish:          make(chan finishRequest),
-		malformed:       newMalformedTracker(),
+		malformed:       publish.NewMalformedTracker(),
 		emitted:         map[string]bool{},
 		dirty:           map[string]bool{},
 		chunk:           passChunk,
@@ -138,7 +139,7 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 		tally:           newFleetTally(),
 		rechecks:        map[string]time.Time{},
 		progressWritten: map[string]time.Time{},
-		echoes:          map[string]pendingEcho{},
+		echoes:          map[string]publish.PendingEcho{},
 		heard:           map[string]verdict.HeardWords{},
 	}, nil
 }

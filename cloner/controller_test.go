@@ -17,6 +17,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -63,7 +64,7 @@ func TestPipelineCSICloneWithResize(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
 	fc := newFakeCluster(t, &w)
@@ -158,13 +159,13 @@ func TestLedgerCountsOnceAcrossReplicasRacesRestartsAndDeletes(t *testing.T) {
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
 	for _, n := range []string{"d1", "d2", "d3"} {
-		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
 	}
 	web := w.dataVolume("tenant-b", "http-0", 20*gi, nil)
 	web.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://f/image/" + testSID + "/" + testVer + "/a.raw.xz"}}
 	succeed(web, t0)
 	web.Status.RestartCount = 2 // three fetches
-	late := w.worker("tenant-a", "d4", "p", g, 20*gi, ptrTo(testClass))
+	late := w.worker("tenant-a", "d4", "p", g, 20*gi, publish.PtrTo(testClass))
 	fc := newFakeCluster(t, &w)
 	cfg := configAt(t0.Add(time.Hour))
 	ctx := t.Context()

@@ -1,17 +1,10 @@
 package cloner
 
 import (
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 )
-
-// pendingEcho is a record this process wrote whose watch echo had not
-// reached the claim cache when it was written: the claim's resource version
-// the write was judged against, and the written record's hash.
-type pendingEcho struct {
-	base string
-	same uint64
-}
 
 // awaitingEcho reports whether the record d was already written to a claim
 // the cache still shows as it was before that write. A disk judged again
@@ -27,17 +20,17 @@ func (c *Controller) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim,
 	if !ok {
 		return false
 	}
-	if pvc == nil || pvc.ResourceVersion != e.base {
+	if pvc == nil || pvc.ResourceVersion != e.Base {
 		delete(c.echoes, key)
 		return false
 	}
-	return e.same == d.Same
+	return e.Same == d.Same
 }
 
 // expectEcho notes a record written to a claim as the cache showed it.
 func (c *Controller) expectEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) {
 	c.mu.Lock()
-	c.echoes[key] = pendingEcho{base: pvc.ResourceVersion, same: d.Same}
+	c.echoes[key] = publish.PendingEcho{Base: pvc.ResourceVersion, Same: d.Same}
 	c.mu.Unlock()
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -22,12 +23,12 @@ func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	copied := w.worker("tenant-a", "copied", "p", g, 20*gi, ptrTo(testClass))
+	copied := w.worker("tenant-a", "copied", "p", g, 20*gi, publish.PtrTo(testClass))
 	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, nil)
 	pvc.Annotations[fleet.AnnCDIFallbackReason] = "different volume modes"
 	ghost := &cdiv1.DataVolume{}
 	ghost.Namespace, ghost.Name = config.DefaultGoldenNamespace, goldenName("abc", "v1.0.0")
-	w.worker("tenant-a", "orphan", "p", ghost, 20*gi, ptrTo(testClass)) // no PVC: nothing to persist on
+	w.worker("tenant-a", "orphan", "p", ghost, 20*gi, publish.PtrTo(testClass)) // no PVC: nothing to persist on
 	fc := newFakeCluster(t, &w)
 	cfg := configAt(t0.Add(time.Hour))
 	ctx := t.Context()
@@ -67,7 +68,7 @@ func TestNewBadReasonWarnsAgain(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo("fast")) // class mismatch from the start
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo("fast")) // class mismatch from the start
 	w.claim(dv, "fast", 20*gi, 0, "")
 	fc := newFakeCluster(t, &w)
 	clk := newClock(t0.Add(time.Minute))
@@ -92,7 +93,7 @@ func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "local-0", "kubernetes-local", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "local-0", "kubernetes-local", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
 	fc := newFakeCluster(t, &w)
@@ -139,7 +140,7 @@ func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	good := w.worker("tenant-a", "good", "p", g, 20*gi, ptrTo(testClass))
+	good := w.worker("tenant-a", "good", "p", g, 20*gi, publish.PtrTo(testClass))
 	_, pv := w.cloned(good, testClass, "csi-clone", 20*gi, nil)
 	pv.Annotations[fleet.AnnCSIEvidence] = "{not json"
 	w.raw = append(w.raw, &unstructured.Unstructured{Object: map[string]any{
@@ -172,7 +173,7 @@ func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	w.cloned(w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	w.cloned(w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
 	fc := newFakeCluster(t, &w)
 	cfg := testConfig()
 	ctx := t.Context()
@@ -256,7 +257,7 @@ func TestWarningWhoseMessageGainsDetailIsNotRepeated(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo("fast"))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo("fast"))
 	fc := newFakeCluster(t, &w)
 	cfg := configAt(t0.Add(time.Minute))
 	ctx := t.Context()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -137,7 +138,7 @@ func (c *Controller) flushEvidence(ctx context.Context) {
 		if pvc == nil {
 			continue
 		}
-		if err := c.patchPVC(ctx, pvc, "", map[string]*string{fleet.AnnDriverError: ptrTo(record.MustJSON(pe.Err))}); err != nil {
+		if err := c.patchPVC(ctx, pvc, "", map[string]*string{fleet.AnnDriverError: publish.PtrTo(record.MustJSON(pe.Err))}); err != nil {
 			klog.V(2).InfoS("Driver error not written yet, will retry", "claim", claim, "err", err)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
@@ -115,7 +116,7 @@ func (w *world) claim(dv *cdiv1.DataVolume, class string, request, capacity int6
 
 // golden adds an imported golden of 6Gi on class testClass.
 func (w *world) golden(sid, ver string) (*cdiv1.DataVolume, *corev1.PersistentVolume) {
-	dv := w.dataVolume(config.DefaultGoldenNamespace, goldenName(sid, ver), 6*gi, ptrTo(testClass))
+	dv := w.dataVolume(config.DefaultGoldenNamespace, goldenName(sid, ver), 6*gi, publish.PtrTo(testClass))
 	dv.Annotations[fleet.AnnSchematicID], dv.Annotations[fleet.AnnTalosVersion] = sid, ver
 	dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{
 		URL: "https://factory.talos.dev/image/" + sid + "/" + ver + "/openstack-amd64.raw.xz"}}

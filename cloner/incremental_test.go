@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,7 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	const n = 40
 	var disks []*cdiv1.DataVolume
 	for i := range n {
-		dv := w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass))
+		dv := w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, publish.PtrTo(testClass))
 		if i > 0 {
 			w.cloned(dv, testClass, "csi-clone", 20*gi, nil)
 		}
@@ -87,7 +88,7 @@ func TestAFullPassGoesInChunks(t *testing.T) {
 	g, _ := w.golden(testSID, testVer)
 	const n, chunk = 23, 5
 	for i := range n {
-		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
 	ctx := t.Context()

@@ -11,6 +11,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,7 +78,7 @@ func threeClonedDisks() *world {
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
 	for _, n := range []string{"d1", "d2", "d3"} {
-		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
 	}
 	return &w
 }

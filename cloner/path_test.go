@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"google.golang.org/grpc/codes"
@@ -108,7 +109,7 @@ func TestDriverCodesTheSidecarsRetryWaitForStuckAfter(t *testing.T) {
 func driverErrorWorld(code, method string) *world {
 	w := &world{}
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	target := w.pendingTarget(dv)
 	if method == verdict.MethodCreateVolume {
 		target.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: method, Code: code, Message: "driver says no",

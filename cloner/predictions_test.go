@@ -17,6 +17,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
@@ -40,8 +41,8 @@ func predictionWorld(t *testing.T) (*world, *cdiv1.DataVolume) {
 	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
 	g, _ := w.golden(testSID, testVer)
 	blank := tapClone("", 20*gi, 20*gi)
-	w.cloned(w.worker("tenant-a", "fixed-a", "p", g, 20*gi, ptrTo("fixed")), "fixed", "copy", 20*gi, blank)
-	w.cloned(w.worker("tenant-a", "same-a", "p", g, 20*gi, ptrTo(testClass)), testClass, "copy", 20*gi, blank)
+	w.cloned(w.worker("tenant-a", "fixed-a", "p", g, 20*gi, publish.PtrTo("fixed")), "fixed", "copy", 20*gi, blank)
+	w.cloned(w.worker("tenant-a", "same-a", "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "copy", 20*gi, blank)
 	return &w, g
 }
 
@@ -93,7 +94,7 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "refused", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "refused", "p", g, 20*gi, publish.PtrTo(testClass))
 	pvc := w.pendingTarget(dv)
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "invalid token"
 	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "invalid token", t0)

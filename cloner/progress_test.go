@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
@@ -26,11 +27,11 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 
 	moved := *written
 	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
-	clk.set(t0.Add(progressRewriteAfter - time.Second))
+	clk.set(t0.Add(publish.ProgressRewriteAfter - time.Second))
 	if !c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress within the spacing was written at once")
 	}
-	if got, want := c.rechecks[key], t0.Add(progressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
+	if got, want := c.rechecks[key], t0.Add(publish.ProgressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
 		t.Fatalf("re-judging due at %v (controller %v), want %v", got, c.recheckAt, want)
 	}
 	for what, change := range map[string]func(r *record.Record){
@@ -46,7 +47,7 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 			t.Errorf("%s waited for the progress spacing", what)
 		}
 	}
-	clk.set(t0.Add(progressRewriteAfter))
+	clk.set(t0.Add(publish.ProgressRewriteAfter))
 	if c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress still waits once the spacing has passed")
 	}

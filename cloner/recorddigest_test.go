@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,12 +99,12 @@ func TestDigestTellsChangesApart(t *testing.T) {
 			t.Errorf("a change of %s reads as the same record", what)
 		}
 		progress := what == "the message" || what == "the volume" || what == "the capacity" || what == "the claim cloned on"
-		if got := progressOnly(record.DigestRecord(&changed), old); got != progress {
+		if got := publish.ProgressOnly(record.DigestRecord(&changed), old); got != progress {
 			t.Errorf("a change of %s: progressOnly = %v, want %v", what, got, progress)
 		}
 	}
 	var none *record.RecordDigest
-	if none.SameAs(record.DigestRecord(&rec)) || progressOnly(record.DigestRecord(&rec), none) {
+	if none.SameAs(record.DigestRecord(&rec)) || publish.ProgressOnly(record.DigestRecord(&rec), none) {
 		t.Fatal("no persisted record reads as the same")
 	}
 }

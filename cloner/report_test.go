@@ -11,6 +11,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -21,9 +22,9 @@ func reportWorld() (*world, string) {
 	w.class(testClass, nil, t0)
 	g, gpv := w.golden(testSID, testVer)
 	w.golden("0ld", "v1.12.0") // nothing clones it any more
-	ok := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, ptrTo(testClass))
+	ok := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, publish.PtrTo(testClass))
 	w.cloned(ok, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
-	copied := w.worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*gi, ptrTo(testClass))
+	copied := w.worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*gi, publish.PtrTo(testClass))
 	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, tapClone("", 20*gi, 20*gi))
 	pvc.Annotations[fleet.AnnCDIFallbackReason] = "different volume modes"
 	web := w.dataVolume("tenant-b", "http-0", 20*gi, nil)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
 )
@@ -30,7 +31,7 @@ func TestParametersNeverReachLogsOrObjects(t *testing.T) {
 	var w world
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
 	fc := newFakeCluster(t, &w)
 	cfg := configAt(t0.Add(time.Hour))

@@ -101,7 +101,7 @@ func (c *Controller) setSnapshot(s *Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s != nil {
-		s.Malformed = c.malformed.snapshot()
+		s.Malformed = c.malformed.Snapshot()
 	}
 	c.snap = s
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -324,7 +325,7 @@ func (c *Controller) publish(ctx context.Context, a verdict.Assessment, inv *fle
 		if already[reason] {
 			continue
 		}
-		if err := c.warn(ctx, dataVolumeTarget(a.Disk), record.EventReason(reason), "", warningMessage(rec, reason)); err != nil {
+		if err := c.warn(ctx, publish.DataVolumeTarget(a.Disk), record.EventReason(reason), "", publish.WarningMessage(rec, reason)); err != nil {
 			return err
 		}
 	}
@@ -332,8 +333,8 @@ func (c *Controller) publish(ctx context.Context, a verdict.Assessment, inv *fle
 		return nil // CDI has not created the claim yet; the next pass writes it
 	}
 	err = c.patchPVC(ctx, pvc, "", map[string]*string{
-		fleet.AnnCloneVerdict:  ptrTo(rec.Verdict),
-		fleet.AnnCloneEvidence: ptrTo(record.MustJSON(rec)),
+		fleet.AnnCloneVerdict:  publish.PtrTo(rec.Verdict),
+		fleet.AnnCloneEvidence: publish.PtrTo(record.MustJSON(rec)),
 	})
 	if err == nil {
 		c.noteWritten(key, rec)
@@ -349,7 +350,7 @@ func (c *Controller) reportMalformed(ctx context.Context, ms []fleet.MalformedOb
 		if !c.noteMalformed(m) {
 			continue
 		}
-		t := eventTarget{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+		t := publish.EventTarget{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 		err := c.warn(ctx, t, ReasonMalformedObject, m.ResourceVersion, "csi-clone-sidecar cannot read this object and skips it: "+m.Err+
 			". Fix: correct the object (or delete it); nothing else is affected")
 		if err != nil && firstErr == nil {
@@ -365,7 +366,7 @@ func (c *Controller) noteMalformed(m fleet.MalformedObject) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	isNew := c.malformed.add(m)
+	isNew := c.malformed.Add(m)
 	if isNew {
 		klog.InfoS("Skipping an object that cannot be read", "kind", m.Kind, "namespace", m.Namespace, "name", m.Name, "err", m.Err)
 	}

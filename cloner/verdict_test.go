@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,7 +20,7 @@ import (
 func TestCSICloneWithResizeIsCSIClone(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "md0-disk-0", "kubernetes-md0", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "md0-disk-0", "kubernetes-md0", g, 20*gi, publish.PtrTo(testClass))
 	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["md0-disk-0"]
@@ -42,7 +43,7 @@ func TestCSICloneWithResizeIsCSIClone(t *testing.T) {
 func TestCSICloneAtGoldenSizeNeedsNoResize(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 6*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 6*gi, publish.PtrTo(testClass))
 	w.cloned(dv, testClass, "csi-clone", 6*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["d"]; r.Verdict != record.VerdictCSIClone || len(r.BadReasons()) != 0 {
@@ -53,9 +54,9 @@ func TestCSICloneAtGoldenSizeNeedsNoResize(t *testing.T) {
 func TestCloneNeverExpandedIsResizeMissing(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	w.cloned(dv, testClass, "csi-clone", 6*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi))
-	dv2 := w.worker("tenant-a", "d2", "p", g, 20*gi, ptrTo(testClass))
+	dv2 := w.worker("tenant-a", "d2", "p", g, 20*gi, publish.PtrTo(testClass))
 	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
 	ev.Expansions = []fleet.Expansion{{At: t0, RequiredBytes: 20 * gi, Code: "ResourceExhausted", Message: "pool full"}}
 	w.cloned(dv2, testClass, "csi-clone", 6*gi, ev)
@@ -73,7 +74,7 @@ func TestSnapshotRestoreIsSnapshotClone(t *testing.T) {
 	g, gpv := w.golden(testSID, testVer)
 	h := gpv.Spec.CSI.VolumeHandle
 	mk := func(name, snap, snapOf string) {
-		dv := w.worker("tenant-a", name, "p", g, 20*gi, ptrTo(testClass))
+		dv := w.worker("tenant-a", name, "p", g, 20*gi, publish.PtrTo(testClass))
 		ev := tapClone("", 6*gi, 20*gi)
 		ev.SourceSnapshot, ev.SnapshotOf = snap, snapOf
 		w.cloned(dv, testClass, "snapshot", 20*gi, ev)
@@ -105,7 +106,7 @@ func vsc(snapHandle, source string) *unstructured.Unstructured {
 func TestBlankVolumeIsHostAssistedWithCDIsReason(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	ev := tapClone("", 20*gi, 20*gi)
 	pvc, _ := w.cloned(dv, testClass, "copy", 20*gi, ev)
 	pvc.Annotations[fleet.AnnCDIFallbackReason] = "target storage class does not allow volume expansion"
@@ -131,7 +132,7 @@ func TestWithoutTapTheVerdictComesFromCDIAndSaysSo(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	for name, ct := range map[string]string{"csi": "csi-clone", "snap": "snapshot", "copy": "copy", "none": ""} {
-		w.cloned(w.worker("tenant-a", name, "p", g, 20*gi, ptrTo(testClass)), testClass, ct, 20*gi, nil)
+		w.cloned(w.worker("tenant-a", name, "p", g, 20*gi, publish.PtrTo(testClass)), testClass, ct, 20*gi, nil)
 	}
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	want := map[string]string{"csi": record.VerdictCSIClone, "snap": record.VerdictSnapshotClone, "copy": record.VerdictHostAssisted, "none": record.VerdictUnknown}
@@ -149,8 +150,8 @@ func TestFreshVolumeWaitsForTheTapsEvidenceBeforeCDIIsBelieved(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
 	made := t0.Add(time.Minute)
-	_, bare := w.cloned(w.worker("tenant-a", "bare", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
-	_, seen := w.cloned(w.worker("tenant-a", "seen", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi,
+	_, bare := w.cloned(w.worker("tenant-a", "bare", "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	_, seen := w.cloned(w.worker("tenant-a", "seen", "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi,
 		tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	bare.CreationTimestamp, seen.CreationTimestamp = metav1.NewTime(made), metav1.NewTime(made)
 	cfg := testConfig()
@@ -178,7 +179,7 @@ func TestFreshVolumeWaitsForTheTapsEvidenceBeforeCDIIsBelieved(t *testing.T) {
 func TestCDIDisagreeingWithTheDriverLosesToTheDriver(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	w.cloned(dv, testClass, "copy", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	r := recs["d"]
@@ -192,10 +193,10 @@ func TestCDIDisagreeingWithTheDriverLosesToTheDriver(t *testing.T) {
 
 func TestGoldenStillImportingIsPendingNotStuck(t *testing.T) {
 	var w world
-	g, _ := w.dataVolume(config.DefaultGoldenNamespace, goldenName(testSID, testVer), 6*gi, ptrTo(testClass)), 0
+	g, _ := w.dataVolume(config.DefaultGoldenNamespace, goldenName(testSID, testVer), 6*gi, publish.PtrTo(testClass)), 0
 	g.Status.Phase = cdiv1.ImportInProgress
 	w.claim(g, testClass, 6*gi, 0, "")
-	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	w.class(testClass, nil, t0)
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(48*time.Hour))
 	if r := recs["d"]; r.Verdict != record.VerdictPending || len(r.BadReasons()) != 0 {
@@ -206,7 +207,7 @@ func TestGoldenStillImportingIsPendingNotStuck(t *testing.T) {
 func TestUnfinishedCloneIsStuckAfterStuckAfterWithTheDriverError(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
 	pvc, _ := w.claim(dv, testClass, 20*gi, 0, "")
 	pvc.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: "CreateVolume", Code: "DeadlineExceeded",
@@ -226,7 +227,7 @@ func TestStuckClockStartsWhenTheGoldenIsReady(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	succeed(g, t0.Add(30*time.Minute)) // imported long after the worker was created
-	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(35*time.Minute))
 	if recs["d"].Verdict != record.VerdictPending {
 		t.Fatalf("5 minutes after the golden became ready: %s", recs["d"].Verdict)
@@ -236,7 +237,7 @@ func TestStuckClockStartsWhenTheGoldenIsReady(t *testing.T) {
 func TestFailedDataVolumeIsFailed(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	dv.Status.Phase = cdiv1.Failed
 	dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning, Message: "clone source gone"}}
 	recs, _ := w.judgeAll(t, testConfig(), t0)
@@ -249,7 +250,7 @@ func TestFailedGoldenFlagsItsWorkers(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	g.Status.Phase = cdiv1.Failed
-	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["d"]; r.Verdict != record.VerdictPending || !reasonsOf(r)[record.ReasonFailedGolden] {
 		t.Fatalf("got %s %v", r.Verdict, r.BadReasons())
@@ -261,7 +262,7 @@ func TestUnknownGolden(t *testing.T) {
 	w.golden(testSID, testVer)
 	ghost := &cdiv1.DataVolume{}
 	ghost.Namespace, ghost.Name = config.DefaultGoldenNamespace, goldenName("abc", "v9.9.9")
-	w.worker("tenant-a", "d", "p", ghost, 20*gi, ptrTo(testClass))
+	w.worker("tenant-a", "d", "p", ghost, 20*gi, publish.PtrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["d"]; !reasonsOf(r)[record.ReasonUnknownGolden] {
 		t.Fatalf("got %v", r.BadReasons())
@@ -271,7 +272,7 @@ func TestUnknownGolden(t *testing.T) {
 func TestGoldenBreakingTheNamingRulesIsNotTrusted(t *testing.T) {
 	var w world
 	g, _ := w.golden("ABC", "1.2")
-	w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	recs, ev := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if ev.Inv.Goldens[0].Trusted() || len(ev.Inv.Goldens[0].Problems) != 2 {
 		t.Fatalf("problems %v", ev.Inv.Goldens[0].Problems)
@@ -284,8 +285,8 @@ func TestGoldenBreakingTheNamingRulesIsNotTrusted(t *testing.T) {
 func TestClassMismatchIsFlaggedBeforeAndAfterTheClone(t *testing.T) {
 	var w world
 	g, gpv := w.golden(testSID, testVer)
-	w.worker("tenant-a", "pending", "p", g, 20*gi, ptrTo("fast"))
-	done := w.worker("tenant-a", "done", "p", g, 20*gi, ptrTo("fast"))
+	w.worker("tenant-a", "pending", "p", g, 20*gi, publish.PtrTo("fast"))
+	done := w.worker("tenant-a", "done", "p", g, 20*gi, publish.PtrTo("fast"))
 	w.cloned(done, "fast", "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Minute))
 	for _, n := range []string{"pending", "done"} {
@@ -344,7 +345,7 @@ func TestBoundDiskKeepsItsClassWhenTheDefaultMoves(t *testing.T) {
 func TestDiskSmallerThanGoldenIsTooSmall(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	w.worker("tenant-a", "d", "p", g, 4*gi, ptrTo(testClass))
+	w.worker("tenant-a", "d", "p", g, 4*gi, publish.PtrTo(testClass))
 	recs, _ := w.judgeAll(t, testConfig(), t0)
 	if r := recs["d"]; !reasonsOf(r)[record.ReasonTooSmall] {
 		t.Fatalf("got %v", r.BadReasons())
@@ -354,7 +355,7 @@ func TestDiskSmallerThanGoldenIsTooSmall(t *testing.T) {
 func TestCloneOfAnotherVolumeIsWrongSource(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
 	w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("not-the-golden", 6*gi, 20*gi))
 	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Hour))
 	if r := recs["d"]; r.Verdict != record.VerdictCSIClone || !reasonsOf(r)[record.ReasonWrongSource] {

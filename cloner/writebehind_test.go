@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +38,7 @@ func chunkedFleetWith(t *testing.T, n, chunk int, gate func(name string)) (*fake
 	w.class(testClass, nil, t0)
 	g, _ := w.golden(testSID, testVer)
 	for i := range n {
-		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
 	clients := fc.clients()
