@@ -268,7 +268,7 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	if r.SchematicID != "" || r.Version != "" || !reasonsOf(r)[record.ReasonInvalidGolden] || r.Golden != config.DefaultGoldenNamespace+"/"+g.Name {
 		t.Fatalf("record %+v: the disk must name the golden but carry no flavor", r)
 	}
-	c := &Controller{cfg: testConfig(), judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: testConfig(), judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
 	if s := c.buildSnapshot(ev.Inv, ledger.NewLedger()); len(s.Goldens) != 0 || len(s.Disks) != 1 || !s.Disks[0].Flavor.IsZero() {
 		t.Fatalf("snapshot goldens %+v disks %+v: an untrusted golden is not a flavor", s.Goldens, s.Disks)

@@ -71,7 +71,7 @@ type Controller struct {
 	evidenceRunning atomic.Bool
 
 	mu        sync.Mutex
-	snap      *Snapshot
+	snap      *ledger.Snapshot
 	malformed *publish.MalformedTracker
 	emitted   map[string]bool // event keys emitted by this process
 	recheckAt time.Time       // see evaluation.recheckAt
@@ -94,8 +94,8 @@ type Controller struct {
 	dirty    map[string]bool // DataVolume keys due for judging
 	fullDue  bool
 	chunk    int // disks judged per pass at most (passChunk)
-	judged   map[string]judgedDisk
-	tally    *fleetTally          // judged, summed (tally.go)
+	judged   map[string]ledger.JudgedDisk
+	tally    *ledger.FleetTally   // judged, summed (tally.go)
 	rechecks map[string]time.Time // per disk, see assessment.recheckAt
 	// progressWritten is when each pending disk's record was last written
 	// (progress.go).
@@ -135,8 +135,8 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 		dirty:           map[string]bool{},
 		chunk:           passChunk,
 		writeSlots:      make(chan struct{}, publishWriters),
-		judged:          map[string]judgedDisk{},
-		tally:           newFleetTally(),
+		judged:          map[string]ledger.JudgedDisk{},
+		tally:           ledger.NewFleetTally(),
 		rechecks:        map[string]time.Time{},
 		progressWritten: map[string]time.Time{},
 		echoes:          map[string]publish.PendingEcho{},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -27,20 +28,6 @@ const (
 	indexByGolden = "golden" // worker DataVolume by the golden it names
 	indexByFlavor = "flavor" // HTTP-import DataVolume by its Factory flavor
 )
-
-// judgedDisk is what the metrics need of one judged worker disk.
-type judgedDisk struct {
-	namespace, pool string
-	kind            string
-	goldenRef       types.NamespacedName
-	flavor          fleet.Flavor
-	verdict         string
-	badReasons      []string
-	class           string // a clone's resolved class, "" otherwise
-	// predictionChecked: the verdict showed the path taken, and
-	// predictionRight whether it was the one predicted.
-	predictionChecked, predictionRight bool
-}
 
 // dataVolumeIndexers index the DataVolume cache for the joins from a
 // changed PVC, PV or golden back to the disks it touches.
@@ -317,7 +304,7 @@ func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
 	defer c.mu.Unlock()
 	for _, k := range keys {
 		if old, ok := c.judged[k]; ok {
-			c.tally.add(old, -1)
+			c.tally.Add(old, -1)
 			delete(c.judged, k)
 		}
 		delete(c.rechecks, k)
@@ -325,18 +312,18 @@ func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
 	for _, a := range ev.Assessments {
 		d := a.Disk
 		k := d.Namespace + "/" + d.Name
-		j := judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
-			flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, verdict: a.Record.Verdict,
-			badReasons: a.Record.BadReasons()}
+		j := ledger.JudgedDisk{Namespace: d.Namespace, Pool: d.Pool, Kind: d.Kind, GoldenRef: d.GoldenRef,
+			Flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, Verdict: a.Record.Verdict,
+			BadReasons: a.Record.BadReasons()}
 		if d.Kind == fleet.DiskClone {
-			j.class = a.Record.Class
+			j.Class = a.Record.Class
 		}
-		j.predictionChecked, j.predictionRight = verdict.CheckPrediction(a.Record)
+		j.PredictionChecked, j.PredictionRight = verdict.CheckPrediction(a.Record)
 		if old, ok := c.judged[k]; ok {
-			c.tally.add(old, -1) // judged twice in one pass
+			c.tally.Add(old, -1) // judged twice in one pass
 		}
 		c.judged[k] = j
-		c.tally.add(j, 1)
+		c.tally.Add(j, 1)
 		if !a.RecheckAt.IsZero() {
 			c.rechecks[k] = a.RecheckAt
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -64,10 +65,10 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !reasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("same-a: predicted %s, reasons %v; want csi-clone and prediction-wrong", r.Predicted, r.BadReasons())
 	}
-	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
 	s := c.buildSnapshot(inv, nil)
-	addPredictions(s, ev.Pred)
+	ledger.AddPredictions(s, ev.Pred)
 	if s.PredictionChecks != (verdict.PredictionCheck{Right: 1, Wrong: 1}) || !s.PredictionsReady {
 		t.Errorf("checks %+v ready %v", s.PredictionChecks, s.PredictionsReady)
 	}
@@ -105,7 +106,7 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Fatalf("verdict %s, predicted %s (%s), reasons %v; want failed, csi-clone, prediction-wrong", r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons())
 	}
-	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
 	if s := c.buildSnapshot(inv, nil); s.PredictionChecks != (verdict.PredictionCheck{Wrong: 1}) {
 		t.Errorf("checks %+v, want one wrong", s.PredictionChecks)
@@ -305,8 +306,8 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p := verdict.BuildPredictor(in, inv)
-		s := &Snapshot{}
-		addPredictions(s, p)
+		s := &ledger.Snapshot{}
+		ledger.AddPredictions(s, p)
 		if len(s.Paths) != 20*31 || len(admissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {
 			b.Fatalf("%d pairs", len(s.Paths))
 		}

@@ -112,13 +112,13 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 	if !more {
 		keep(c.awaitWrites()) // the ledger counts what was written
 	}
-	ledger, err := c.countPass(ctx, ev, full, more)
+	counted, err := c.countPass(ctx, ev, full, more)
 	keep(err)
-	snap := c.buildSnapshot(inv, ledger)
-	addPredictions(snap, pred)
+	snap := c.buildSnapshot(inv, counted)
+	ledger.AddPredictions(snap, pred)
 	snap.AdmissionParams, err = c.publishAdmissionParams(ctx, pred)
 	keep(err)
-	if ledger == nil {
+	if counted == nil {
 		// Keep showing the counters last read rather than dropping them.
 		prev := c.Snapshot()
 		snap.Flavors, snap.Durations = prev.Flavors, prev.Durations

@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 )
@@ -13,7 +12,7 @@ import (
 // ClonesSource is what the verdict collector reads at scrape time;
 // *cloner.Controller implements it. The collector only reads.
 type ClonesSource interface {
-	Snapshot() *cloner.Snapshot
+	Snapshot() *ledger.Snapshot
 }
 
 // maxLabelBytes caps label values taken from objects (a golden's
@@ -90,7 +89,7 @@ func (c clonesCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectState emits the gauges derived from the objects as they are now.
-func collectState(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
+func collectState(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
 	for _, d := range s.Disks {
 		ch <- prometheus.MustNewConstMetric(descWorkerDisks, prometheus.GaugeValue, float64(d.Count),
 			label(d.Flavor.SchematicID), label(d.Flavor.Version), d.Verdict)
@@ -112,7 +111,7 @@ func collectState(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
 }
 
 // collectLedger emits the counters kept in the ledger ConfigMap.
-func collectLedger(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
+func collectLedger(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
 	for _, f := range s.Flavors {
 		sid, ver := label(f.Flavor.SchematicID), label(f.Flavor.Version)
 		ch <- prometheus.MustNewConstMetric(descFetchesAvoided, prometheus.CounterValue, float64(f.FetchesAvoided), sid, ver)

@@ -12,8 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 )
 
 // label cuts an object-derived value to maxLabelBytes and drops what is not
@@ -203,7 +203,7 @@ func TestGoldenReadyIsTheFirstTrustedImportedGoldens(t *testing.T) {
 	other := fleet.Flavor{SchematicID: sid, Version: "v1.14.0"}
 	t1, t2 := time.Unix(1_700_000_000, 0), time.Unix(1_800_000_000, 0)
 	s := leaderSnapshot()
-	s.Goldens = []cloner.GoldenStatus{
+	s.Goldens = []ledger.GoldenStatus{
 		{Name: "untrusted", Flavor: f, ReadySince: t2},
 		{Name: "importing", Flavor: f, Trusted: true},
 		{Name: "first", Flavor: f, Trusted: true, ReadySince: t1},

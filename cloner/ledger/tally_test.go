@@ -1,4 +1,4 @@
-package cloner
+package ledger
 
 import (
 	"fmt"
@@ -16,43 +16,43 @@ import (
 func TestTallyEqualsASumOverTheJudgedDisks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
-	randomDisk := func() judgedDisk {
-		d := judgedDisk{namespace: pick("a", "b"), pool: pick("p1", "p2"), kind: pick(fleet.DiskClone, fleet.DiskHTTPImport),
-			goldenRef: types.NamespacedName{Namespace: "cozy-public", Name: pick("g1", "g2")},
-			flavor:    fleet.Flavor{SchematicID: pick("s1", "s2"), Version: "v1"}, verdict: pick("csi-clone", "host-assisted", "stuck"),
-			class: pick("", "replicated", "local")}
+	randomDisk := func() JudgedDisk {
+		d := JudgedDisk{Namespace: pick("a", "b"), Pool: pick("p1", "p2"), Kind: pick(fleet.DiskClone, fleet.DiskHTTPImport),
+			GoldenRef: types.NamespacedName{Namespace: "cozy-public", Name: pick("g1", "g2")},
+			Flavor:    fleet.Flavor{SchematicID: pick("s1", "s2"), Version: "v1"}, Verdict: pick("csi-clone", "host-assisted", "stuck"),
+			Class: pick("", "replicated", "local")}
 		for range rng.IntN(3) {
-			d.badReasons = append(d.badReasons, pick("host-assisted", "class-mismatch"))
+			d.BadReasons = append(d.BadReasons, pick("host-assisted", "class-mismatch"))
 		}
-		d.predictionChecked, d.predictionRight = rng.IntN(2) == 0, rng.IntN(2) == 0
+		d.PredictionChecked, d.PredictionRight = rng.IntN(2) == 0, rng.IntN(2) == 0
 		return d
 	}
-	judged, tally := map[string]judgedDisk{}, newFleetTally()
+	judged, tally := map[string]JudgedDisk{}, NewFleetTally()
 	for step := range 5000 {
 		k := fmt.Sprint(rng.IntN(50))
 		if old, ok := judged[k]; ok {
-			tally.add(old, -1)
+			tally.Add(old, -1)
 			delete(judged, k)
 		}
 		if rng.IntN(4) > 0 {
 			judged[k] = randomDisk()
-			tally.add(judged[k], 1)
+			tally.Add(judged[k], 1)
 		}
 		if step%250 != 0 {
 			continue
 		}
-		want := newFleetTally()
+		want := NewFleetTally()
 		for _, d := range judged {
-			want.add(d, 1)
+			want.Add(d, 1)
 		}
 		if !reflect.DeepEqual(tally, want) {
 			t.Fatalf("step %d: incremental tally %+v, from scratch %+v", step, tally, want)
 		}
 	}
 	for _, d := range judged {
-		tally.add(d, -1)
+		tally.Add(d, -1)
 	}
-	if !reflect.DeepEqual(tally, newFleetTally()) {
+	if !reflect.DeepEqual(tally, NewFleetTally()) {
 		t.Fatalf("every disk forgotten, tally still holds %+v", tally)
 	}
 }
