@@ -104,7 +104,7 @@ func cachedBytes(b *testing.B, wire []wireDisk) float64 {
 	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, c.dataVolumeIndexers())
 	pvcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	claimUIDs, dataVolumeUIDs := newUIDKeys(), newUIDKeys()
-	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexByHandle: pvHandleIndex})
+	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexByHandle: fleet.PvHandleIndex})
 	before := liveHeap()
 	for _, d := range wire {
 		u := &unstructured.Unstructured{}

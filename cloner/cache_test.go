@@ -199,7 +199,7 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 		"PV capacity":          {volume(pv), volume(grown), false},
 		"PV unchanged":         {volume(pv), volume(pv), true},
 	} {
-		if got := sameButVersion(c.old, c.cur); got != c.same {
+		if got := fleet.SameButVersion(c.old, c.cur); got != c.same {
 			t.Errorf("%s: sameButVersion = %v, want %v", name, got, c.same)
 		}
 	}

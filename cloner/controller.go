@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -180,7 +178,7 @@ func (c *Controller) Start(ctx context.Context) {
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
 	must(c.pvcInf.SetTransform(record.CacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
 	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespace)))
-	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
+	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: fleet.PvHandleIndex}))
 	c.claimUIDs.track(c.pvcInf)
 	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
@@ -211,7 +209,7 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 		if c.vscInf.Load() == nil && c.served(fleet.VolumeSnapshotContentGVR) {
 			inf := f.ForResource(fleet.VolumeSnapshotContentGVR).Informer()
 			must(inf.SetTransform(fleet.CacheUnstructured))
-			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: snapshotHandleIndex}))
+			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: fleet.SnapshotHandleIndex}))
 			c.vscInf.Store(&inf)
 			f.Start(ctx.Done())
 		}
@@ -255,29 +253,6 @@ func (c *Controller) served(gvr schema.GroupVersionResource) bool {
 		}
 	}
 	return false
-}
-
-// pvHandleIndex is sparse: most drivers (LINSTOR's among them) name the
-// volume handle after the PV, and a store lookup finds those; only the
-// others are indexed (pvByHandle).
-func pvHandleIndex(obj any) ([]string, error) {
-	if pv, ok := obj.(*corev1.PersistentVolume); ok {
-		if h := fleet.CsiHandle(pv); h != "" && h != pv.Name {
-			return []string{h}, nil
-		}
-	}
-	return nil, nil
-}
-
-func snapshotHandleIndex(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, nil
-	}
-	if h, _, err := unstructured.NestedString(u.Object, "status", "snapshotHandle"); err == nil && h != "" {
-		return []string{h}, nil
-	}
-	return nil, nil
 }
 
 // waitCore waits for the core informers.

@@ -9,9 +9,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
@@ -73,58 +71,6 @@ func (c *Controller) dataVolumeIndexers() cache.Indexers {
 			return ""
 		}),
 	}
-}
-
-// onEvent calls fn with the object of every add and delete and with both
-// objects of an update (a PV's claim changes at CDI's rebind), unless the
-// update changed nothing the cache keeps: kube-controller-manager rewrites
-// a PVC's status conditions after each of our verdict patches, CDI a
-// DataVolume's progress, and none of it can change a verdict.
-func onEvent(inf cache.SharedIndexInformer, fn func(obj any)) {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: fn,
-		UpdateFunc: func(old, cur any) {
-			if !sameButVersion(old, cur) {
-				fn(old)
-				fn(cur)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			fn(obj)
-		},
-	})
-	must(err)
-}
-
-// sameButVersion reports whether two cached versions of an object differ
-// in their resourceVersion only.
-func sameButVersion(old, cur any) bool {
-	switch o := old.(type) {
-	case *corev1.PersistentVolumeClaim:
-		c, ok := cur.(*corev1.PersistentVolumeClaim)
-		return ok && equalButVersion(*o, *c)
-	case *corev1.PersistentVolume:
-		c, ok := cur.(*corev1.PersistentVolume)
-		return ok && equalButVersion(*o, *c)
-	case *fleet.CachedDataVolume:
-		c, ok := cur.(*fleet.CachedDataVolume)
-		return ok && o.ReadErr == c.ReadErr && equalButVersion(o.DataVolume, c.DataVolume)
-	}
-	return false
-}
-
-// equalButVersion compares shallow copies of two objects, their
-// resourceVersions left out.
-func equalButVersion[T any, P interface {
-	*T
-	metav1.Object
-}](a, b T) bool {
-	P(&a).SetResourceVersion("")
-	P(&b).SetResourceVersion("")
-	return equality.Semantic.DeepEqual(a, b)
 }
 
 // watchForVerdicts turns the informers' events into dirty disks.
@@ -341,4 +287,28 @@ func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
 			c.recheckAt = at
 		}
 	}
+}
+
+// onEvent calls fn with the object of every add and delete and with both
+// objects of an update (a PV's claim changes at CDI's rebind), unless the
+// update changed nothing the cache keeps: kube-controller-manager rewrites
+// a PVC's status conditions after each of our verdict patches, CDI a
+// DataVolume's progress, and none of it can change a verdict.
+func onEvent(inf cache.SharedIndexInformer, fn func(obj any)) {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: fn,
+		UpdateFunc: func(old, cur any) {
+			if !fleet.SameButVersion(old, cur) {
+				fn(old)
+				fn(cur)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			fn(obj)
+		},
+	})
+	must(err)
 }

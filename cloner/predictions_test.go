@@ -148,7 +148,7 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	params := func() map[string]string {
-		cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, AdmissionParamsName, metav1.GetOptions{})
+		cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 	if got := params()[g.Name+".path.fixed"]; got != "host-assisted/no-volume-expansion" {
 		t.Errorf("path on fixed: %q", got)
 	}
-	if c.Snapshot().AdmissionParams != AdmissionParamsSynced {
+	if c.Snapshot().AdmissionParams != publish.AdmissionParamsSynced {
 		t.Errorf("snapshot says %q", c.Snapshot().AdmissionParams)
 	}
 	fc.settle(t, c) // the caches hold the first pass's own writes
@@ -308,7 +308,7 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 		p := verdict.BuildPredictor(in, inv)
 		s := &ledger.Snapshot{}
 		ledger.AddPredictions(s, p)
-		if len(s.Paths) != 20*31 || len(admissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {
+		if len(s.Paths) != 20*31 || len(publish.AdmissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {
 			b.Fatalf("%d pairs", len(s.Paths))
 		}
 	}

@@ -3,8 +3,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 )
 
 var (
@@ -71,9 +71,9 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 			label(g.Flavor.SchematicID), label(g.Flavor.Version))
 	}
 	switch s.AdmissionParams {
-	case cloner.AdmissionParamsSynced:
+	case publish.AdmissionParamsSynced:
 		ch <- prometheus.MustNewConstMetric(descAdmissionParams, prometheus.GaugeValue, 1)
-	case cloner.AdmissionParamsFailed:
+	case publish.AdmissionParamsFailed:
 		ch <- prometheus.MustNewConstMetric(descAdmissionParams, prometheus.GaugeValue, 0)
 	}
 }

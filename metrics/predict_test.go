@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -18,7 +18,7 @@ func TestPredictionCollectorSeries(t *testing.T) {
 		{SchematicID: sid, Version: "v1.13.2", StorageClass: predict.EmptyClass, Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride}},
 	}
 	s.PredictionChecks = verdict.PredictionCheck{Right: 3, Wrong: 1}
-	s.AdmissionParams = cloner.AdmissionParamsSynced
+	s.AdmissionParams = publish.AdmissionParamsSynced
 	c := NewPredictionCollector(snapshotSource{s})
 	want := `
 # HELP csi_clone_path_predicted The clone path CDI is predicted to take for a worker disk larger than the golden, one series per (golden flavor, StorageClass) pair with value 1: path csi-clone, snapshot-clone, host-assisted or blocked, and its reason. storage_class="(default)" is a disk that names no class, resolved to the default.

@@ -31,6 +31,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/metrics"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
@@ -163,7 +164,7 @@ func registerClonerFlags(fs *flag.FlagSet, c *config.Config) {
 	fs.DurationVar(&c.EvidenceTTL, "evidence-ttl", c.EvidenceTTL, "How long evidence waits for its PV or PVC to appear.")
 	fs.DurationVar(&c.EvidenceGrace, "evidence-grace", c.EvidenceGrace, "How long a finished disk whose PV has no tap evidence yet waits for it before it is judged from CDI's annotations, and how long CDI must keep an error on a clone (clonePhase Error) before the disk is failed.")
 	fs.IntVar(&c.EvidenceQueue, "evidence-queue", c.EvidenceQueue, "Observations that may wait to be turned into evidence before new ones are dropped.")
-	fs.BoolVar(&c.AdmissionParams, "admission-params", false, "Keep the admission guard's parameters (ConfigMap "+cloner.AdmissionParamsName+" in --ledger-namespace) current; turn on with deploy/admission.")
+	fs.BoolVar(&c.AdmissionParams, "admission-params", false, "Keep the admission guard's parameters (ConfigMap "+publish.AdmissionParamsName+" in --ledger-namespace) current; turn on with deploy/admission.")
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.

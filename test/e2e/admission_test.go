@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -211,7 +211,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	if err := c.StopSidecar(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
+	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, publish.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitGuard(t, ctx, c, func() (bool, string) {
@@ -329,7 +329,7 @@ func waitAdmissionParams(t *testing.T, ctx context.Context, c *cluster.Cluster, 
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, cloner.AdmissionParamsName, metav1.GetOptions{})
+		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil

@@ -19,10 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -184,7 +184,7 @@ func restartSidecar(t *testing.T, ctx context.Context, c *cluster.Cluster, edit 
 	for _, err := range []error{
 		c.Client.CoordinationV1().Leases(cluster.NamespaceCSI).Delete(ctx, "csi-clone-sidecar", metav1.DeleteOptions{}),
 		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, config.DefaultLedgerName, metav1.DeleteOptions{}),
-		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}),
+		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, publish.AdmissionParamsName, metav1.DeleteOptions{}),
 	} {
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
@@ -446,7 +446,7 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 	}
 	// The prediction needs every one of its informers (StorageProfiles, the
 	// CDI resource, VolumeSnapshotClasses, CSIDrivers) synced.
-	if cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, cloner.AdmissionParamsName, metav1.GetOptions{}); err == nil &&
+	if cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{}); err == nil &&
 		cm.Data[s.golden+".path.replicated"] != "" {
 		reached[rbacOutcomeNames[6]] = true
 	}
