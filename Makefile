@@ -20,7 +20,7 @@ BIN         ?= bin
 # build.sh builds into it and the tests (test/tools.Bin) look there.
 export TOOLS_CACHE
 
-.PHONY: all build sidecar tools test unit fuzz diff cdidiff e2e mutation soak bench bench-e2e bench-scale demo lint image docker-image chart clean
+.PHONY: all build sidecar tools test unit noskip fuzz diff cdidiff e2e mutation soak bench bench-e2e bench-scale demo lint image docker-image chart clean
 
 all: build
 
@@ -44,11 +44,11 @@ test: tools unit fuzz diff e2e
 # Not raced: deploy (renders and lints manifests, builds and runs the image)
 # and test/memory (measures a child's RSS); neither runs goroutines of its own.
 NORACE_PKGS := ./deploy/... ./test/memory
-unit:
+unit: noskip
 	$(GO) vet ./...
-	$(GO) test -count=1 -race -timeout 30m $$($(GO) list ./... | grep -Ev '/test/e2e|/deploy(/|$$)|/test/memory$$')
+	$(NOSKIP) $(GO) test -json -count=1 -race -timeout 30m $$($(GO) list ./... | grep -Ev '/test/e2e|/deploy(/|$$)|/test/memory$$')
 	@# -timeout: deploy's image tests build the image (an arm64 compile, minutes on a cold cache), run it under podman, and build the Dockerfile for two platforms with buildah
-	$(GO) test -count=1 -timeout 30m $(NORACE_PKGS)
+	$(NOSKIP) $(GO) test -json -count=1 -timeout 30m $(NORACE_PKGS)
 	@# The pinned tools' modules (test/tools/mod) hold tests of their own: the
 	@# kubernetes-csi sidecars' rules against the sidecar's tables, our CDI
 	@# programs. Built as build.sh builds them, so the packages compiled for
@@ -75,8 +75,14 @@ cdidiff: build
 	$(GO) test -count=1 -v -timeout 40m -run '^TestCDIRulesMatchCDIController$$' ./test/e2e/
 
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
-e2e: build
-	$(GO) test -count=1 -timeout 60m -run '$(E2E_RUN)' ./test/e2e/...
+e2e: build noskip
+	$(NOSKIP) $(GO) test -json -count=1 -timeout 60m -run '$(E2E_RUN)' ./test/e2e/...
+
+# noskip runs a `go test -json` command, prints what plain go test would and
+# fails if any test skipped (test/tools/noskip).
+NOSKIP := $(BIN)/noskip
+noskip:
+	$(GO) build -o $(NOSKIP) ./test/tools/noskip
 
 ## mutation: mutation testing (gremlins, from the tools cache) of the pure rules, one package at a time: predictions, metric labels, the tap's status and method mapping, the verdict rules (not part of make test; MUTATION_TIMEOUT=40m per target; report in docs/testing.md)
 mutation:

@@ -11,6 +11,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -55,12 +56,12 @@ func TestCDIRefusingTheCloneIsFailedAtOnceWithCDIsWords(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, publish.PtrTo(testClass))
+	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	dv.Status.Phase = ""
 	msg := "The clone doesn't meet the validation requirements: target resources requests storage size is smaller than the source 4294967296 < 6442450944"
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, msg, t0)
 	condition(dv, cdiv1.DataVolumeReady, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, msg, t0)
-	recs, _ := w.judgeAll(t, testConfig(), t0.Add(time.Second)) // long before --stuck-after
-	r := recs["small"]
+	r := w.judgeWithCDI(t, t0.Add(time.Second))["small"] // long before --stuck-after
 	if r.Verdict != record.VerdictFailed || !strings.Contains(r.Message, "CloneValidationFailed") || !strings.Contains(r.Message, msg) {
 		t.Fatalf("got %s %q, want failed with CDI's reason and message", r.Verdict, r.Message)
 	}
@@ -359,9 +360,10 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)
 	dv := w.worker("tenant-a", "small", "p", g, 4*gi, publish.PtrTo(testClass))
+	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, "The clone doesn't meet the validation requirements", t0)
 	inv := fleet.BuildInventory(w.objects(t), config.DefaultGoldenNamespace)
-	_, bad := report.ReportDisks(inv, report.JudgeClaimless(inv, configAt(t0.Add(time.Minute))))
+	_, bad := report.ReportDisks(inv, report.JudgeClaimless(inv, configAt(t0.Add(time.Minute)), verdict.BuildPredictor(cdiAtDefaults(), inv)))
 	if len(bad) != 1 || bad[0].Verdict != record.VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {
 		t.Fatalf("bad disks %+v", bad)

@@ -106,6 +106,8 @@ type Controller struct {
 	heard map[string]verdict.HeardWords
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
+	// passes counts finished verdict passes (Snapshot.Passes).
+	passes atomic.Int64
 	// dataVolumesDeleted: a DataVolume went away since the last prune.
 	dataVolumesDeleted atomic.Bool
 }

@@ -3,6 +3,8 @@ package cloner
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +313,114 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 		if len(s.Paths) != 20*31 || len(publish.AdmissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {
 			b.Fatalf("%d pairs", len(s.Paths))
 		}
+	}
+}
+
+// cdiAtDefaults: csiCloneForced with a CDIConfig that reports CDI's default
+// filesystem overhead (0.06).
+func cdiAtDefaults() predict.Inputs {
+	in := csiCloneForced()
+	in.CDIConfigs = []*cdiv1.CDIConfig{{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{Global: "0.06"}}}}
+	return in
+}
+
+// judgeWithCDI judges the world with the prediction of cdiAtDefaults.
+func (w *world) judgeWithCDI(t *testing.T, now time.Time) map[string]*record.Record {
+	t.Helper()
+	cfg := testConfig()
+	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
+	recs := map[string]*record.Record{}
+	for _, a := range verdict.EvaluateWith(inv, cfg, now, verdict.BuildPredictor(cdiAtDefaults(), inv)).Assessments {
+		recs[a.Disk.Name] = a.Record
+	}
+	return recs
+}
+
+// TestTooSmallIsWhatCDIRefuses: too-small is the CDI model's verdict on the
+// claims CDI renders (validateClone compares the target claim with the
+// source's capacity), not a comparison of the DataVolumes' requests. A
+// spec.storage Filesystem disk of 9.5Gi renders a claim of 9.5Gi/0.94, more
+// than a spec.pvc golden's 10Gi; a 4Gi one stays smaller.
+func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	fs := corev1.PersistentVolumeFilesystem
+	g := w.dataVolume(config.DefaultGoldenNamespace, goldenName(testSID, testVer), 10*gi, nil)
+	g.Annotations[fleet.AnnSchematicID], g.Annotations[fleet.AnnTalosVersion] = testSID, testVer
+	g.Spec.Storage = nil
+	g.Spec.PVC = &corev1.PersistentVolumeClaimSpec{StorageClassName: publish.PtrTo(testClass), VolumeMode: &fs,
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: qty(10 * gi)}}}
+	g.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"}}
+	succeed(g, t0.Add(-time.Hour))
+	gpvc, gpv := w.claim(g, testClass, 10*gi, 10*gi, "golden-vol")
+	gpvc.Spec.VolumeMode, gpv.Spec.VolumeMode = &fs, &fs
+	for name, size := range map[string]int64{"within-overhead": 19 * gi / 2, "small": 4 * gi} {
+		d := w.worker("tenant-a", name, "p", g, size, publish.PtrTo(testClass))
+		d.Spec.Storage.VolumeMode = &fs
+		d.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	recs := w.judgeWithCDI(t, t0)
+	if r := recs["within-overhead"]; reasonsOf(r)[record.ReasonTooSmall] || r.Predicted != predict.PathCSIClone {
+		t.Errorf("within-overhead: predicted %s (%s), reasons %v; want csi-clone and not too-small", r.Predicted, r.PredictedReason, r.BadReasons())
+	}
+	if r := recs["small"]; !reasonsOf(r)[record.ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
+		t.Errorf("small: predicted %s (%s), reasons %v; want target-too-small and too-small", r.Predicted, r.PredictedReason, r.BadReasons())
+	}
+}
+
+// TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade: a disk CDI has not made
+// yet whose prediction is host-assisted or blocked is what the admission
+// guard warns about; a DataVolume made by a controller never shows that
+// warning to a person, so the disk carries the finding bad-path-predicted
+// (a Warning event and csi_clone_bad_disks) until its verdict is decided.
+func TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade(t *testing.T) {
+	var w world
+	w.class(testClass, nil, t0)
+	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
+	g, _ := w.golden(testSID, testVer)
+	rwo, block := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, corev1.PersistentVolumeBlock
+	for name, class := range map[string]string{"on-fixed": "fixed", "on-golden-class": testClass, "done-on-fixed": "fixed", "no-class": "no-such-class"} {
+		d := w.worker("tenant-a", name, "p", g, 20*gi, publish.PtrTo(class))
+		d.Spec.Storage.AccessModes, d.Spec.Storage.VolumeMode = rwo, &block
+		if name == "done-on-fixed" {
+			w.cloned(d, "fixed", "copy", 20*gi, tapClone("", 20*gi, 20*gi))
+		}
+	}
+	recs := w.judgeWithCDI(t, t0.Add(time.Minute))
+	for name, want := range map[string]bool{"on-fixed": true, "on-golden-class": false, "done-on-fixed": false, "no-class": true} {
+		r := recs[name]
+		if got := reasonsOf(r)[record.ReasonBadPathPredicted]; got != want {
+			t.Errorf("%s: verdict %s, predicted %s (%s), reasons %v; want bad-path-predicted %v", name, r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons(), want)
+		}
+	}
+	r := recs["on-fixed"]
+	msg := r.MessageFor(record.ReasonBadPathPredicted)
+	if !strings.Contains(msg, predict.PathHostAssisted) || !strings.Contains(msg, predict.ReasonNoVolumeExpansion) ||
+		!strings.Contains(msg, predict.Fix(predict.ReasonNoVolumeExpansion)) {
+		t.Errorf("on-fixed: message %q does not say the path, the reason and its fix", msg)
+	}
+	if recs["done-on-fixed"].Verdict != record.VerdictHostAssisted {
+		t.Errorf("done-on-fixed: verdict %s, want host-assisted (the verdict speaks once decided)", recs["done-on-fixed"].Verdict)
+	}
+}
+
+// TestGuardedPathsAreThePolicys: the paths a pending disk is flagged for
+// are the ones the shipped policy's CEL refuses, read from the policy.
+func TestGuardedPathsAreThePolicys(t *testing.T) {
+	b, err := os.ReadFile("../deploy/admission/warn/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`!\(variables\.path in \[([^\]]*)\]\)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("policy.yaml: no validation of variables.path in a list")
+	}
+	var inPolicy []string
+	for _, q := range strings.Split(string(m[1]), ",") {
+		inPolicy = append(inPolicy, strings.Trim(strings.TrimSpace(q), "'"))
+	}
+	if fmt.Sprint(inPolicy) != fmt.Sprint(verdict.GuardedPaths) {
+		t.Fatalf("the policy refuses paths %q, the cloner flags %q", inPolicy, verdict.GuardedPaths)
 	}
 }

@@ -123,6 +123,7 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		prev := c.Snapshot()
 		snap.Flavors, snap.Durations = prev.Flavors, prev.Durations
 	}
+	snap.Passes = c.passes.Add(1)
 	c.setSnapshot(snap)
 	if firstErr != nil {
 		c.redo(keys, full)

@@ -342,16 +342,6 @@ func TestBoundDiskKeepsItsClassWhenTheDefaultMoves(t *testing.T) {
 	}
 }
 
-func TestDiskSmallerThanGoldenIsTooSmall(t *testing.T) {
-	var w world
-	g, _ := w.golden(testSID, testVer)
-	w.worker("tenant-a", "d", "p", g, 4*gi, publish.PtrTo(testClass))
-	recs, _ := w.judgeAll(t, testConfig(), t0)
-	if r := recs["d"]; !reasonsOf(r)[record.ReasonTooSmall] {
-		t.Fatalf("got %v", r.BadReasons())
-	}
-}
-
 func TestCloneOfAnotherVolumeIsWrongSource(t *testing.T) {
 	var w world
 	g, _ := w.golden(testSID, testVer)

@@ -49,6 +49,8 @@ var (
 	descMalformed = prometheus.NewDesc("csi_clone_malformed_objects_total",
 		"Objects the verdict engine could not read and skipped (distinct object versions seen by this leader process), by kind.",
 		[]string{"kind"}, nil)
+	descVerdictPasses = prometheus.NewDesc("csi_clone_verdict_passes_total",
+		"Verdict passes this leader process finished (full, or over the disks that changed).", nil, nil)
 	descEvidenceDropped = prometheus.NewDesc("csi_clone_evidence_dropped_total",
 		"Observations this replica dropped because the verdict engine's queue was full.", nil, nil)
 	descEvidenceExpired = prometheus.NewDesc("csi_clone_evidence_expired_total",
@@ -66,7 +68,7 @@ func NewCloneCollector(src ClonesSource) prometheus.Collector { return clonesCol
 
 func (clonesCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerDisks, descFetchesAvoided, descFetches, descBytesAvoided,
-		descGoldenInfo, descGoldenConsumers, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired} {
+		descGoldenInfo, descGoldenConsumers, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired, descVerdictPasses} {
 		ch <- d
 	}
 }
@@ -81,6 +83,7 @@ func (c clonesCollector) Collect(ch chan<- prometheus.Metric) {
 	if !s.Leader {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descVerdictPasses, prometheus.CounterValue, float64(s.Passes))
 	collectState(ch, s)
 	collectLedger(ch, s)
 	for kind, n := range s.Malformed {

@@ -129,6 +129,10 @@ type Snapshot struct {
 	// (--admission-params): "" when off, else AdmissionParamsSynced or
 	// AdmissionParamsFailed.
 	AdmissionParams string
+	// Passes counts the verdict passes this process finished as leader: a
+	// count that advances says the engine looked again (tests wait on it,
+	// not on quiet).
+	Passes int64
 }
 
 // GoldenStatus is one golden as metrics and the report show it.

@@ -54,6 +54,10 @@ const (
 	// ReasonPredictionWrong: the verdict contradicts the clone path
 	// predicted for the disk before it was made (predictions.go).
 	ReasonPredictionWrong = "prediction-wrong"
+	// ReasonBadPathPredicted: a disk not decided yet whose predicted path is
+	// one the admission guard warns about (predictions.go); in Warn mode the
+	// guard's warning reaches only the client that made the DataVolume.
+	ReasonBadPathPredicted = "bad-path-predicted"
 )
 
 // reasonInfo is the Event reason (CamelCase) and the fix a message names.
@@ -87,6 +91,8 @@ var reasonInfos = map[string]reasonInfo{
 		"trust the storage layer's record; check CDI's StorageProfile cloneStrategy and the driver's clone support"},
 	ReasonWrongSource: {"CloneSourceMismatch",
 		"the volume was cloned from something other than the golden's volume; recreate the disk from the golden"},
+	ReasonBadPathPredicted: {"BadClonePathPredicted",
+		"apply the prediction's fix the message names before CDI copies the disk, or delete the DataVolume and recreate it once fixed; the admission guard in Deny mode refuses such a DataVolume"},
 	ReasonPredictionWrong: {"ClonePathMispredicted",
 		"the verdict stands (it is the storage layer's record); the prediction missed a rule: compare CDI's fallback reason and the driver error in the clone-evidence annotation with the predicted reason, and report it"},
 }

@@ -160,11 +160,16 @@ func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config
 	}
 	data := &ReportData{Ledger: name}
 	data.Flavors = ReportFlavors(inv, ledger)
-	data.Pools, data.BadDisks = ReportDisks(inv, JudgeClaimless(inv, cfg))
-	data.Untrusted = ReportUntrusted(inv)
-	if data.ClonePaths, err = clonePaths(ctx, clients, inv, ""); err != nil {
+	// A claimless disk is judged with the prediction when it can be read:
+	// too-small is what the model of CDI's rules says.
+	pred, err := readPredictor(ctx, clients, inv)
+	if err != nil {
 		data.ClonePathsError = err.Error()
+	} else {
+		data.ClonePaths = pathsOn(pred, inv, "")
 	}
+	data.Pools, data.BadDisks = ReportDisks(inv, JudgeClaimless(inv, cfg, pred))
+	data.Untrusted = ReportUntrusted(inv)
 	return data, nil
 }
 
@@ -300,9 +305,9 @@ func ReportUntrusted(inv *fleet.Inventory) []UntrustedGoldenReport {
 // clone, or has not got to it): the leader's verdict on them has no object
 // to be persisted on, and depends only on the DataVolume and its golden,
 // which the report reads as the leader does.
-func JudgeClaimless(inv *fleet.Inventory, cfg config.Config) map[types.UID]*record.Record {
+func JudgeClaimless(inv *fleet.Inventory, cfg config.Config, pred *verdict.Predictor) map[types.UID]*record.Record {
 	out := map[types.UID]*record.Record{}
-	for _, a := range verdict.Evaluate(inv, cfg, cfg.Clock()).Assessments {
+	for _, a := range verdict.EvaluateWith(inv, cfg, cfg.Clock(), pred).Assessments {
 		if inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName) == nil {
 			out[a.Disk.UID] = a.Record
 		}

@@ -45,11 +45,24 @@ func ReportClonePaths(ctx context.Context, clients config.Clients, cfg config.Co
 // class (a name, or predict.EmptyClass), predicted even if it is not a CSI
 // class or does not exist.
 func clonePaths(ctx context.Context, clients config.Clients, inv *fleet.Inventory, class string) ([]verdict.ClonePathReport, error) {
+	p, err := readPredictor(ctx, clients, inv)
+	if err != nil {
+		return nil, err
+	}
+	return pathsOn(p, inv, class), nil
+}
+
+// readPredictor predicts from the prediction's objects, read once.
+func readPredictor(ctx context.Context, clients config.Clients, inv *fleet.Inventory) (*verdict.Predictor, error) {
 	in, err := listPredictionInputs(ctx, clients)
 	if err != nil {
 		return nil, err
 	}
-	p := verdict.BuildPredictor(in, inv)
+	return verdict.BuildPredictor(in, inv), nil
+}
+
+// pathsOn is what clonePaths reports of a predictor.
+func pathsOn(p *verdict.Predictor, inv *fleet.Inventory, class string) []verdict.ClonePathReport {
 	pairs := p.Pairs
 	if class != "" {
 		pairs = nil
@@ -65,7 +78,7 @@ func clonePaths(ctx context.Context, clients config.Clients, inv *fleet.Inventor
 	}
 	out := p.Reports(pairs)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Golden < out[j].Golden })
-	return out, nil
+	return out
 }
 
 // listPredictionInputs reads what the prediction needs, straight from the

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -173,6 +174,32 @@ func predictionWrong(r *record.Record) string {
 		return ""
 	}
 	return fmt.Sprintf("the clone path was predicted %s (%s) from CDI's rules, but the verdict is %s", r.Predicted, r.PredictedReason, r.Verdict)
+}
+
+// GuardedPaths are the paths the admission guard warns about or refuses:
+// deploy/admission/warn/policy.yaml's "not a CSI clone" validation
+// (TestGuardedPathsAreThePolicys holds the two together).
+var GuardedPaths = []string{predict.PathHostAssisted, predict.PathBlocked}
+
+// GuardRefuses says whether the admission guard warns about (Deny mode:
+// refuses) a disk predicted on path.
+func GuardRefuses(path string) bool { return slices.Contains(GuardedPaths, path) }
+
+// badPathPredicted: a disk CDI has not finished, predicted on a path the
+// guard warns about. A person creating the DataVolume sees the guard's
+// warning; for one a controller made (virt-controller, Helm) this finding's
+// Warning event and csi_clone_bad_disks are what an operator sees before
+// CDI copies. Once the verdict is decided it speaks instead.
+func badPathPredicted(r *record.Record, f DiskFacts) string {
+	p := f.predicted
+	if r.Verdict != record.VerdictPending || p == nil || !GuardRefuses(p.Path) {
+		return ""
+	}
+	msg := fmt.Sprintf("CDI will take path %s (reason %s) for golden %s, not a CSI clone", p.Path, p.Reason, r.Golden)
+	if p.Message != "" {
+		msg += ": " + p.Message
+	}
+	return msg + ". The prediction's fix: " + predict.Fix(p.Reason)
 }
 
 // PredictionCheck counts decided worker disks whose verdict matched the

@@ -275,8 +275,8 @@ func findings(r *record.Record, f DiskFacts, snapshotOf map[string]string) []rec
 		add(record.ReasonClassMismatch, fmt.Sprintf("disk StorageClass %q (%s) differs from golden %s's %q (%s)",
 			f.class.Name, f.class.How, r.Golden, g.Class.Name, g.Class.How))
 	}
-	if gb := goldenSize(g); gb > 0 && f.Disk.RequestedBytes > 0 && f.Disk.RequestedBytes < gb {
-		add(record.ReasonTooSmall, fmt.Sprintf("disk size %d bytes is smaller than golden %s's %d bytes", f.Disk.RequestedBytes, r.Golden, gb))
+	if msg := tooSmall(r, f); msg != "" {
+		add(record.ReasonTooSmall, msg)
 	}
 	if msg := resizeMissing(r, f); msg != "" {
 		add(record.ReasonResizeMissing, msg)
@@ -296,16 +296,26 @@ func findings(r *record.Record, f DiskFacts, snapshotOf map[string]string) []rec
 	if msg := predictionWrong(r); msg != "" {
 		add(record.ReasonPredictionWrong, msg)
 	}
+	if msg := badPathPredicted(r, f); msg != "" {
+		add(record.ReasonBadPathPredicted, msg)
+	}
 	return out
 }
 
-// goldenSize is the golden's size as the platform's render compares it: the
-// DataVolume's requested size, else its capacity.
-func goldenSize(g *fleet.Golden) int64 {
-	if g.RequestedBytes > 0 {
-		return g.RequestedBytes
+// tooSmall: the model of CDI's rules (package cdirules, through the disk's
+// prediction) says CDI refuses the clone because the claim it renders for
+// the disk is smaller than the golden's. That compares claims, overhead and
+// minimum size included, never the DataVolumes' requests; without a
+// prediction there is no finding (CDI's own refusal still fails the disk).
+func tooSmall(r *record.Record, f DiskFacts) string {
+	p := f.predicted
+	if p == nil || p.Reason != predict.ReasonTargetTooSmall {
+		return ""
 	}
-	return g.SizeBytes()
+	if p.Message != "" {
+		return p.Message
+	}
+	return fmt.Sprintf("disk size %d bytes: CDI's rules predicted its claim smaller than golden %s's (%s)", r.DiskBytes, r.Golden, p.Reason)
 }
 
 // resizeMissing: a finished clone whose volume is smaller than its claim

@@ -21,6 +21,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -179,12 +180,14 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		return err == nil && len(w) > 0, fmt.Sprintf("warnings %q, error %v", w, err)
 	})
 	for _, tc := range cases {
-		warnings, err := a.create(ctx, tc.name, tc.golden, tc.class, tc.size, tc.name == "mismatched" || tc.name == "good")
+		persist := tc.name == "mismatched" || tc.name == "good" || tc.name == heldByCDI
+		warnings, err := a.create(ctx, tc.name, tc.golden, tc.class, tc.size, persist)
 		if err != nil {
 			t.Errorf("warn mode: %s refused: %v", tc.name, err)
 		}
 		checkMessages(t, "warn mode: "+tc.name, warnings, tc.want)
 	}
+	checkWarnedWithoutTheClient(t, ctx, c, heldByCDI)
 
 	applyAdmission(t, c, "deny")
 	waitGuard(t, ctx, c, func() (bool, string) {
@@ -224,6 +227,40 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 			t.Errorf("parameters deleted: %s not admitted silently: %v %q", tc.name, err, warnings)
 		}
 	}
+}
+
+// heldByCDI is the case persisted in Warn mode that CDI never makes (its
+// class does not exist), so it stays pending.
+const heldByCDI = "missing-class"
+
+// checkWarnedWithoutTheClient: a DataVolume the guard warned about, as a
+// controller would make it (the warning went to the client, no one read
+// it), carries the sidecar's BadClonePathPredicted Warning naming the fix,
+// and csi_clone_bad_disks counts it, while it is pending.
+func checkWarnedWithoutTheClient(t *testing.T, ctx context.Context, c *cluster.Cluster, name string) {
+	t.Helper()
+	reason := record.EventReason(record.ReasonBadPathPredicted)
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := c.Client.CoreV1().Events(admissionTenant).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reason && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "Fix: ") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("warn mode: %s: no %s Warning event naming a fix: %v", name, reason, err)
+	}
+	waitMetrics(t, ctx, c, func(s scrape) error {
+		if v, ok := s.value("csi_clone_bad_disks", map[string]string{"namespace": admissionTenant, "reason": record.ReasonBadPathPredicted}); !ok || v != 1 {
+			return fmt.Errorf("csi_clone_bad_disks{namespace=%q,reason=%q} = %v (present %v), want 1", admissionTenant, record.ReasonBadPathPredicted, v, ok)
+		}
+		return nil
+	})
 }
 
 // admissionGolden imports the golden of flavor on class replicated, waits

@@ -437,8 +437,7 @@ func settledCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, flav
 		}
 		return nil
 	})
-	time.Sleep(3 * restartResync) // three verdict passes at least
-	got := flavorCounters(scrapeSidecar(t, c), flavor)
+	got := flavorCounters(afterMorePasses(t, ctx, 3, func() (scrape, error) { return fetchScrape(c) }), flavor)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("flavor %s: counters moved after settling: %v, want %v", flavor[:4], got, want)
 	}

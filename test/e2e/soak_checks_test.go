@@ -46,11 +46,7 @@ func checkSoakCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fl
 		}
 		return nil
 	})
-	time.Sleep(3 * restartResync)
-	s, err := leaderScrape(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := afterMorePasses(t, ctx, 3, func() (scrape, error) { return leaderScrape(ctx, c) })
 	if again := soakCounters(s, flavor); fmt.Sprint(again) != fmt.Sprint(want) {
 		t.Errorf("flavor %s: counters moved after settling:\n got %v\nwant %v", flavor[:4], again, want)
 	}
