@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -39,24 +40,24 @@ func BenchmarkCacheBytesPerDisk(b *testing.B) {
 type wireDisk struct{ dv, pvc, pv []byte }
 
 func wireFleet(b *testing.B, n int) []wireDisk {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	managed := []metav1.ManagedFieldsEntry{{Manager: "cdi-controller", Operation: metav1.ManagedFieldsOperationUpdate,
 		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:cdi.kubevirt.io/storage.contentType":{}}}}`)}}}
 	// A csi-clone record as the verdict engine writes it.
 	recordJSON := func(golden, pool, volume string) string {
 		return record.MustJSON(record.Record{Verdict: record.VerdictCSIClone, Source: record.SourceCSITap, Message: "CSI clone of volume golden-vol",
-			Golden: golden, SchematicID: testSID, Version: testVer, Pool: pool, Volume: volume, GoldenVolume: "golden-vol",
-			ContentSource: "volume:golden-vol", Class: testClass, GoldenClass: testClass, DiskBytes: 20 * gi, GoldenBytes: 6 * gi,
-			CapacityBytes: 20 * gi, CDICloneType: "csi-clone", DurationSeconds: 14.2, Since: t0,
+			Golden: golden, SchematicID: clonertest.TestSID, Version: clonertest.TestVer, Pool: pool, Volume: volume, GoldenVolume: "golden-vol",
+			ContentSource: "volume:golden-vol", Class: clonertest.TestClass, GoldenClass: clonertest.TestClass, DiskBytes: 20 * clonertest.Gi, GoldenBytes: 6 * clonertest.Gi,
+			CapacityBytes: 20 * clonertest.Gi, CDICloneType: "csi-clone", DurationSeconds: 14.2, Since: clonertest.T0,
 			Predicted: "csi-clone", PredictedReason: "storage-profile"})
 	}
 	out := make([]wireDisk, n)
 	for i := range out {
 		ns := fmt.Sprintf("tenant-%03d", i%200)
-		dv := w.worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*gi, publish.PtrTo(testClass))
-		pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+		dv := w.Worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+		pvc, pv := w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, clonertest.TapClone("golden-vol", 6*clonertest.Gi, 20*clonertest.Gi))
 		pv.Spec.CSI.VolumeHandle = pv.Name // as LINSTOR names its volumes
 		for k, v := range cdiClaimAnnotations(string(dv.UID)) {
 			pvc.Annotations[k] = v
@@ -70,7 +71,7 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 		for _, m := range []*metav1.ObjectMeta{&dv.ObjectMeta, &pvc.ObjectMeta, &pv.ObjectMeta} {
 			m.ManagedFields = managed
 		}
-		raw, err := json.Marshal(toUnstructured(b, dv).Object)
+		raw, err := json.Marshal(clonertest.ToUnstructured(b, dv).Object)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -100,7 +101,7 @@ func mustMarshal(b *testing.B, m interface{ Marshal() ([]byte, error) }) []byte 
 // cachedBytes decodes and caches every disk and returns the live heap they
 // hold.
 func cachedBytes(b *testing.B, wire []wireDisk) float64 {
-	c := &Controller{cfg: testConfig()}
+	c := &Controller{cfg: clonertest.TestConfig()}
 	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, c.dataVolumeIndexers())
 	pvcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	claimUIDs, dataVolumeUIDs := newUIDKeys(), newUIDKeys()

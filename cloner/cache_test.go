@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -35,7 +36,7 @@ func TestCacheKeepsWhatTheClonerReads(t *testing.T) {
 	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{}}
 	pv.Spec.CSI.VolumeAttributes = map[string]string{"linstor": "props"}
 
-	u := toUnstructured(t, dv)
+	u := clonertest.ToUnstructured(t, dv)
 	got := mustTransform(fleet.CacheDataVolume(u)).(*fleet.CachedDataVolume)
 	if again := mustTransform(fleet.CacheDataVolume(got)); again != got {
 		t.Fatal("transforming a cached DataVolume again changed it")
@@ -44,12 +45,12 @@ func TestCacheKeepsWhatTheClonerReads(t *testing.T) {
 		t.Fatalf("DataVolume kept %v / %v (err %q)", got.ManagedFields, got.Annotations, got.ReadErr)
 	}
 	if got.Annotations[fleet.AnnPool] != "p" || got.Annotations[fleet.AnnGolden] != g.Name || len(got.Status.Conditions) != 2 ||
-		got.Status.Conditions[1].Message != "Clone Complete" || got.Spec.Source.PVC.Name != g.Name || fleet.RequestedBytes(&got.DataVolume) != 20*gi {
+		got.Status.Conditions[1].Message != "Clone Complete" || got.Spec.Source.PVC.Name != g.Name || fleet.RequestedBytes(&got.DataVolume) != 20*clonertest.Gi {
 		t.Fatalf("DataVolume lost what the cloner reads: %+v", got.DataVolume)
 	}
 	claim := mustTransform(record.CacheClaim(pvc.DeepCopy())).(*corev1.PersistentVolumeClaim)
 	if claim.ManagedFields != nil || claim.Annotations[fleet.AnnLastApplied] != "" || claim.Annotations["cdi.kubevirt.io/clonePhase"] != "Succeeded" ||
-		claim.Annotations[fleet.AnnCDICloneType] != "csi-clone" || fleet.ClaimRequest(claim) != 20*gi || claim.Spec.VolumeName != pv.Name {
+		claim.Annotations[fleet.AnnCDICloneType] != "csi-clone" || fleet.ClaimRequest(claim) != 20*clonertest.Gi || claim.Spec.VolumeName != pv.Name {
 		t.Fatalf("PVC cached as %+v", claim)
 	}
 	vol := mustTransform(fleet.CacheVolume(pv.DeepCopy())).(*corev1.PersistentVolume)
@@ -184,11 +185,13 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 	verdict := pvc.DeepCopy()
 	verdict.ResourceVersion, verdict.Annotations[fleet.AnnCloneVerdict] = "3", "csi-clone"
 	grown := pv.DeepCopy()
-	grown.ResourceVersion, grown.Spec.Capacity = "2", corev1.ResourceList{corev1.ResourceStorage: qty(30 * gi)}
+	grown.ResourceVersion, grown.Spec.Capacity = "2", corev1.ResourceList{corev1.ResourceStorage: clonertest.Qty(30 * clonertest.Gi)}
 
 	claim := func(p *corev1.PersistentVolumeClaim) any { return mustTransform(record.CacheClaim(p.DeepCopy())) }
 	volume := func(p *corev1.PersistentVolume) any { return mustTransform(fleet.CacheVolume(p.DeepCopy())) }
-	dataVolume := func(d *cdiv1.DataVolume) any { return mustTransform(fleet.CacheDataVolume(toUnstructured(t, d))) }
+	dataVolume := func(d *cdiv1.DataVolume) any {
+		return mustTransform(fleet.CacheDataVolume(clonertest.ToUnstructured(t, d)))
+	}
 	for name, c := range map[string]struct {
 		old, cur any
 		same     bool
@@ -207,10 +210,10 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 
 // oneClonedDisk is a golden and one worker disk CSI-cloned from it.
 func oneClonedDisk() (*cdiv1.DataVolume, *cdiv1.DataVolume, *corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, publish.PtrTo(testClass))
-	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d1", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	pvc, pv := w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, clonertest.TapClone("golden-vol", 6*clonertest.Gi, 20*clonertest.Gi))
 	return g, dv, pvc, pv
 }

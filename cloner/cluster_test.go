@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
@@ -32,16 +33,16 @@ type fakeCluster struct {
 	dyn  *dynamicfake.FakeDynamicClient
 }
 
-func newFakeCluster(t *testing.T, w *world) *fakeCluster {
+func newFakeCluster(t *testing.T, w *clonertest.World) *fakeCluster {
 	t.Helper()
 	var kubeObjs []runtime.Object
-	for _, o := range w.pvcs {
+	for _, o := range w.Pvcs {
 		kubeObjs = append(kubeObjs, o)
 	}
-	for _, o := range w.pvs {
+	for _, o := range w.Pvs {
 		kubeObjs = append(kubeObjs, o)
 	}
-	for _, o := range w.scs {
+	for _, o := range w.Scs {
 		kubeObjs = append(kubeObjs, o)
 	}
 	kube := kubefake.NewSimpleClientset(kubeObjs...)
@@ -51,10 +52,10 @@ func newFakeCluster(t *testing.T, w *world) *fakeCluster {
 	}
 	enforceResourceVersion(kube, "configmaps")
 	var dynObjs []runtime.Object
-	for _, dv := range w.dvs {
-		dynObjs = append(dynObjs, toUnstructured(t, dv))
+	for _, dv := range w.Dvs {
+		dynObjs = append(dynObjs, clonertest.ToUnstructured(t, dv))
 	}
-	for _, u := range append(append([]*unstructured.Unstructured(nil), w.raw...), w.vscs...) {
+	for _, u := range append(append([]*unstructured.Unstructured(nil), w.Raw...), w.Vscs...) {
 		dynObjs = append(dynObjs, u)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{

@@ -7,24 +7,25 @@ import (
 	"google.golang.org/grpc/codes"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
 func TestEvidenceBookJoinsRetriesSnapshotsAndExpansions(t *testing.T) {
 	b := fleet.NewEvidenceBook(time.Minute)
-	fail := createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*gi, "", t0)
+	fail := createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*clonertest.Gi, "", clonertest.T0)
 	fail.Code, fail.Response.VolumeID = codes.DeadlineExceeded, ""
 	b.Apply(fail)
-	b.Apply(createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*gi, "vol-a", t0.Add(time.Minute)))
-	b.Apply(expandVolume("vol-a", 20*gi, t0.Add(2*time.Minute)))
-	b.Apply(sidecar.Observation{Method: sidecar.MethodCreateSnapshot, Code: codes.OK, End: t0,
+	b.Apply(createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*clonertest.Gi, "vol-a", clonertest.T0.Add(time.Minute)))
+	b.Apply(expandVolume("vol-a", 20*clonertest.Gi, clonertest.T0.Add(2*time.Minute)))
+	b.Apply(sidecar.Observation{Method: sidecar.MethodCreateSnapshot, Code: codes.OK, End: clonertest.T0,
 		Request: sidecar.Request{SourceVolumeID: "g"}, Response: sidecar.Response{SnapshotID: "s1"}})
 	ev := b.Volumes["vol-a"].Ev
-	if ev.Attempts != 2 || !ev.FirstAttempt.Equal(t0) || ev.SourceVolume != "g" {
+	if ev.Attempts != 2 || !ev.FirstAttempt.Equal(clonertest.T0) || ev.SourceVolume != "g" {
 		t.Fatalf("evidence %+v: want 2 attempts since the first (failed) one", ev)
 	}
-	if c, at := ev.FinalCapacity(); c != 20*gi || !at.Equal(t0.Add(2*time.Minute+time.Second)) {
+	if c, at := ev.FinalCapacity(); c != 20*clonertest.Gi || !at.Equal(clonertest.T0.Add(2*time.Minute+time.Second)) {
 		t.Fatalf("final capacity %d at %v", c, at)
 	}
 	// The retry succeeded: the failed attempt's error is void, and the claim
@@ -32,7 +33,7 @@ func TestEvidenceBookJoinsRetriesSnapshotsAndExpansions(t *testing.T) {
 	if _, kept := b.Errors["cozy-public/tmp-pvc-u"]; kept {
 		t.Fatal("the failed attempt is still the driver error after a successful retry")
 	}
-	if at, ok := b.Cleared["cozy-public/tmp-pvc-u"]; !ok || !at.Equal(t0.Add(time.Minute+time.Second)) {
+	if at, ok := b.Cleared["cozy-public/tmp-pvc-u"]; !ok || !at.Equal(clonertest.T0.Add(time.Minute+time.Second)) {
 		t.Fatalf("claim not marked cleared at the successful call's end: %v %v", at, ok)
 	}
 	if b.Snapshots["s1"].Source != "g" {
@@ -46,12 +47,12 @@ func TestEvidenceBookJoinsRetriesSnapshotsAndExpansions(t *testing.T) {
 
 func TestEvidenceWaitingTooLongExpiresAndIsCounted(t *testing.T) {
 	b := fleet.NewEvidenceBook(time.Minute)
-	b.Apply(createVolume("pvc-a", "ns/c", "", gi, "vol-a", t0))
-	b.Expire(t0.Add(30 * time.Second))
+	b.Apply(createVolume("pvc-a", "ns/c", "", clonertest.Gi, "vol-a", clonertest.T0))
+	b.Expire(clonertest.T0.Add(30 * time.Second))
 	if len(b.Volumes) != 1 || b.Expired != 0 {
 		t.Fatal("expired too early")
 	}
-	b.Expire(t0.Add(2 * time.Minute))
+	b.Expire(clonertest.T0.Add(2 * time.Minute))
 	if len(b.Volumes) != 0 || b.Expired != 1 {
 		t.Fatalf("volumes %d expired %d", len(b.Volumes), b.Expired)
 	}
@@ -67,8 +68,8 @@ func TestTargetOfClaim(t *testing.T) {
 }
 
 func TestMergeKeepsCreateFromEitherSideAndUnionsExpansions(t *testing.T) {
-	onPV := fleet.VolumeEvidence{Expansions: []fleet.Expansion{{At: t0, RequiredBytes: 10 * gi, Code: "OK"}}}
-	seen := *tapClone("g", 6*gi, 20*gi)
+	onPV := fleet.VolumeEvidence{Expansions: []fleet.Expansion{{At: clonertest.T0, RequiredBytes: 10 * clonertest.Gi, Code: "OK"}}}
+	seen := *clonertest.TapClone("g", 6*clonertest.Gi, 20*clonertest.Gi)
 	onPV.Merge(&seen)
 	if !onPV.CreateSeen() || onPV.SourceVolume != "g" || len(onPV.Expansions) != 2 {
 		t.Fatalf("merged %+v", onPV)

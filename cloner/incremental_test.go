@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -18,20 +19,20 @@ import (
 // or DataVolume change re-judges its own disk, a golden change its
 // consumers, and nothing is re-judged while nothing changes.
 func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	const n = 40
 	var disks []*cdiv1.DataVolume
 	for i := range n {
-		dv := w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, publish.PtrTo(testClass))
+		dv := w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 		if i > 0 {
-			w.cloned(dv, testClass, "csi-clone", 20*gi, nil)
+			w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 		}
 		disks = append(disks, dv)
 	}
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	// Passes are driven here, not by RunVerdicts: quiesce decides when
@@ -53,7 +54,7 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	}
 	before := settled()
 
-	pvc, pv := w.cloned(disks[0], testClass, "csi-clone", 20*gi, nil)
+	pvc, pv := w.Cloned(disks[0], clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,16 +84,16 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 // a time, reports the rest as due, counts the ledger once after the last
 // chunk, and ends with every disk judged, written and counted once.
 func TestAFullPassGoesInChunks(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	const n, chunk = 23, 5
 	for i := range n {
-		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.Cloned(w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
 	ctx := t.Context()
-	c := fc.controller(t, ctx, configAt(t0.Add(time.Hour)))
+	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
 	c.chunk = chunk
 	c.markFull()
 	var passes []int64
@@ -186,7 +187,7 @@ func barrier(t *testing.T, ctx context.Context, fc *fakeCluster, c *Controller, 
 	key := barrierNamespace + "/" + name
 	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: barrierNamespace, Name: name}}
-	if _, err := fc.dyn.Resource(fleet.DataVolumeGVR).Namespace(barrierNamespace).Create(ctx, toUnstructured(t, dv), metav1.CreateOptions{}); err != nil {
+	if _, err := fc.dyn.Resource(fleet.DataVolumeGVR).Namespace(barrierNamespace).Create(ctx, clonertest.ToUnstructured(t, dv), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	takeDue(t, c, key, "DataVolume")

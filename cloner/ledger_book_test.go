@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
@@ -43,7 +44,7 @@ func TestLedgerShardsFit(t *testing.T) {
 			for i := range 100_000 {
 				uid := types.UID(fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i*7919))
 				f := ledger.LedgerFact{Uid: uid, Ref: tc.ns(i) + "/" + tc.name(i), Flavor: fmt.Sprintf("sid%02d/v1.13.%d", i%20, i%20),
-					Avoided: true, Bytes: 6 * gi, Verdict: record.VerdictCSIClone, Duration: time.Duration(i%300) * time.Second, Timed: true}
+					Avoided: true, Bytes: 6 * clonertest.Gi, Verdict: record.VerdictCSIClone, Duration: time.Duration(i%300) * time.Second, Timed: true}
 				facts[ledger.ShardOf(uid)] = append(facts[ledger.ShardOf(uid)], f)
 			}
 			largest := 0
@@ -73,12 +74,12 @@ func TestLedgerShardsFit(t *testing.T) {
 }
 
 // threeClonedDisks is a golden and three finished CSI clones of it.
-func threeClonedDisks() *world {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+func threeClonedDisks() *clonertest.World {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	for _, n := range []string{"d1", "d2", "d3"} {
-		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.Cloned(w.Worker("tenant-a", n, "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
 	return &w
 }
@@ -103,13 +104,13 @@ func failNextWrite(fc *fakeCluster, verb string, match func(name string) bool) *
 func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 	w := threeClonedDisks()
 	fc := newFakeCluster(t, w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
 	// The old version counted the golden's import and d1, d2.
 	legacy := ledger.NewLedger()
-	legacy.Flavors[fleet.Flavor{SchematicID: testSID, Version: testVer}.Key()] = &ledger.FlavorTotals{FetchesAvoided: 2, GoldenImports: 1, BytesAvoided: 12 * gi}
-	legacy.Counted[string(w.dvs[0].UID)] = &ledger.Mark{Ref: w.dvs[0].Namespace + "/" + w.dvs[0].Name, Fetches: 1}
-	for _, dv := range w.dvs[1:3] {
+	legacy.Flavors[fleet.Flavor{SchematicID: clonertest.TestSID, Version: clonertest.TestVer}.Key()] = &ledger.FlavorTotals{FetchesAvoided: 2, GoldenImports: 1, BytesAvoided: 12 * clonertest.Gi}
+	legacy.Counted[string(w.Dvs[0].UID)] = &ledger.Mark{Ref: w.Dvs[0].Namespace + "/" + w.Dvs[0].Name, Fetches: 1}
+	for _, dv := range w.Dvs[1:3] {
 		legacy.Counted[string(dv.UID)] = &ledger.Mark{Ref: dv.Namespace + "/" + dv.Name, Avoided: true}
 	}
 	data := legacy.Encode()
@@ -132,7 +133,7 @@ func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil { // and a restart
 		t.Fatal(err)
 	}
-	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * gi})
+	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * clonertest.Gi})
 	cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, cfg.LedgerName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -151,9 +152,9 @@ func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 func TestLedgerLostWriteIsCountedLater(t *testing.T) {
 	w := threeClonedDisks()
 	fc := newFakeCluster(t, w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
-	d3 := ledger.ShardName(cfg.LedgerName, ledger.ShardOf(w.dvs[3].UID))
+	d3 := ledger.ShardName(cfg.LedgerName, ledger.ShardOf(w.Dvs[3].UID))
 	lost := failNextWrite(fc, "create", func(name string) bool { return name == d3 })
 	c := fc.controller(t, ctx, cfg)
 	if err := c.Pass(ctx); err == nil || !lost.Load() {
@@ -164,7 +165,7 @@ func TestLedgerLostWriteIsCountedLater(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * gi})
+	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * clonertest.Gi})
 	if got := c.Snapshot().Flavors; len(got) != 1 || got[0].FetchesAvoided != 3 {
 		t.Fatalf("metrics show %+v, want 3 fetches avoided", got)
 	}

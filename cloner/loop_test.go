@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
@@ -19,12 +20,12 @@ import (
 // real loop: a DataVolume that finishes gets its verdict without a manual
 // pass, and the verdict metrics vanish when the loop's context ends.
 func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Minute))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Minute))
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	leadCtx, lose := context.WithCancel(ctx)
@@ -32,7 +33,7 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 	go func() { done <- c.RunVerdicts(leadCtx) }()
 	eventually(t, "first pass", func() bool { return c.Snapshot().Leader })
 
-	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, nil)
+	pvc, pv := w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +56,9 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 // TestWithoutCDIEvidenceStillRunsAndVerdictsWait: the sidecar sits in the
 // CSI data path, so a cluster without CDI must not make it fail.
 func TestWithoutCDIEvidenceStillRunsAndVerdictsWait(t *testing.T) {
-	fc := newFakeCluster(t, &world{})
+	fc := newFakeCluster(t, &clonertest.World{})
 	fc.kube.Resources = nil // neither CDI nor snapshot CRDs served
-	cfg := testConfig()
+	cfg := clonertest.TestConfig()
 	cfg.ResyncPeriod = time.Second
 	c, err := New(cfg, fc.clients())
 	if err != nil {
@@ -68,7 +69,7 @@ func TestWithoutCDIEvidenceStillRunsAndVerdictsWait(t *testing.T) {
 	verdicts, evidence := make(chan error, 1), make(chan error, 1)
 	go func() { verdicts <- c.RunVerdicts(ctx) }()
 	go func() { evidence <- c.RunEvidence(ctx) }()
-	c.Observe(createVolume("pvc-1", "ns/c", "", gi, "vol-1", t0))
+	c.Observe(createVolume("pvc-1", "ns/c", "", clonertest.Gi, "vol-1", clonertest.T0))
 	select {
 	case err := <-verdicts:
 		t.Fatalf("RunVerdicts returned %v without CDI; it must wait", err)
@@ -86,7 +87,7 @@ func TestWithoutCDIEvidenceStillRunsAndVerdictsWait(t *testing.T) {
 }
 
 func TestRunBeforeStartIsAnError(t *testing.T) {
-	c, err := New(testConfig(), newFakeCluster(t, &world{}).clients())
+	c, err := New(clonertest.TestConfig(), newFakeCluster(t, &clonertest.World{}).clients())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestRunBeforeStartIsAnError(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	good := testConfig()
+	good := clonertest.TestConfig()
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestFetchesCountRestartsOnceStarted(t *testing.T) {
 }
 
 func TestPassRefusesHalfFilledCaches(t *testing.T) {
-	c, err := New(testConfig(), newFakeCluster(t, &world{}).clients())
+	c, err := New(clonertest.TestConfig(), newFakeCluster(t, &clonertest.World{}).clients())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
@@ -26,45 +27,22 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
-const testDriver = "linstor.csi.linbit.com"
-
-// csiCloneForced: CDI's cloneStrategyOverride csi-clone and a CSIDriver
-// object for the driver, as the loopback stack runs CDI.
-func csiCloneForced() predict.Inputs {
-	s := cdiv1.CloneStrategyCsiClone
-	return predict.Inputs{CDIs: []*cdiv1.CDI{{Spec: cdiv1.CDISpec{CloneStrategyOverride: &s}}}, CSIDrivers: []string{testDriver}}
-}
-
-// predictionWorld: a golden on testClass, a class without expansion, and
-// two finished worker disks whose volumes the tap saw created blank.
-func predictionWorld(t *testing.T) (*world, *cdiv1.DataVolume) {
-	t.Helper()
-	var w world
-	w.class(testClass, nil, t0)
-	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
-	g, _ := w.golden(testSID, testVer)
-	blank := tapClone("", 20*gi, 20*gi)
-	w.cloned(w.worker("tenant-a", "fixed-a", "p", g, 20*gi, publish.PtrTo("fixed")), "fixed", "copy", 20*gi, blank)
-	w.cloned(w.worker("tenant-a", "same-a", "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "copy", 20*gi, blank)
-	return &w, g
-}
-
 // TestVerdictContradictingThePredictionIsAFinding: a host-assisted copy on
 // a class without expansion was predicted; one on the golden's own class
 // contradicts the predicted csi-clone and is flagged prediction-wrong.
 func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
-	w, _ := predictionWorld(t)
-	cfg := testConfig()
-	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	ev := verdict.EvaluateWith(inv, cfg, t0.Add(time.Hour), verdict.BuildPredictor(csiCloneForced(), inv))
+	w, _ := clonertest.PredictionWorld(t)
+	cfg := clonertest.TestConfig()
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv))
 	recs := map[string]*record.Record{}
 	for _, a := range ev.Assessments {
 		recs[a.Disk.Name] = a.Record
 	}
-	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || reasonsOf(r)[record.ReasonPredictionWrong] {
+	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("fixed-a: %+v", r)
 	}
-	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !reasonsOf(r)[record.ReasonPredictionWrong] {
+	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("same-a: predicted %s, reasons %v; want csi-clone and prediction-wrong", r.Predicted, r.BadReasons())
 	}
 	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
@@ -78,7 +56,7 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	for _, p := range s.Paths {
 		got[p.StorageClass] = p.Path + "/" + p.Reason
 	}
-	want := map[string]string{testClass: "csi-clone/cdi-override", "fixed": "host-assisted/no-volume-expansion", predict.EmptyClass: "blocked/class-unresolved"}
+	want := map[string]string{clonertest.TestClass: "csi-clone/cdi-override", "fixed": "host-assisted/no-volume-expansion", predict.EmptyClass: "blocked/class-unresolved"}
 	if len(got) != len(want) {
 		t.Errorf("pairs %v, want %v", got, want)
 	}
@@ -94,18 +72,18 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 // disk's class, size and volume mode); the failed verdict contradicts the
 // prediction, and the self-check counts it wrong.
 func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "refused", "p", g, 20*gi, publish.PtrTo(testClass))
-	pvc := w.pendingTarget(dv)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "refused", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	pvc := w.PendingTarget(dv)
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "invalid token"
-	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "invalid token", t0)
-	cfg := testConfig()
-	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	ev := verdict.EvaluateWith(inv, cfg, t0.Add(time.Minute), verdict.BuildPredictor(csiCloneForced(), inv))
+	clonertest.Condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "invalid token", clonertest.T0)
+	cfg := clonertest.TestConfig()
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Minute), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv))
 	r := ev.Assessments[0].Record
-	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[record.ReasonPredictionWrong] {
+	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Fatalf("verdict %s, predicted %s (%s), reasons %v; want failed, csi-clone, prediction-wrong", r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons())
 	}
 	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
@@ -118,17 +96,17 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 // TestThePredictionRecordedFirstIsTheOneChecked: a record that already
 // carries a prediction keeps it, whatever the objects say now.
 func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
-	w, _ := predictionWorld(t)
-	for _, pvc := range w.pvcs {
+	w, _ := clonertest.PredictionWorld(t)
+	for _, pvc := range w.Pvcs {
 		if pvc.Name == "same-a" {
 			pvc.Annotations[fleet.AnnCloneEvidence] = record.MustJSON(&record.Record{Verdict: record.VerdictPending, Predicted: predict.PathHostAssisted,
 				PredictedReason: predict.ReasonCopyStrategy})
 		}
 	}
-	cfg := testConfig()
-	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	for _, a := range verdict.EvaluateWith(inv, cfg, t0.Add(time.Hour), verdict.BuildPredictor(csiCloneForced(), inv)).Assessments {
-		if a.Disk.Name == "same-a" && (a.Record.Predicted != predict.PathHostAssisted || reasonsOf(a.Record)[record.ReasonPredictionWrong]) {
+	cfg := clonertest.TestConfig()
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	for _, a := range verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv)).Assessments {
+		if a.Disk.Name == "same-a" && (a.Record.Predicted != predict.PathHostAssisted || clonertest.ReasonsOf(a.Record)[record.ReasonPredictionWrong]) {
 			t.Errorf("same-a: %+v", a.Record)
 		}
 	}
@@ -138,10 +116,10 @@ func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
 // the guard's parameters are created once, a pass with nothing changed
 // writes nothing, and a class losing allowVolumeExpansion rewrites them.
 func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
-	w, g := predictionWorld(t)
+	w, g := clonertest.PredictionWorld(t)
 	fc := newFakeCluster(t, w)
 	servePredictionInputs(t, fc)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	cfg.AdmissionParams = true
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
@@ -174,7 +152,7 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 			t.Errorf("a pass with nothing changed wrote: %s %s", a.GetVerb(), a.GetResource().Resource)
 		}
 	}
-	sc, err := fc.kube.StorageV1().StorageClasses().Get(ctx, testClass, metav1.GetOptions{})
+	sc, err := fc.kube.StorageV1().StorageClasses().Get(ctx, clonertest.TestClass, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,15 +161,15 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "class change seen", func() bool {
-		x, ok, _ := c.scInf.GetStore().GetByKey(testClass)
+		x, ok, _ := c.scInf.GetStore().GetByKey(clonertest.TestClass)
 		return ok && !*x.(*storagev1.StorageClass).AllowVolumeExpansion
 	})
 	before = len(fc.kube.Actions())
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := params()[g.Name+".path."+testClass]; got != "host-assisted/no-volume-expansion" {
-		t.Errorf("after the change, path on %s: %q", testClass, got)
+	if got := params()[g.Name+".path."+clonertest.TestClass]; got != "host-assisted/no-volume-expansion" {
+		t.Errorf("after the change, path on %s: %q", clonertest.TestClass, got)
 	}
 	if n := countWrites(fc.kube.Actions()[before:], "configmaps"); n != 1 {
 		t.Errorf("%d ConfigMap writes after one change, want 1", n)
@@ -225,7 +203,7 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	if _, err := fc.dyn.Resource(fleet.CDIGVR).Create(ctx, cr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}}, metav1.CreateOptions{}); err != nil {
+	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: clonertest.TestDriver}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -233,12 +211,12 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 // TestReportClonePaths: `report --predict CLASS` and the report's "clone
 // paths" table read the same objects the informers do.
 func TestReportClonePaths(t *testing.T) {
-	w, g := predictionWorld(t)
+	w, g := clonertest.PredictionWorld(t)
 	fc := newFakeCluster(t, w)
 	servePredictionInputs(t, fc)
 	ctx := t.Context()
 	var out strings.Builder
-	if err := report.ReportClonePaths(ctx, fc.clients(), testConfig(), &out, "table", "fixed"); err != nil {
+	if err := report.ReportClonePaths(ctx, fc.clients(), clonertest.TestConfig(), &out, "table", "fixed"); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"cozy-public/" + g.Name, "fixed", "host-assisted", "no-volume-expansion", "csi-clone", predict.Fix(predict.ReasonNoVolumeExpansion)} {
@@ -246,11 +224,11 @@ func TestReportClonePaths(t *testing.T) {
 			t.Errorf("report --predict fixed lacks %q:\n%s", want, out.String())
 		}
 	}
-	if strings.Contains(out.String(), testClass+" ") {
+	if strings.Contains(out.String(), clonertest.TestClass+" ") {
 		t.Errorf("report --predict fixed shows other classes:\n%s", out.String())
 	}
 	out.Reset()
-	if err := report.Report(ctx, fc.clients(), testConfig(), &out, "table"); err != nil {
+	if err := report.Report(ctx, fc.clients(), clonertest.TestConfig(), &out, "table"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "CLONE PATHS") || !strings.Contains(out.String(), predict.EmptyClass+" -> none") {
@@ -294,17 +272,17 @@ func TestFailedCountsAgainstItsPredictionStuckOnlyConfirmsBlocked(t *testing.T) 
 // predictor (every pair, both sizes), the snapshot rows and the admission
 // parameters (every class again, both sizes).
 func BenchmarkPredictionRecompute20x30(b *testing.B) {
-	var w world
+	var w clonertest.World
 	for i := 0; i < 30; i++ {
 		expand := i%3 != 0
-		w.class(fmt.Sprintf("class-%02d", i), nil, t0).AllowVolumeExpansion = &expand
+		w.Class(fmt.Sprintf("class-%02d", i), nil, clonertest.T0).AllowVolumeExpansion = &expand
 	}
 	t := &testing.T{}
 	for i := 0; i < 20; i++ {
-		w.golden(fmt.Sprintf("%064d", i), testVer)
+		w.Golden(fmt.Sprintf("%064d", i), clonertest.TestVer)
 	}
-	inv := fleet.BuildInventory(w.objects(t), config.DefaultGoldenNamespace)
-	in := csiCloneForced()
+	inv := fleet.BuildInventory(w.Objects(t), config.DefaultGoldenNamespace)
+	in := clonertest.CsiCloneForced()
 	b.ReportAllocs()
 	for b.Loop() {
 		p := verdict.BuildPredictor(in, inv)
@@ -316,55 +294,35 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 	}
 }
 
-// cdiAtDefaults: csiCloneForced with a CDIConfig that reports CDI's default
-// filesystem overhead (0.06).
-func cdiAtDefaults() predict.Inputs {
-	in := csiCloneForced()
-	in.CDIConfigs = []*cdiv1.CDIConfig{{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{Global: "0.06"}}}}
-	return in
-}
-
-// judgeWithCDI judges the world with the prediction of cdiAtDefaults.
-func (w *world) judgeWithCDI(t *testing.T, now time.Time) map[string]*record.Record {
-	t.Helper()
-	cfg := testConfig()
-	inv := fleet.BuildInventory(w.objects(t), cfg.GoldenNamespace)
-	recs := map[string]*record.Record{}
-	for _, a := range verdict.EvaluateWith(inv, cfg, now, verdict.BuildPredictor(cdiAtDefaults(), inv)).Assessments {
-		recs[a.Disk.Name] = a.Record
-	}
-	return recs
-}
-
 // TestTooSmallIsWhatCDIRefuses: too-small is the CDI model's verdict on the
 // claims CDI renders (validateClone compares the target claim with the
 // source's capacity), not a comparison of the DataVolumes' requests. A
 // spec.storage Filesystem disk of 9.5Gi renders a claim of 9.5Gi/0.94, more
 // than a spec.pvc golden's 10Gi; a 4Gi one stays smaller.
 func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
 	fs := corev1.PersistentVolumeFilesystem
-	g := w.dataVolume(config.DefaultGoldenNamespace, goldenName(testSID, testVer), 10*gi, nil)
-	g.Annotations[fleet.AnnSchematicID], g.Annotations[fleet.AnnTalosVersion] = testSID, testVer
+	g := w.DataVolume(config.DefaultGoldenNamespace, clonertest.GoldenName(clonertest.TestSID, clonertest.TestVer), 10*clonertest.Gi, nil)
+	g.Annotations[fleet.AnnSchematicID], g.Annotations[fleet.AnnTalosVersion] = clonertest.TestSID, clonertest.TestVer
 	g.Spec.Storage = nil
-	g.Spec.PVC = &corev1.PersistentVolumeClaimSpec{StorageClassName: publish.PtrTo(testClass), VolumeMode: &fs,
+	g.Spec.PVC = &corev1.PersistentVolumeClaimSpec{StorageClassName: publish.PtrTo(clonertest.TestClass), VolumeMode: &fs,
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: qty(10 * gi)}}}
-	g.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"}}
-	succeed(g, t0.Add(-time.Hour))
-	gpvc, gpv := w.claim(g, testClass, 10*gi, 10*gi, "golden-vol")
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: clonertest.Qty(10 * clonertest.Gi)}}}
+	g.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + clonertest.TestSID + "/" + clonertest.TestVer + "/openstack-amd64.raw.xz"}}
+	clonertest.Succeed(g, clonertest.T0.Add(-time.Hour))
+	gpvc, gpv := w.Claim(g, clonertest.TestClass, 10*clonertest.Gi, 10*clonertest.Gi, "golden-vol")
 	gpvc.Spec.VolumeMode, gpv.Spec.VolumeMode = &fs, &fs
-	for name, size := range map[string]int64{"within-overhead": 19 * gi / 2, "small": 4 * gi} {
-		d := w.worker("tenant-a", name, "p", g, size, publish.PtrTo(testClass))
+	for name, size := range map[string]int64{"within-overhead": 19 * clonertest.Gi / 2, "small": 4 * clonertest.Gi} {
+		d := w.Worker("tenant-a", name, "p", g, size, publish.PtrTo(clonertest.TestClass))
 		d.Spec.Storage.VolumeMode = &fs
 		d.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	}
-	recs := w.judgeWithCDI(t, t0)
-	if r := recs["within-overhead"]; reasonsOf(r)[record.ReasonTooSmall] || r.Predicted != predict.PathCSIClone {
+	recs := w.JudgeWithCDI(t, clonertest.T0)
+	if r := recs["within-overhead"]; clonertest.ReasonsOf(r)[record.ReasonTooSmall] || r.Predicted != predict.PathCSIClone {
 		t.Errorf("within-overhead: predicted %s (%s), reasons %v; want csi-clone and not too-small", r.Predicted, r.PredictedReason, r.BadReasons())
 	}
-	if r := recs["small"]; !reasonsOf(r)[record.ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
+	if r := recs["small"]; !clonertest.ReasonsOf(r)[record.ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
 		t.Errorf("small: predicted %s (%s), reasons %v; want target-too-small and too-small", r.Predicted, r.PredictedReason, r.BadReasons())
 	}
 }
@@ -375,22 +333,22 @@ func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
 // warning to a person, so the disk carries the finding bad-path-predicted
 // (a Warning event and csi_clone_bad_disks) until its verdict is decided.
 func TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	w.Class("fixed", nil, clonertest.T0).AllowVolumeExpansion = new(bool)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	rwo, block := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, corev1.PersistentVolumeBlock
-	for name, class := range map[string]string{"on-fixed": "fixed", "on-golden-class": testClass, "done-on-fixed": "fixed", "no-class": "no-such-class"} {
-		d := w.worker("tenant-a", name, "p", g, 20*gi, publish.PtrTo(class))
+	for name, class := range map[string]string{"on-fixed": "fixed", "on-golden-class": clonertest.TestClass, "done-on-fixed": "fixed", "no-class": "no-such-class"} {
+		d := w.Worker("tenant-a", name, "p", g, 20*clonertest.Gi, publish.PtrTo(class))
 		d.Spec.Storage.AccessModes, d.Spec.Storage.VolumeMode = rwo, &block
 		if name == "done-on-fixed" {
-			w.cloned(d, "fixed", "copy", 20*gi, tapClone("", 20*gi, 20*gi))
+			w.Cloned(d, "fixed", "copy", 20*clonertest.Gi, clonertest.TapClone("", 20*clonertest.Gi, 20*clonertest.Gi))
 		}
 	}
-	recs := w.judgeWithCDI(t, t0.Add(time.Minute))
+	recs := w.JudgeWithCDI(t, clonertest.T0.Add(time.Minute))
 	for name, want := range map[string]bool{"on-fixed": true, "on-golden-class": false, "done-on-fixed": false, "no-class": true} {
 		r := recs[name]
-		if got := reasonsOf(r)[record.ReasonBadPathPredicted]; got != want {
+		if got := clonertest.ReasonsOf(r)[record.ReasonBadPathPredicted]; got != want {
 			t.Errorf("%s: verdict %s, predicted %s (%s), reasons %v; want bad-path-predicted %v", name, r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons(), want)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -14,9 +15,9 @@ import (
 // the disk is re-judged when the wait ends; a new verdict, a driver error,
 // CDI's clone type or a new bad reason is written at once.
 func TestProgressRewritesAreSpaced(t *testing.T) {
-	clk := newClock(t0)
-	cfg := testConfig()
-	cfg.Now = clk.now
+	clk := clonertest.NewClock(clonertest.T0)
+	cfg := clonertest.TestConfig()
+	cfg.Now = clk.Now
 	c := &Controller{cfg: cfg, rechecks: map[string]time.Time{}, progressWritten: map[string]time.Time{}}
 	const key = "tenant-a/d0"
 	written := &record.Record{Verdict: record.VerdictPending, Source: record.SourceNone, Message: "clone in progress (phase CloneScheduled)"}
@@ -27,11 +28,11 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 
 	moved := *written
 	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
-	clk.set(t0.Add(publish.ProgressRewriteAfter - time.Second))
+	clk.Set(clonertest.T0.Add(publish.ProgressRewriteAfter - time.Second))
 	if !c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress within the spacing was written at once")
 	}
-	if got, want := c.rechecks[key], t0.Add(publish.ProgressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
+	if got, want := c.rechecks[key], clonertest.T0.Add(publish.ProgressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
 		t.Fatalf("re-judging due at %v (controller %v), want %v", got, c.recheckAt, want)
 	}
 	for what, change := range map[string]func(r *record.Record){
@@ -47,7 +48,7 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 			t.Errorf("%s waited for the progress spacing", what)
 		}
 	}
-	clk.set(t0.Add(publish.ProgressRewriteAfter))
+	clk.Set(clonertest.T0.Add(publish.ProgressRewriteAfter))
 	if c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress still waits once the spacing has passed")
 	}

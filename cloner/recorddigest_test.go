@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -17,10 +18,10 @@ import (
 
 func digestTestRecord() record.Record {
 	return record.Record{Verdict: record.VerdictPending, Source: record.SourceCSITap, Message: "clone in progress (phase CSICloneInProgress)",
-		Golden: "cozy-public/" + goldenName(testSID, testVer), SchematicID: testSID, Version: testVer, Pool: "md0",
-		Volume: "pvc-1", GoldenVolume: "pvc-g", ContentSource: "volume:pvc-g", Class: testClass, GoldenClass: testClass,
-		DiskBytes: 20 * gi, GoldenBytes: 6 * gi, CapacityBytes: 6 * gi, CloneClaim: "cozy-public/tmp-pvc-1",
-		Findings: []record.Finding{{Reason: "class-mismatch", Message: "m"}}, Since: t0,
+		Golden: "cozy-public/" + clonertest.GoldenName(clonertest.TestSID, clonertest.TestVer), SchematicID: clonertest.TestSID, Version: clonertest.TestVer, Pool: "md0",
+		Volume: "pvc-1", GoldenVolume: "pvc-g", ContentSource: "volume:pvc-g", Class: clonertest.TestClass, GoldenClass: clonertest.TestClass,
+		DiskBytes: 20 * clonertest.Gi, GoldenBytes: 6 * clonertest.Gi, CapacityBytes: 6 * clonertest.Gi, CloneClaim: "cozy-public/tmp-pvc-1",
+		Findings: []record.Finding{{Reason: "class-mismatch", Message: "m"}}, Since: clonertest.T0,
 		Predicted: "csi-clone", PredictedReason: "storage-profile"}
 }
 
@@ -60,7 +61,7 @@ func TestCachedRecordReadsAsTheRecord(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(fromCache, fromAPI) {
 		t.Fatalf("cached digest %+v (%v), the JSON's %+v", fromCache, err, fromAPI)
 	}
-	want := record.RecordDigest{Verdict: rec.Verdict, Since: t0, Predicted: "csi-clone", PredictedReason: "storage-profile",
+	want := record.RecordDigest{Verdict: rec.Verdict, Since: clonertest.T0, Predicted: "csi-clone", PredictedReason: "storage-profile",
 		BadReasons: []string{"class-mismatch"}, Same: fromCache.Same, ProgressFree: fromCache.ProgressFree}
 	if !reflect.DeepEqual(*fromCache, want) || fromCache.Same == 0 || fromCache.Same == fromCache.ProgressFree {
 		t.Fatalf("digest %+v, want %+v with two distinct hashes", *fromCache, want)
@@ -76,14 +77,14 @@ func TestDigestTellsChangesApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	restamped := rec
-	restamped.Since = t0.Add(time.Hour)
+	restamped.Since = clonertest.T0.Add(time.Hour)
 	if !old.SameAs(record.DigestRecord(&restamped)) {
 		t.Fatal("a record differing only in Since reads as changed")
 	}
 	for what, change := range map[string]func(r *record.Record){
 		"the message":          func(r *record.Record) { r.Message = "clone in progress (phase Succeeded)" },
 		"the volume":           func(r *record.Record) { r.Volume = "pvc-2" },
-		"the capacity":         func(r *record.Record) { r.CapacityBytes = 20 * gi },
+		"the capacity":         func(r *record.Record) { r.CapacityBytes = 20 * clonertest.Gi },
 		"the claim cloned on":  func(r *record.Record) { r.CloneClaim = "" },
 		"the verdict":          func(r *record.Record) { r.Verdict = record.VerdictCSIClone },
 		"a finding's message":  func(r *record.Record) { r.Findings = []record.Finding{{Reason: "class-mismatch", Message: "n"}} },

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
@@ -17,22 +18,22 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
-func reportWorld() (*world, string) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, gpv := w.golden(testSID, testVer)
-	w.golden("0ld", "v1.12.0") // nothing clones it any more
-	ok := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, publish.PtrTo(testClass))
-	w.cloned(ok, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
-	copied := w.worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*gi, publish.PtrTo(testClass))
-	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, tapClone("", 20*gi, 20*gi))
+func reportWorld() (*clonertest.World, string) {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, gpv := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	w.Golden("0ld", "v1.12.0") // nothing clones it any more
+	ok := w.Worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	w.Cloned(ok, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
+	copied := w.Worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	pvc, _ := w.Cloned(copied, clonertest.TestClass, "copy", 20*clonertest.Gi, clonertest.TapClone("", 20*clonertest.Gi, 20*clonertest.Gi))
 	pvc.Annotations[fleet.AnnCDIFallbackReason] = "different volume modes"
-	web := w.dataVolume("tenant-b", "http-0", 20*gi, nil)
+	web := w.DataVolume("tenant-b", "http-0", 20*clonertest.Gi, nil)
 	web.Annotations[fleet.AnnPool] = "kubernetes-http"
-	secretURL := "https://user:hunter2@factory.example/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"
+	secretURL := "https://user:hunter2@factory.example/image/" + clonertest.TestSID + "/" + clonertest.TestVer + "/openstack-amd64.raw.xz"
 	web.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: secretURL, SecretRef: "factory-creds"}}
-	succeed(web, t0)
-	w.claim(web, testClass, 20*gi, 20*gi, "vol-http-0")
+	clonertest.Succeed(web, clonertest.T0)
+	w.Claim(web, clonertest.TestClass, 20*clonertest.Gi, 20*clonertest.Gi, "vol-http-0")
 	return &w, "hunter2"
 }
 
@@ -44,7 +45,7 @@ func reportOf(t *testing.T, cfg config.Config, format string) (string, string, *
 	w, secret := reportWorld()
 	fc := newFakeCluster(t, w)
 	ctx := t.Context()
-	if err := fc.controller(t, ctx, configAt(t0.Add(time.Hour))).Pass(ctx); err != nil {
+	if err := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour))).Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -72,7 +73,7 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 		t.Fatalf("unused flavor %+v", old)
 	}
 	if cur.Goldens[0].SafeToDelete || cur.Consumers != 2 || cur.FetchesAvoided != 2 || cur.WorkerImports != 1 ||
-		cur.BytesAvoided != 12*gi || cur.Goldens[0].StorageClass != testClass || cur.Goldens[0].Phase != "Succeeded" {
+		cur.BytesAvoided != 12*clonertest.Gi || cur.Goldens[0].StorageClass != clonertest.TestClass || cur.Goldens[0].Phase != "Succeeded" {
 		t.Fatalf("flavor %+v", cur)
 	}
 	pools := map[string]map[string]int{}
@@ -89,7 +90,7 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 }
 
 func TestReportTableNamesBadDisksFixesAndSafeDeletes(t *testing.T) {
-	cfg := testConfig()
+	cfg := clonertest.TestConfig()
 	out, _, fc := reportOf(t, cfg, "table")
 	for _, want := range []string{"safe to delete", "tenant-a/md1-0", "host-assisted", record.Fix(record.ReasonHostAssisted),
 		"csi-clone=1", "http-import=1", "12Gi"} {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -34,18 +35,18 @@ func chunkedFleet(t *testing.T, n, chunk int) (*fakeCluster, *Controller) {
 // gate, when it is not nil.
 func chunkedFleetWith(t *testing.T, n, chunk int, gate func(name string)) (*fakeCluster, *Controller) {
 	t.Helper()
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	for i := range n {
-		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, publish.PtrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.Cloned(w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
 	clients := fc.clients()
 	if gate != nil {
 		clients.Kube = gatedClaims{fc.kube, gate}
 	}
-	c := fc.controllerWith(t, t.Context(), configAt(t0.Add(time.Hour)), clients)
+	c := fc.controllerWith(t, t.Context(), clonertest.ConfigAt(clonertest.T0.Add(time.Hour)), clients)
 	c.chunk = chunk
 	return fc, c
 }

@@ -74,7 +74,7 @@ func staleDriverError(de *fleet.DriverError, tap *fleet.VolumeEvidence) bool {
 // in progress), but it retries every CreateVolume error for ever
 // (cmd/csi-provisioner sets FailedProvisionThreshold(0)): a pool that gets
 // room again makes the clone, so ResourceExhausted waits here too. OK and an
-// empty code are no error. cloner/testdata/kubernetes-csi-final-codes.txt
+// empty code are no error. cloner/verdict/testdata/kubernetes-csi-final-codes.txt
 // holds IsFinalError's answer for every code, checked against the real
 // function by test/tools/mod/resizer/finalcodes.
 func DefiniteCode(code string) bool {

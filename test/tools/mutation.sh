@@ -28,10 +28,11 @@ TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOut
 
 [ -x "$gremlins" ] || { echo "mutation: $gremlins missing: run make tools (or test/tools/build.sh gremlins)" >&2; exit 1; }
 
-# The cloner's suite runs informers over a fake API for most of its time;
-# the verdict rules are judged by the tests of verdict_test.go, blocked_test.go,
-# reasons_table_test.go and cdi_rules_test.go, which evaluate worlds directly.
-VERDICT_TESTS="^($(cd "$root/cloner" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go reasons_table_test.go cdi_rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
+# The verdict rules live in cloner/verdict (pure); the tests of its
+# verdict_test.go, blocked_test.go, path_test.go and cdi_rules_test.go judge them by
+# evaluating worlds directly (the package's tests that drive a pass over a
+# fake API stay with the Controller in cloner).
+VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go path_test.go cdi_rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
 
 # name     package dir     tests (-run)  files mutated (the package's others are excluded)
 targets=(
@@ -39,7 +40,7 @@ targets=(
 	"cdirules  cloner/cdirules .             claim.go clone.go planner.go strategy.go"
 	"labels    metrics         .             clones.go metrics.go predict.go"
 	"tap       sidecar         $TAP_TESTS    call.go methods.go grpcstatus.go"
-	"verdicts  cloner          $VERDICT_TESTS verdict.go reasons.go cdi.go"
+	"verdicts  cloner/verdict  $VERDICT_TESTS verdict.go blocked.go path.go"
 )
 
 # main is one function so that the whole script is parsed before it runs:

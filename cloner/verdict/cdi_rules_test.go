@@ -1,8 +1,9 @@
-package cloner
+package verdict_test
 
 import (
 	"testing"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -56,17 +57,17 @@ func TestCDIExplanationPicksTheTellingCondition(t *testing.T) {
 // A clone in progress asks to be judged again when --stuck-after runs out,
 // with no object changing.
 func TestCloneInProgressIsRecheckedWhenItWouldTurnStuck(t *testing.T) {
-	var w world
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
+	var w clonertest.World
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
-	w.claim(dv, testClass, 20*gi, 0, "")
-	cfg := testConfig()
-	recs, ev := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter/2))
+	w.Claim(dv, clonertest.TestClass, 20*clonertest.Gi, 0, "")
+	cfg := clonertest.TestConfig()
+	recs, ev := w.JudgeAll(t, cfg, clonertest.T0.Add(cfg.StuckAfter/2))
 	if r := recs["d"]; r.Verdict != record.VerdictPending {
 		t.Fatalf("half way to --stuck-after: %s", r.Verdict)
 	}
-	if want := t0.Add(cfg.StuckAfter); !ev.RecheckAt.Equal(want) {
+	if want := clonertest.T0.Add(cfg.StuckAfter); !ev.RecheckAt.Equal(want) {
 		t.Fatalf("recheck at %s, want %s (when it would turn stuck)", ev.RecheckAt, want)
 	}
 }

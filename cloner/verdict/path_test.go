@@ -1,4 +1,4 @@
-package cloner
+package verdict_test
 
 import (
 	"bufio"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -75,12 +76,12 @@ func TestDefiniteCodeIsTheSidecarsFinalError(t *testing.T) {
 // makes it stuck at once. Every error code.
 func TestDriverCodesTheSidecarsRetryWaitForStuckAfter(t *testing.T) {
 	final := sidecarFinalCodes(t)
-	cfg := testConfig()
+	cfg := clonertest.TestConfig()
 	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
 		for _, method := range []string{verdict.MethodCreateVolume, verdict.MethodExpand} {
 			t.Run(c.String()+"/"+method, func(t *testing.T) {
 				w := driverErrorWorld(c.String(), method)
-				soon, _ := w.judgeAll(t, cfg, t0.Add(time.Minute))
+				soon, _ := w.JudgeAll(t, cfg, clonertest.T0.Add(time.Minute))
 				r := soon["d"]
 				if !strings.Contains(r.DriverError, c.String()) {
 					t.Fatalf("driver error %q does not carry %s", r.DriverError, c)
@@ -94,7 +95,7 @@ func TestDriverCodesTheSidecarsRetryWaitForStuckAfter(t *testing.T) {
 				if len(r.BadReasons()) != 0 {
 					t.Fatalf("a minute after %s %s, which the sidecars retry: bad reasons %v (each a Warning)", method, c, r.BadReasons())
 				}
-				late, _ := w.judgeAll(t, cfg, t0.Add(cfg.StuckAfter))
+				late, _ := w.JudgeAll(t, cfg, clonertest.T0.Add(cfg.StuckAfter))
 				if r := late["d"]; r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, r.DriverError) {
 					t.Fatalf("after --stuck-after: %s %q", r.Verdict, r.Message)
 				}
@@ -106,18 +107,18 @@ func TestDriverCodesTheSidecarsRetryWaitForStuckAfter(t *testing.T) {
 // driverErrorWorld is one clone disk "d" that the driver answered with code:
 // its CreateVolume (the provisioner's error on the claim, no volume yet), or
 // the expansion of its cloned volume.
-func driverErrorWorld(code, method string) *world {
-	w := &world{}
-	g, gpv := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, publish.PtrTo(testClass))
-	target := w.pendingTarget(dv)
+func driverErrorWorld(code, method string) *clonertest.World {
+	w := &clonertest.World{}
+	g, gpv := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	target := w.PendingTarget(dv)
 	if method == verdict.MethodCreateVolume {
 		target.Annotations[fleet.AnnDriverError] = record.MustJSON(fleet.DriverError{Method: method, Code: code, Message: "driver says no",
-			Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: t0, Last: t0.Add(time.Second), Attempts: 3})
+			Claim: "cozy-public/tmp-pvc-" + string(target.UID), First: clonertest.T0, Last: clonertest.T0.Add(time.Second), Attempts: 3})
 		return w
 	}
-	ev := tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 6*gi)
-	ev.Expansions = []fleet.Expansion{{At: t0, RequiredBytes: 20 * gi, Code: code, Message: "driver says no"}}
-	w.tmpClaim(target, ev)
+	ev := clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 6*clonertest.Gi)
+	ev.Expansions = []fleet.Expansion{{At: clonertest.T0, RequiredBytes: 20 * clonertest.Gi, Code: code, Message: "driver says no"}}
+	w.TmpClaim(target, ev)
 	return w
 }
