@@ -4,10 +4,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
-	corev1 "k8s.io/api/core/v1"
 )
 
 func TestSeveralDefaultsNewestWinsTiesByName(t *testing.T) {

@@ -1,9 +1,10 @@
 package cloner
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // awaitingEcho reports whether the record d was already written to a claim

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
-	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // RunEvidence turns observations into annotations until ctx ends or

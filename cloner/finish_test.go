@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // TestFinishEvidenceWaitsForThePVs: at shutdown the evidence loop takes

@@ -4,14 +4,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
-	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // Incremental judging: an object change re-judges only the worker disks it

@@ -8,18 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
-	"github.com/cozystack/csi-clone-sidecar/cloner/config"
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
-	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
-	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // maxObjectBytes is the API server's limit on one ConfigMap's data.

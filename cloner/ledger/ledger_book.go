@@ -6,12 +6,13 @@ import (
 	"hash/fnv"
 	"strconv"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // ledgerShards is how many ConfigMaps hold the marks. A mark is about 100

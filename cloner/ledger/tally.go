@@ -6,9 +6,10 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // fleetTally is every judged disk summed the way the metrics show it:

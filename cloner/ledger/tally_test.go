@@ -6,8 +6,9 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // TestTallyEqualsASumOverTheJudgedDisks: after any sequence of disks judged,

@@ -3,10 +3,11 @@ package publish
 import (
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // AdmissionParamsName is the ConfigMap, in the sidecar's namespace, that the

@@ -14,12 +14,13 @@ import (
 	"io"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // annotationPatch is a JSON merge patch that sets (or, for nil, removes)

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // What the PVC cache keeps of a disk's persisted record. The record's JSON

@@ -3,9 +3,10 @@ package verdict
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // evaluation is one pass of judgement over an inventory.

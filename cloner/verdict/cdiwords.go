@@ -5,9 +5,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // What CDI says in Warning events about a clone that does not finish. Some

@@ -1,9 +1,10 @@
 package verdict
 
 import (
-	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // Where a disk is before its claim is bound. CDI's clone populator (v1.65)
