@@ -29,10 +29,10 @@ TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOut
 [ -x "$gremlins" ] || { echo "mutation: $gremlins missing: run make tools (or test/tools/build.sh gremlins)" >&2; exit 1; }
 
 # The verdict rules live in cloner/verdict (pure); the tests of its
-# verdict_test.go, blocked_test.go, path_test.go and cdi_rules_test.go judge them by
+# verdict_test.go, blocked_test.go, path_test.go, cdi_rules_test.go and rules_test.go judge them by
 # evaluating worlds directly (the package's tests that drive a pass over a
 # fake API stay with the Controller in cloner).
-VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go path_test.go cdi_rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
+VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go path_test.go cdi_rules_test.go rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
 
 # name     package dir     tests (-run)  files mutated (the package's others are excluded)
 targets=(
