@@ -11,6 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // BenchmarkCacheBytesPerDisk measures what one finished worker disk costs
@@ -36,30 +41,30 @@ func BenchmarkCacheBytesPerDisk(b *testing.B) {
 type wireDisk struct{ dv, pvc, pv []byte }
 
 func wireFleet(b *testing.B, n int) []wireDisk {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	managed := []metav1.ManagedFieldsEntry{{Manager: "cdi-controller", Operation: metav1.ManagedFieldsOperationUpdate,
 		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:cdi.kubevirt.io/storage.contentType":{}}}}`)}}}
 	// A csi-clone record as the verdict engine writes it.
-	record := func(golden, pool, volume string) string {
-		return mustJSON(Record{Verdict: VerdictCSIClone, Source: SourceCSITap, Message: "CSI clone of volume golden-vol",
-			Golden: golden, SchematicID: testSID, Version: testVer, Pool: pool, Volume: volume, GoldenVolume: "golden-vol",
-			ContentSource: "volume:golden-vol", Class: testClass, GoldenClass: testClass, DiskBytes: 20 * gi, GoldenBytes: 6 * gi,
-			CapacityBytes: 20 * gi, CDICloneType: "csi-clone", DurationSeconds: 14.2, Since: t0,
+	recordJSON := func(golden, pool, volume string) string {
+		return record.MustJSON(record.Record{Verdict: record.VerdictCSIClone, Source: record.SourceCSITap, Message: "CSI clone of volume golden-vol",
+			Golden: golden, SchematicID: clonertest.TestSID, Version: clonertest.TestVer, Pool: pool, Volume: volume, GoldenVolume: "golden-vol",
+			ContentSource: "volume:golden-vol", Class: clonertest.TestClass, GoldenClass: clonertest.TestClass, DiskBytes: 20 * clonertest.Gi, GoldenBytes: 6 * clonertest.Gi,
+			CapacityBytes: 20 * clonertest.Gi, CDICloneType: "csi-clone", DurationSeconds: 14.2, Since: clonertest.T0,
 			Predicted: "csi-clone", PredictedReason: "storage-profile"})
 	}
 	out := make([]wireDisk, n)
 	for i := range out {
 		ns := fmt.Sprintf("tenant-%03d", i%200)
-		dv := w.worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*gi, ptrTo(testClass))
-		pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+		dv := w.Worker(ns, fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i), fmt.Sprintf("kubernetes-%s-md%d", ns, i%3), g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+		pvc, pv := w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, clonertest.TapClone("golden-vol", 6*clonertest.Gi, 20*clonertest.Gi))
 		pv.Spec.CSI.VolumeHandle = pv.Name // as LINSTOR names its volumes
 		for k, v := range cdiClaimAnnotations(string(dv.UID)) {
 			pvc.Annotations[k] = v
 		}
-		pvc.Annotations[AnnCloneVerdict] = VerdictCSIClone
-		pvc.Annotations[AnnCloneEvidence] = record(g.Namespace+"/"+g.Name, dv.Annotations[AnnPool], pv.Spec.CSI.VolumeHandle)
+		pvc.Annotations[fleet.AnnCloneVerdict] = record.VerdictCSIClone
+		pvc.Annotations[fleet.AnnCloneEvidence] = recordJSON(g.Namespace+"/"+g.Name, dv.Annotations[fleet.AnnPool], pv.Spec.CSI.VolumeHandle)
 		pvc.Labels = map[string]string{"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"}
 		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: dv.Name, UID: dv.UID}}
 		pv.Annotations["pv.kubernetes.io/provisioned-by"] = "linstor.csi.linbit.com"
@@ -67,7 +72,7 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 		for _, m := range []*metav1.ObjectMeta{&dv.ObjectMeta, &pvc.ObjectMeta, &pv.ObjectMeta} {
 			m.ManagedFields = managed
 		}
-		raw, err := json.Marshal(toUnstructured(b, dv).Object)
+		raw, err := json.Marshal(clonertest.ToUnstructured(b, dv).Object)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,11 +102,11 @@ func mustMarshal(b *testing.B, m interface{ Marshal() ([]byte, error) }) []byte 
 // cachedBytes decodes and caches every disk and returns the live heap they
 // hold.
 func cachedBytes(b *testing.B, wire []wireDisk) float64 {
-	c := &Controller{cfg: testConfig()}
+	c := &Controller{cfg: clonertest.TestConfig()}
 	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, c.dataVolumeIndexers())
 	pvcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	claimUIDs, dataVolumeUIDs := newUIDKeys(), newUIDKeys()
-	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexByHandle: pvHandleIndex})
+	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexByHandle: fleet.PvHandleIndex})
 	before := liveHeap()
 	for _, d := range wire {
 		u := &unstructured.Unstructured{}
@@ -115,12 +120,12 @@ func cachedBytes(b *testing.B, wire []wireDisk) float64 {
 		if err := pv.Unmarshal(d.pv); err != nil {
 			b.Fatal(err)
 		}
-		cachedDV, cachedPVC := mustTransform(cacheDataVolume(u)), mustTransform(cacheClaim(pvc))
+		cachedDV, cachedPVC := mustTransform(fleet.CacheDataVolume(u)), mustTransform(record.CacheClaim(pvc))
 		mustAdd(b, dvs, cachedDV)
 		mustAdd(b, pvcs, cachedPVC)
 		dataVolumeUIDs.set(cachedDV, true)
 		claimUIDs.set(cachedPVC, true)
-		mustAdd(b, pvs, mustTransform(cacheVolume(pv)))
+		mustAdd(b, pvs, mustTransform(fleet.CacheVolume(pv)))
 	}
 	held := liveHeap() - before
 	runtime.KeepAlive([]cache.Indexer{dvs, pvcs, pvs})
@@ -163,11 +168,11 @@ func BenchmarkClaimEvent(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	addToStore(mustTransform(cacheClaim(decode())))
+	addToStore(mustTransform(record.CacheClaim(decode())))
 	for _, bc := range []struct {
 		name      string
 		transform cache.TransformFunc
-	}{{"record-changed", cacheClaim}, {"record-unchanged", cacheClaimFrom(store.GetByKey)}} {
+	}{{"record-changed", record.CacheClaim}, {"record-unchanged", record.CacheClaimFrom(store.GetByKey)}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
 				mustTransform(bc.transform(decode()))

@@ -13,6 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // TestCacheKeepsWhatTheClonerReads: the transforms drop managedFields and
@@ -26,32 +31,32 @@ func TestCacheKeepsWhatTheClonerReads(t *testing.T) {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "cdi-controller", Operation: metav1.ManagedFieldsOperationUpdate}}
 	for _, m := range []*metav1.ObjectMeta{&dv.ObjectMeta, &pvc.ObjectMeta, &pv.ObjectMeta} {
 		m.ManagedFields = managed
-		m.Annotations[annLastApplied] = `{"big":"copy"}`
+		m.Annotations[fleet.AnnLastApplied] = `{"big":"copy"}`
 	}
 	pvc.Annotations["cdi.kubevirt.io/clonePhase"] = "Succeeded"
 	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{}}
 	pv.Spec.CSI.VolumeAttributes = map[string]string{"linstor": "props"}
 
-	u := toUnstructured(t, dv)
-	got := mustTransform(cacheDataVolume(u)).(*cachedDataVolume)
-	if again := mustTransform(cacheDataVolume(got)); again != got {
+	u := clonertest.ToUnstructured(t, dv)
+	got := mustTransform(fleet.CacheDataVolume(u)).(*fleet.CachedDataVolume)
+	if again := mustTransform(fleet.CacheDataVolume(got)); again != got {
 		t.Fatal("transforming a cached DataVolume again changed it")
 	}
-	if got.readErr != "" || got.ManagedFields != nil || got.Annotations[annLastApplied] != "" {
-		t.Fatalf("DataVolume kept %v / %v (err %q)", got.ManagedFields, got.Annotations, got.readErr)
+	if got.ReadErr != "" || got.ManagedFields != nil || got.Annotations[fleet.AnnLastApplied] != "" {
+		t.Fatalf("DataVolume kept %v / %v (err %q)", got.ManagedFields, got.Annotations, got.ReadErr)
 	}
-	if got.Annotations[AnnPool] != "p" || got.Annotations[AnnGolden] != g.Name || len(got.Status.Conditions) != 2 ||
-		got.Status.Conditions[1].Message != "Clone Complete" || got.Spec.Source.PVC.Name != g.Name || requestedBytes(&got.DataVolume) != 20*gi {
+	if got.Annotations[fleet.AnnPool] != "p" || got.Annotations[fleet.AnnGolden] != g.Name || len(got.Status.Conditions) != 2 ||
+		got.Status.Conditions[1].Message != "Clone Complete" || got.Spec.Source.PVC.Name != g.Name || fleet.RequestedBytes(&got.DataVolume) != 20*clonertest.Gi {
 		t.Fatalf("DataVolume lost what the cloner reads: %+v", got.DataVolume)
 	}
-	claim := mustTransform(cacheClaim(pvc.DeepCopy())).(*corev1.PersistentVolumeClaim)
-	if claim.ManagedFields != nil || claim.Annotations[annLastApplied] != "" || claim.Annotations["cdi.kubevirt.io/clonePhase"] != "Succeeded" ||
-		claim.Annotations[AnnCDICloneType] != "csi-clone" || claimRequest(claim) != 20*gi || claim.Spec.VolumeName != pv.Name {
+	claim := mustTransform(record.CacheClaim(pvc.DeepCopy())).(*corev1.PersistentVolumeClaim)
+	if claim.ManagedFields != nil || claim.Annotations[fleet.AnnLastApplied] != "" || claim.Annotations["cdi.kubevirt.io/clonePhase"] != "Succeeded" ||
+		claim.Annotations[fleet.AnnCDICloneType] != "csi-clone" || fleet.ClaimRequest(claim) != 20*clonertest.Gi || claim.Spec.VolumeName != pv.Name {
 		t.Fatalf("PVC cached as %+v", claim)
 	}
-	vol := mustTransform(cacheVolume(pv.DeepCopy())).(*corev1.PersistentVolume)
+	vol := mustTransform(fleet.CacheVolume(pv.DeepCopy())).(*corev1.PersistentVolume)
 	if vol.ManagedFields != nil || vol.Spec.NodeAffinity != nil || vol.Spec.CSI.VolumeAttributes != nil ||
-		csiHandle(vol) != csiHandle(pv) || vol.Annotations[AnnCSIEvidence] == "" || vol.Spec.ClaimRef.UID != pvc.UID {
+		fleet.CsiHandle(vol) != fleet.CsiHandle(pv) || vol.Annotations[fleet.AnnCSIEvidence] == "" || vol.Spec.ClaimRef.UID != pvc.UID {
 		t.Fatalf("PV cached as %+v", vol)
 	}
 }
@@ -64,9 +69,9 @@ func TestUnreadableDataVolumeIsCachedAsItsIdentity(t *testing.T) {
 		"metadata": map[string]any{"name": "broken", "namespace": "tenant-x", "uid": "u-1", "resourceVersion": "7"},
 		"spec":     "not an object",
 	}}
-	got := mustTransform(cacheDataVolume(u)).(*cachedDataVolume)
-	m := malformedDataVolume(got)
-	if got.readErr == "" || m.Name != "broken" || m.UID != "u-1" || m.ResourceVersion != "7" || m.Kind != "DataVolume" {
+	got := mustTransform(fleet.CacheDataVolume(u)).(*fleet.CachedDataVolume)
+	m := fleet.MalformedDataVolume(got)
+	if got.ReadErr == "" || m.Name != "broken" || m.UID != "u-1" || m.ResourceVersion != "7" || m.Kind != "DataVolume" {
 		t.Fatalf("unreadable DataVolume cached as %+v", m)
 	}
 }
@@ -78,13 +83,23 @@ func TestUnreadableDataVolumeIsCachedAsItsIdentity(t *testing.T) {
 // production.
 func TestEveryAnnotationReadIsCached(t *testing.T) {
 	kept := map[string]bool{}
-	for _, k := range readAnnotations {
+	for _, k := range fleet.ReadAnnotations {
 		kept[k] = true
 	}
 	classAnnotations := map[string]bool{"AnnDefaultVirtClass": true, "AnnDefaultClass": true}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
+	}
+	inPackages, err := filepath.Glob("*/*.go") // the cloner's sub-packages read annotations too
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range inPackages {
+		// cdirules and predict read CDI's own objects, which are not cached
+		if !strings.HasPrefix(f, "cdirules/") && !strings.HasPrefix(f, "predict/") {
+			files = append(files, f)
+		}
 	}
 	values := annotationConstants(t, files)
 	used := 0
@@ -102,6 +117,11 @@ func TestEveryAnnotationReadIsCached(t *testing.T) {
 				return true
 			}
 			id, ok := ix.Index.(*ast.Ident)
+			if sel, qualified := ix.Index.(*ast.SelectorExpr); qualified {
+				// a constant of a cloner package; cdirules' name what CDI reads, not the cloner
+				pkg, _ := sel.X.(*ast.Ident)
+				id, ok = sel.Sel, pkg != nil && pkg.Name != "cdirules"
+			}
 			if !ok || !strings.HasPrefix(id.Name, "Ann") || classAnnotations[id.Name] {
 				return true
 			}
@@ -112,8 +132,8 @@ func TestEveryAnnotationReadIsCached(t *testing.T) {
 			return true
 		})
 	}
-	if used < len(readAnnotations) {
-		t.Fatalf("found %d annotation reads, fewer than the %d kept: the scan is broken", used, len(readAnnotations))
+	if used < len(fleet.ReadAnnotations) {
+		t.Fatalf("found %d annotation reads, fewer than the %d kept: the scan is broken", used, len(fleet.ReadAnnotations))
 	}
 }
 
@@ -164,13 +184,15 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 	progress := dv.DeepCopy()
 	progress.ResourceVersion, progress.Status.Progress = "2", "57.0%"
 	verdict := pvc.DeepCopy()
-	verdict.ResourceVersion, verdict.Annotations[AnnCloneVerdict] = "3", "csi-clone"
+	verdict.ResourceVersion, verdict.Annotations[fleet.AnnCloneVerdict] = "3", "csi-clone"
 	grown := pv.DeepCopy()
-	grown.ResourceVersion, grown.Spec.Capacity = "2", corev1.ResourceList{corev1.ResourceStorage: qty(30 * gi)}
+	grown.ResourceVersion, grown.Spec.Capacity = "2", corev1.ResourceList{corev1.ResourceStorage: clonertest.Qty(30 * clonertest.Gi)}
 
-	claim := func(p *corev1.PersistentVolumeClaim) any { return mustTransform(cacheClaim(p.DeepCopy())) }
-	volume := func(p *corev1.PersistentVolume) any { return mustTransform(cacheVolume(p.DeepCopy())) }
-	dataVolume := func(d *cdiv1.DataVolume) any { return mustTransform(cacheDataVolume(toUnstructured(t, d))) }
+	claim := func(p *corev1.PersistentVolumeClaim) any { return mustTransform(record.CacheClaim(p.DeepCopy())) }
+	volume := func(p *corev1.PersistentVolume) any { return mustTransform(fleet.CacheVolume(p.DeepCopy())) }
+	dataVolume := func(d *cdiv1.DataVolume) any {
+		return mustTransform(fleet.CacheDataVolume(clonertest.ToUnstructured(t, d)))
+	}
 	for name, c := range map[string]struct {
 		old, cur any
 		same     bool
@@ -181,7 +203,7 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 		"PV capacity":          {volume(pv), volume(grown), false},
 		"PV unchanged":         {volume(pv), volume(pv), true},
 	} {
-		if got := sameButVersion(c.old, c.cur); got != c.same {
+		if got := fleet.SameButVersion(c.old, c.cur); got != c.same {
 			t.Errorf("%s: sameButVersion = %v, want %v", name, got, c.same)
 		}
 	}
@@ -189,10 +211,10 @@ func TestUpdatesTheClonerCannotSeeAreSkipped(t *testing.T) {
 
 // oneClonedDisk is a golden and one worker disk CSI-cloned from it.
 func oneClonedDisk() (*cdiv1.DataVolume, *cdiv1.DataVolume, *corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d1", "p", g, 20*gi, ptrTo(testClass))
-	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, tapClone("golden-vol", 6*gi, 20*gi))
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d1", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	pvc, pv := w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, clonertest.TapClone("golden-vol", 6*clonertest.Gi, 20*clonertest.Gi))
 	return g, dv, pvc, pv
 }

@@ -18,6 +18,12 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // fakeCluster is client-go's fake clientsets holding a world's objects,
@@ -28,34 +34,34 @@ type fakeCluster struct {
 	dyn  *dynamicfake.FakeDynamicClient
 }
 
-func newFakeCluster(t *testing.T, w *world) *fakeCluster {
+func newFakeCluster(t *testing.T, w *clonertest.World) *fakeCluster {
 	t.Helper()
 	var kubeObjs []runtime.Object
-	for _, o := range w.pvcs {
+	for _, o := range w.Pvcs {
 		kubeObjs = append(kubeObjs, o)
 	}
-	for _, o := range w.pvs {
+	for _, o := range w.Pvs {
 		kubeObjs = append(kubeObjs, o)
 	}
-	for _, o := range w.scs {
+	for _, o := range w.Scs {
 		kubeObjs = append(kubeObjs, o)
 	}
 	kube := kubefake.NewSimpleClientset(kubeObjs...)
 	kube.Resources = []*metav1.APIResourceList{
-		{GroupVersion: DataVolumeGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "datavolumes", Namespaced: true, Kind: "DataVolume"}}},
-		{GroupVersion: VolumeSnapshotContentGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "volumesnapshotcontents", Kind: "VolumeSnapshotContent"}}},
+		{GroupVersion: fleet.DataVolumeGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "datavolumes", Namespaced: true, Kind: "DataVolume"}}},
+		{GroupVersion: fleet.VolumeSnapshotContentGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "volumesnapshotcontents", Kind: "VolumeSnapshotContent"}}},
 	}
 	enforceResourceVersion(kube, "configmaps")
 	var dynObjs []runtime.Object
-	for _, dv := range w.dvs {
-		dynObjs = append(dynObjs, toUnstructured(t, dv))
+	for _, dv := range w.Dvs {
+		dynObjs = append(dynObjs, clonertest.ToUnstructured(t, dv))
 	}
-	for _, u := range append(append([]*unstructured.Unstructured(nil), w.raw...), w.vscs...) {
+	for _, u := range append(append([]*unstructured.Unstructured(nil), w.Raw...), w.Vscs...) {
 		dynObjs = append(dynObjs, u)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		DataVolumeGVR: "DataVolumeList", VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
-		StorageProfileGVR: "StorageProfileList", CDIGVR: "CDIList", CDIConfigGVR: "CDIConfigList", DataSourceGVR: "DataSourceList", VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
+		fleet.DataVolumeGVR: "DataVolumeList", fleet.VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
+		fleet.StorageProfileGVR: "StorageProfileList", fleet.CDIGVR: "CDIList", fleet.CDIConfigGVR: "CDIConfigList", fleet.DataSourceGVR: "DataSourceList", fleet.VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
 	}, dynObjs...)
 	return &fakeCluster{kube: kube, dyn: dyn}
 }
@@ -99,10 +105,12 @@ func (fc *fakeCluster) react(verb, resource string, fn clienttesting.ReactionFun
 	fc.kube.PrependReactor(verb, resource, fn)
 }
 
-func (fc *fakeCluster) clients() Clients { return Clients{Kube: fc.kube, Dynamic: fc.dyn} }
+func (fc *fakeCluster) clients() config.Clients {
+	return config.Clients{Kube: fc.kube, Dynamic: fc.dyn}
+}
 
 // controller starts a Controller on the cluster and waits for its caches.
-func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg Config) *Controller {
+func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg config.Config) *Controller {
 	t.Helper()
 	return fc.controllerWith(t, ctx, cfg, fc.clients())
 }
@@ -110,7 +118,7 @@ func (fc *fakeCluster) controller(t *testing.T, ctx context.Context, cfg Config)
 // controllerWith starts a Controller on the given clients (fc's, wrapped):
 // a client is wrapped before the controller starts, since swapping it later
 // races the controller's goroutines that read it.
-func (fc *fakeCluster) controllerWith(t *testing.T, ctx context.Context, cfg Config, clients Clients) *Controller {
+func (fc *fakeCluster) controllerWith(t *testing.T, ctx context.Context, cfg config.Config, clients config.Clients) *Controller {
 	t.Helper()
 	cfg.ResyncPeriod = time.Second
 	c, err := New(cfg, clients)
@@ -145,17 +153,17 @@ func (fc *fakeCluster) settle(t *testing.T, c *Controller) {
 	eventually(t, "caches caught up", func() bool {
 		pvcs, _ := fc.kube.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
 		pvs, _ := fc.kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		dvs, _ := fc.dyn.Resource(DataVolumeGVR).List(ctx, metav1.ListOptions{})
+		dvs, _ := fc.dyn.Resource(fleet.DataVolumeGVR).List(ctx, metav1.ListOptions{})
 		var wantPVC, wantPV, wantDV []any
 		// The caches hold what the informers' transforms keep.
 		for i := range pvcs.Items {
-			wantPVC = append(wantPVC, mustTransform(cacheClaim(&pvcs.Items[i])))
+			wantPVC = append(wantPVC, mustTransform(record.CacheClaim(&pvcs.Items[i])))
 		}
 		for i := range pvs.Items {
-			wantPV = append(wantPV, mustTransform(cacheVolume(&pvs.Items[i])))
+			wantPV = append(wantPV, mustTransform(fleet.CacheVolume(&pvs.Items[i])))
 		}
 		for i := range dvs.Items {
-			wantDV = append(wantDV, mustTransform(cacheDataVolume(&dvs.Items[i])))
+			wantDV = append(wantDV, mustTransform(fleet.CacheDataVolume(&dvs.Items[i])))
 		}
 		return sameObjects(c.pvcInf.GetStore().List(), wantPVC) && sameObjects(c.pvInf.GetStore().List(), wantPV) &&
 			sameObjects((*c.dvInf.Load()).GetStore().List(), wantDV)
@@ -213,9 +221,9 @@ func (fc *fakeCluster) pvc(t *testing.T, ns, name string) *corev1.PersistentVolu
 	return pvc
 }
 
-func (fc *fakeCluster) record(t *testing.T, ns, name string) *Record {
+func (fc *fakeCluster) record(t *testing.T, ns, name string) *record.Record {
 	t.Helper()
-	r, err := readRecord(fc.pvc(t, ns, name))
+	r, err := record.ReadRecord(fc.pvc(t, ns, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,13 +231,13 @@ func (fc *fakeCluster) record(t *testing.T, ns, name string) *Record {
 }
 
 // ledger is the whole ledger, root and shards summed, with every mark.
-func (fc *fakeCluster) ledger(t *testing.T, cfg Config) *Ledger {
+func (fc *fakeCluster) ledger(t *testing.T, cfg config.Config) *ledger.Ledger {
 	t.Helper()
-	b, err := readLedgerBook(context.Background(), fc.kube, cfg.LedgerNamespace, cfg.LedgerName)
+	b, err := ledger.ReadLedgerBook(context.Background(), fc.kube, cfg.LedgerNamespace, cfg.LedgerName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b.merged(true)
+	return b.Merged(true)
 }
 
 // warnings lists the Warning events by involved object name and reason.

@@ -7,14 +7,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -36,13 +40,13 @@ const (
 // Controller is the cloner: every replica feeds it observations (Observe)
 // and runs RunEvidence; the leader also runs RunVerdicts.
 type Controller struct {
-	cfg     Config
-	clients Clients
+	cfg     config.Config
+	clients config.Clients
 
 	obs     chan sidecar.Observation
 	dropped atomic.Int64
 	expired atomic.Int64
-	book    *evidenceBook
+	book    *fleet.EvidenceBook
 
 	started  atomic.Bool
 	coreSync []cache.InformerSynced
@@ -55,7 +59,7 @@ type Controller struct {
 	// claimUIDs and dataVolumeUIDs find a PVC and a DataVolume by UID.
 	claimUIDs, dataVolumeUIDs *uidKeys
 	// predIn holds the clone-path prediction's informers (predict_inputs.go).
-	predIn atomic.Pointer[predictionInputs]
+	predIn atomic.Pointer[fleet.PredictionInputs]
 
 	wake  chan struct{} // a verdict pass is due
 	flush chan struct{} // an evidence flush is due
@@ -65,17 +69,17 @@ type Controller struct {
 	evidenceRunning atomic.Bool
 
 	mu        sync.Mutex
-	snap      *Snapshot
-	malformed *malformedTracker
+	snap      *ledger.Snapshot
+	malformed *publish.MalformedTracker
 	emitted   map[string]bool // event keys emitted by this process
 	recheckAt time.Time       // see evaluation.recheckAt
 
 	// ledger is the leader's copy of the ledger; only the goroutine running
 	// passes touches it.
-	ledger *ledgerBook
+	ledger *ledger.LedgerBook
 	// heldFacts and heldPrune wait for a full pass's last chunk
 	// (countPass); only the goroutine running passes touches them.
-	heldFacts []ledgerFact
+	heldFacts []ledger.LedgerFact
 	heldPrune bool
 	// writing is the chunk whose verdict writes are still going while the
 	// next chunk is judged (writeBehind); only the goroutine running passes
@@ -88,18 +92,18 @@ type Controller struct {
 	dirty    map[string]bool // DataVolume keys due for judging
 	fullDue  bool
 	chunk    int // disks judged per pass at most (passChunk)
-	judged   map[string]judgedDisk
-	tally    *fleetTally          // judged, summed (tally.go)
+	judged   map[string]ledger.JudgedDisk
+	tally    *ledger.FleetTally   // judged, summed (tally.go)
 	rechecks map[string]time.Time // per disk, see assessment.recheckAt
 	// progressWritten is when each pending disk's record was last written
 	// (progress.go).
 	progressWritten map[string]time.Time
 	// echoes are the records written whose echo the claim cache has not
 	// shown yet (echo.go).
-	echoes map[string]pendingEcho
+	echoes map[string]publish.PendingEcho
 	// heard holds CDI's Warning events on each disk stuck by age
 	// (cdiwords.go).
-	heard map[string]heardWords
+	heard map[string]verdict.HeardWords
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
 	// passes counts finished verdict passes (Snapshot.Passes).
@@ -110,33 +114,33 @@ type Controller struct {
 
 // New validates the configuration and builds a Controller; nothing runs
 // until Start.
-func New(cfg Config, clients Clients) (*Controller, error) {
+func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := clients.validate(); err != nil {
+	if err := clients.Validate(); err != nil {
 		return nil, err
 	}
 	return &Controller{
 		cfg: cfg, clients: clients,
 		obs:       make(chan sidecar.Observation, cfg.EvidenceQueue),
-		book:      newEvidenceBook(cfg.EvidenceTTL),
+		book:      fleet.NewEvidenceBook(cfg.EvidenceTTL),
 		dvReady:   make(chan struct{}),
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
 		wake:            make(chan struct{}, 1),
 		flush:           make(chan struct{}, 1),
 		finish:          make(chan finishRequest),
-		malformed:       newMalformedTracker(),
+		malformed:       publish.NewMalformedTracker(),
 		emitted:         map[string]bool{},
 		dirty:           map[string]bool{},
 		chunk:           passChunk,
 		writeSlots:      make(chan struct{}, publishWriters),
-		judged:          map[string]judgedDisk{},
-		tally:           newFleetTally(),
+		judged:          map[string]ledger.JudgedDisk{},
+		tally:           ledger.NewFleetTally(),
 		rechecks:        map[string]time.Time{},
 		progressWritten: map[string]time.Time{},
-		echoes:          map[string]pendingEcho{},
-		heard:           map[string]heardWords{},
+		echoes:          map[string]publish.PendingEcho{},
+		heard:           map[string]verdict.HeardWords{},
 	}, nil
 }
 
@@ -174,9 +178,9 @@ func (c *Controller) Start(ctx context.Context) {
 	c.pvcInf = f.Core().V1().PersistentVolumeClaims().Informer()
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
-	must(c.pvcInf.SetTransform(cacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
-	must(c.pvInf.SetTransform(cacheVolumeFor(c.cfg.GoldenNamespace)))
-	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: pvHandleIndex}))
+	must(c.pvcInf.SetTransform(record.CacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
+	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespace)))
+	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: fleet.PvHandleIndex}))
 	c.claimUIDs.track(c.pvcInf)
 	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
@@ -204,16 +208,16 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ResyncPeriod)
 	defer t.Stop()
 	for {
-		if c.vscInf.Load() == nil && c.served(VolumeSnapshotContentGVR) {
-			inf := f.ForResource(VolumeSnapshotContentGVR).Informer()
-			must(inf.SetTransform(cacheUnstructured))
-			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: snapshotHandleIndex}))
+		if c.vscInf.Load() == nil && c.served(fleet.VolumeSnapshotContentGVR) {
+			inf := f.ForResource(fleet.VolumeSnapshotContentGVR).Informer()
+			must(inf.SetTransform(fleet.CacheUnstructured))
+			must(inf.AddIndexers(cache.Indexers{indexBySnapshot: fleet.SnapshotHandleIndex}))
 			c.vscInf.Store(&inf)
 			f.Start(ctx.Done())
 		}
-		if c.dvInf.Load() == nil && c.served(DataVolumeGVR) {
-			inf := f.ForResource(DataVolumeGVR).Informer()
-			must(inf.SetTransform(cacheDataVolume))
+		if c.dvInf.Load() == nil && c.served(fleet.DataVolumeGVR) {
+			inf := f.ForResource(fleet.DataVolumeGVR).Informer()
+			must(inf.SetTransform(fleet.CacheDataVolume))
 			must(inf.AddIndexers(c.dataVolumeIndexers()))
 			onEvent(inf, c.dataVolumeChanged)
 			c.dataVolumeUIDs.track(inf)
@@ -229,7 +233,7 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 			return
 		}
 		if c.dvInf.Load() == nil {
-			klog.V(2).InfoS("DataVolumes are not served yet (is CDI installed?); verdicts wait", "resource", DataVolumeGVR.String())
+			klog.V(2).InfoS("DataVolumes are not served yet (is CDI installed?); verdicts wait", "resource", fleet.DataVolumeGVR.String())
 		}
 		select {
 		case <-ctx.Done():
@@ -251,29 +255,6 @@ func (c *Controller) served(gvr schema.GroupVersionResource) bool {
 		}
 	}
 	return false
-}
-
-// pvHandleIndex is sparse: most drivers (LINSTOR's among them) name the
-// volume handle after the PV, and a store lookup finds those; only the
-// others are indexed (pvByHandle).
-func pvHandleIndex(obj any) ([]string, error) {
-	if pv, ok := obj.(*corev1.PersistentVolume); ok {
-		if h := csiHandle(pv); h != "" && h != pv.Name {
-			return []string{h}, nil
-		}
-	}
-	return nil, nil
-}
-
-func snapshotHandleIndex(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, nil
-	}
-	if h, _, err := unstructured.NestedString(u.Object, "status", "snapshotHandle"); err == nil && h != "" {
-		return []string{h}, nil
-	}
-	return nil, nil
 }
 
 // waitCore waits for the core informers.
@@ -314,14 +295,4 @@ func (c *Controller) synced() bool {
 		}
 	}
 	return true
-}
-
-func unstructuredList(xs []any) []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, 0, len(xs))
-	for _, x := range xs {
-		if u, ok := x.(*unstructured.Unstructured); ok {
-			out = append(out, u)
-		}
-	}
-	return out
 }

@@ -5,15 +5,14 @@
 // worker disk. Every replica persists the evidence it sees onto PVs and PVCs;
 // only the leader decides verdicts, emits events and keeps the fetch ledger.
 //
-// Where things are decided:
-//   - catalog.go  which DataVolumes are goldens and their flavor
-//   - disks.go    which DataVolumes are worker disks
-//   - classes.go  which StorageClass a disk or golden really has
-//   - evidence.go what the driver was asked, persisted onto PVs/PVCs
-//   - verdict.go  the verdict and findings of one worker disk (the only place
-//     that decides; blocked.go holds its rules for clones a definite error
-//     keeps from finishing, cdi.go how CDI's own signals are read, path.go
-//     where a disk is while its claim is unbound: CDI's tmp-pvc-<uid>)
-//   - ledger.go   counters that survive restarts and replicas
-//   - report.go   the `report` subcommand
+// This package is the Controller: its informers, loops and their wiring.
+// What it knows, decides and writes lives below it (docs/architecture.md):
+//   - fleet    what the informers keep: goldens and flavors, disks, classes,
+//     CDI's conditions, the tap's evidence per volume
+//   - verdict  the verdict and findings of one worker disk (the only place
+//     that decides; pure)
+//   - record   the persisted Record and its digest
+//   - ledger   counters that survive restarts and replicas, the running tally
+//   - publish  what a write is made of and when it is due
+//   - report   the `report` subcommand
 package cloner

@@ -1,14 +1,11 @@
 package cloner
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	corev1 "k8s.io/api/core/v1"
 
-// pendingEcho is a record this process wrote whose watch echo had not
-// reached the claim cache when it was written: the claim's resource version
-// the write was judged against, and the written record's hash.
-type pendingEcho struct {
-	base string
-	same uint64
-}
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+)
 
 // awaitingEcho reports whether the record d was already written to a claim
 // the cache still shows as it was before that write. A disk judged again
@@ -17,24 +14,24 @@ type pendingEcho struct {
 // watch lags the writes by seconds) would otherwise be written twice. Once
 // the cache shows the claim changed, it is the truth again: whoever changed
 // it since, the disk is judged against what it says.
-func (c *Controller) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim, d *recordDigest) bool {
+func (c *Controller) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.echoes[key]
 	if !ok {
 		return false
 	}
-	if pvc == nil || pvc.ResourceVersion != e.base {
+	if pvc == nil || pvc.ResourceVersion != e.Base {
 		delete(c.echoes, key)
 		return false
 	}
-	return e.same == d.Same
+	return e.Same == d.Same
 }
 
 // expectEcho notes a record written to a claim as the cache showed it.
-func (c *Controller) expectEcho(key string, pvc *corev1.PersistentVolumeClaim, d *recordDigest) {
+func (c *Controller) expectEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) {
 	c.mu.Lock()
-	c.echoes[key] = pendingEcho{base: pvc.ResourceVersion, same: d.Same}
+	c.echoes[key] = publish.PendingEcho{Base: pvc.ResourceVersion, Same: d.Same}
 	c.mu.Unlock()
 }
 

@@ -8,7 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 )
 
 const (
@@ -18,34 +20,23 @@ const (
 	ReasonMalformedObject = "MalformedObject"
 )
 
-// eventTarget is the object an Event is about.
-type eventTarget struct {
-	APIVersion, Kind, Namespace, Name string
-	UID                               types.UID
-}
-
-func dataVolumeTarget(d *WorkerDisk) eventTarget {
-	return eventTarget{APIVersion: DataVolumeGVR.GroupVersion().String(), Kind: "DataVolume",
-		Namespace: d.Namespace, Name: d.Name, UID: d.UID}
-}
-
 // warn emits one Warning Event. Its name is derived from the object, the
 // reason and occasion (what makes it a new warning), never from the message:
 // a message that gains detail as the disk progresses (its class resolved
 // from the claim, then the bound PV) is still the same warning. Emitting it
 // twice (a restart between the event and the verdict write, two leaders
 // overlapping, a claim that did not exist yet to persist on) creates it once.
-func (c *Controller) warn(ctx context.Context, t eventTarget, reason, occasion, message string) error {
+func (c *Controller) warn(ctx context.Context, t publish.EventTarget, reason, occasion, message string) error {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%s", t.UID, reason, occasion)
-	key := fmt.Sprintf("%s.%016x", clipName(t.Name), h.Sum64())
+	key := fmt.Sprintf("%s.%016x", publish.ClipName(t.Name), h.Sum64())
 	c.mu.Lock()
 	done := c.emitted[t.Namespace+"/"+key]
 	c.mu.Unlock()
 	if done {
 		return nil
 	}
-	now := metav1.NewTime(c.cfg.now())
+	now := metav1.NewTime(c.cfg.Clock())
 	ns := t.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault // where Kubernetes puts events of cluster-scoped objects
@@ -54,8 +45,8 @@ func (c *Controller) warn(ctx context.Context, t eventTarget, reason, occasion, 
 		ObjectMeta: metav1.ObjectMeta{Name: key, Namespace: ns},
 		InvolvedObject: corev1.ObjectReference{APIVersion: t.APIVersion, Kind: t.Kind,
 			Namespace: t.Namespace, Name: t.Name, UID: t.UID},
-		Reason: reason, Message: clip(message, maxEventMessage), Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: eventSourceComponent},
+		Reason: reason, Message: fleet.Clip(message, maxEventMessage), Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: fleet.EventSourceComponent},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	_, err := c.clients.Kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
@@ -66,47 +57,4 @@ func (c *Controller) warn(ctx context.Context, t eventTarget, reason, occasion, 
 	c.emitted[t.Namespace+"/"+key] = true
 	c.mu.Unlock()
 	return nil
-}
-
-// clipName keeps an event name within a DNS subdomain's 253 characters.
-func clipName(s string) string {
-	if len(s) > 200 {
-		return s[:200]
-	}
-	return s
-}
-
-// warningMessage is the Event message of a bad reason: what is wrong, then the fix.
-func warningMessage(r *Record, reason string) string {
-	return fmt.Sprintf("%s. Fix: %s", r.messageFor(reason), Fix(reason))
-}
-
-// malformedTracker counts distinct malformed objects (per UID and
-// resourceVersion) seen by this process, per kind.
-type malformedTracker struct {
-	seen  map[string]bool
-	count map[string]int64
-}
-
-func newMalformedTracker() *malformedTracker {
-	return &malformedTracker{seen: map[string]bool{}, count: map[string]int64{}}
-}
-
-// add records an object; it reports whether it is new.
-func (m *malformedTracker) add(o malformedObject) bool {
-	key := fmt.Sprintf("%s/%s/%s/%s/%s", o.Kind, o.Namespace, o.Name, o.UID, o.ResourceVersion)
-	if m.seen[key] {
-		return false
-	}
-	m.seen[key] = true
-	m.count[o.Kind]++
-	return true
-}
-
-func (m *malformedTracker) snapshot() map[string]int64 {
-	out := make(map[string]int64, len(m.count))
-	for k, v := range m.count {
-		out[k] = v
-	}
-	return out
 }

@@ -11,21 +11,27 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
 func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	copied := w.worker("tenant-a", "copied", "p", g, 20*gi, ptrTo(testClass))
-	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, nil)
-	pvc.Annotations[AnnCDIFallbackReason] = "different volume modes"
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	copied := w.Worker("tenant-a", "copied", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	pvc, _ := w.Cloned(copied, clonertest.TestClass, "copy", 20*clonertest.Gi, nil)
+	pvc.Annotations[fleet.AnnCDIFallbackReason] = "different volume modes"
 	ghost := &cdiv1.DataVolume{}
-	ghost.Namespace, ghost.Name = DefaultGoldenNamespace, goldenName("abc", "v1.0.0")
-	w.worker("tenant-a", "orphan", "p", ghost, 20*gi, ptrTo(testClass)) // no PVC: nothing to persist on
+	ghost.Namespace, ghost.Name = config.DefaultGoldenNamespace, clonertest.GoldenName("abc", "v1.0.0")
+	w.Worker("tenant-a", "orphan", "p", ghost, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)) // no PVC: nothing to persist on
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
 	for restart := 0; restart < 2; restart++ {
 		c := fc.controller(t, ctx, cfg)
@@ -60,21 +66,21 @@ func TestEachBadReasonWarnsOnceAcrossResyncsAndRestarts(t *testing.T) {
 }
 
 func TestNewBadReasonWarnsAgain(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo("fast")) // class mismatch from the start
-	w.claim(dv, "fast", 20*gi, 0, "")
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo("fast")) // class mismatch from the start
+	w.Claim(dv, "fast", 20*clonertest.Gi, 0, "")
 	fc := newFakeCluster(t, &w)
-	clk := newClock(t0.Add(time.Minute))
-	cfg := testConfig()
-	cfg.Now = clk.now
+	clk := clonertest.NewClock(clonertest.T0.Add(time.Minute))
+	cfg := clonertest.TestConfig()
+	cfg.Now = clk.Now
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk.set(t0.Add(cfg.StuckAfter + time.Minute)) // now it is stuck too
+	clk.Set(clonertest.T0.Add(cfg.StuckAfter + time.Minute)) // now it is stuck too
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -85,32 +91,32 @@ func TestNewBadReasonWarnsAgain(t *testing.T) {
 }
 
 func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "local-0", "kubernetes-local", g, 20*gi, ptrTo(testClass))
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "local-0", "kubernetes-local", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 	dv.Status.Phase = cdiv1.CSICloneInProgress
-	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
+	target, _ := w.Claim(dv, clonertest.TestClass, 20*clonertest.Gi, 0, "")
 	fc := newFakeCluster(t, &w)
-	clk := newClock(t0.Add(time.Minute))
-	cfg := testConfig()
-	cfg.Now = clk.now
+	clk := clonertest.NewClock(clonertest.T0.Add(time.Minute))
+	cfg := clonertest.TestConfig()
+	cfg.Now = clk.Now
 	ctx := t.Context()
 	replica := fc.controller(t, ctx, cfg) // not the leader: it only runs RunEvidence
 	go func() { _ = replica.RunEvidence(ctx) }()
 	for i := 0; i < 3; i++ {
-		replica.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: t0, End: t0.Add(time.Duration(i) * time.Second),
+		replica.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: clonertest.T0, End: clonertest.T0.Add(time.Duration(i) * time.Second),
 			Code: codes.DeadlineExceeded, Message: "context deadline exceeded",
 			Request: sidecar.Request{Name: "pvc-tmp9", Parameters: map[string]string{
-				ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public"}}})
+				fleet.ParamPVCName: "tmp-pvc-" + string(target.UID), fleet.ParamPVCNamespace: "cozy-public"}}})
 	}
 	// A repeated error is rewritten at most once per driverErrorRefresh:
 	// past it, the annotation counts every attempt however the three
 	// observations were batched.
-	clk.set(t0.Add(time.Minute + driverErrorRefresh + time.Second))
-	var de DriverError
+	clk.Set(clonertest.T0.Add(time.Minute + fleet.DriverErrorRefresh + time.Second))
+	var de fleet.DriverError
 	eventually(t, "driver error on the target PVC", func() bool {
-		ok, _ := decodeAnnotation(fc.pvc(t, "tenant-a", "local-0"), AnnDriverError, &de)
+		ok, _ := fleet.DecodeAnnotation(fc.pvc(t, "tenant-a", "local-0"), fleet.AnnDriverError, &de)
 		return ok && de.Attempts == 3
 	})
 	if de.Code != "DeadlineExceeded" || de.Claim != "cozy-public/tmp-pvc-"+string(target.UID) {
@@ -118,12 +124,12 @@ func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
 	}
 	leader := fc.controller(t, ctx, cfg)
 	fc.settle(t, leader)
-	clk.set(t0.Add(cfg.StuckAfter + time.Second))
+	clk.Set(clonertest.T0.Add(cfg.StuckAfter + time.Second))
 	if err := leader.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r := fc.record(t, "tenant-a", "local-0")
-	if r.Verdict != VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
+	if r.Verdict != record.VerdictStuck || !strings.Contains(r.Message, "DeadlineExceeded: context deadline exceeded") {
 		t.Fatalf("record %+v", r)
 	}
 	if countReason(fc.warnings(t), "local-0", "CloneStuck") != 1 {
@@ -132,19 +138,19 @@ func TestStuckCloneCarriesTheDriverErrorSeenByAnyReplica(t *testing.T) {
 }
 
 func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	good := w.worker("tenant-a", "good", "p", g, 20*gi, ptrTo(testClass))
-	_, pv := w.cloned(good, testClass, "csi-clone", 20*gi, nil)
-	pv.Annotations[AnnCSIEvidence] = "{not json"
-	w.raw = append(w.raw, &unstructured.Unstructured{Object: map[string]any{
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	good := w.Worker("tenant-a", "good", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	_, pv := w.Cloned(good, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
+	pv.Annotations[fleet.AnnCSIEvidence] = "{not json"
+	w.Raw = append(w.Raw, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
 		"metadata": map[string]any{"name": "broken", "namespace": "tenant-x", "uid": "broken-uid"},
 		"spec":     map[string]any{"source": "oops", "storage": map[string]any{"resources": "lots"}},
 	}})
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	for i := 0; i < 2; i++ {
@@ -152,7 +158,7 @@ func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r := fc.record(t, "tenant-a", "good"); r.Verdict != VerdictCSIClone || r.Source != SourceCDI {
+	if r := fc.record(t, "tenant-a", "good"); r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCDI {
 		t.Fatalf("the readable disk must still be judged (from CDI, its evidence being unreadable): %+v", r)
 	}
 	if n := countReason(fc.warnings(t), "broken", ReasonMalformedObject); n != 1 {
@@ -165,15 +171,15 @@ func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
 }
 
 func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	w.cloned(w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	w.Cloned(w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	fc := newFakeCluster(t, &w)
-	cfg := testConfig()
+	cfg := clonertest.TestConfig()
 	ctx := t.Context()
 	bad := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.LedgerName, Namespace: cfg.LedgerNamespace},
-		Data: map[string]string{ledgerKeyFlavors: "{"}}
+		Data: map[string]string{ledger.LedgerKeyFlavors: "{"}}
 	if _, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -182,18 +188,18 @@ func TestUnreadableLedgerIsAnErrorNotAReset(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	cm, _ := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, cfg.LedgerName, metav1.GetOptions{})
-	if cm.Data[ledgerKeyFlavors] != "{" {
+	if cm.Data[ledger.LedgerKeyFlavors] != "{" {
 		t.Fatal("the unreadable ledger was overwritten")
 	}
-	if r := fc.record(t, "tenant-a", "d"); r == nil || r.Verdict != VerdictCSIClone {
+	if r := fc.record(t, "tenant-a", "d"); r == nil || r.Verdict != record.VerdictCSIClone {
 		t.Fatal("verdicts must not wait for the ledger")
 	}
 }
 
 func TestObserveNeverBlocks(t *testing.T) {
-	cfg := testConfig()
+	cfg := clonertest.TestConfig()
 	cfg.EvidenceQueue = 1
-	c, err := New(cfg, newFakeCluster(t, &world{}).clients())
+	c, err := New(cfg, newFakeCluster(t, &clonertest.World{}).clients())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,31 +221,31 @@ func TestObserveNeverBlocks(t *testing.T) {
 }
 
 func TestEvidenceFromTwoReplicasMergesOnThePV(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Minute))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Minute))
 	ctx := t.Context()
 	a, b := fc.controller(t, ctx, cfg), fc.controller(t, ctx, cfg)
 	go func() { _ = a.RunEvidence(ctx) }()
 	go func() { _ = b.RunEvidence(ctx) }()
-	a.Observe(createVolume("pvc-1", "cozy-public/tmp-pvc-u1", "golden-vol", 6*gi, "vol-1", t0))
+	a.Observe(createVolume("pvc-1", "cozy-public/tmp-pvc-u1", "golden-vol", 6*clonertest.Gi, "vol-1", clonertest.T0))
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1"}, Spec: corev1.PersistentVolumeSpec{
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{VolumeHandle: "vol-1"}}}}
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	read := func() VolumeEvidence {
-		var ev VolumeEvidence
+	read := func() fleet.VolumeEvidence {
+		var ev fleet.VolumeEvidence
 		got, _ := fc.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-1", metav1.GetOptions{})
-		_, _ = decodeAnnotation(got, AnnCSIEvidence, &ev)
+		_, _ = fleet.DecodeAnnotation(got, fleet.AnnCSIEvidence, &ev)
 		return ev
 	}
-	eventually(t, "create evidence", func() bool { ev := read(); return ev.created() })
+	eventually(t, "create evidence", func() bool { ev := read(); return ev.CreateSeen() })
 	// After a provisioner/resizer failover the expansion reaches the other replica.
-	b.Observe(expandVolume("vol-1", 20*gi, t0.Add(10*time.Second)))
-	eventually(t, "merged evidence", func() bool { ev := read(); return ev.created() && len(ev.Expansions) == 1 })
-	if ev := read(); ev.SourceVolume != "golden-vol" || ev.Expansions[0].CapacityBytes != 20*gi {
+	b.Observe(expandVolume("vol-1", 20*clonertest.Gi, clonertest.T0.Add(10*time.Second)))
+	eventually(t, "merged evidence", func() bool { ev := read(); return ev.CreateSeen() && len(ev.Expansions) == 1 })
+	if ev := read(); ev.SourceVolume != "golden-vol" || ev.Expansions[0].CapacityBytes != 20*clonertest.Gi {
 		t.Fatalf("evidence %+v", ev)
 	}
 }
@@ -249,18 +255,18 @@ func TestEvidenceFromTwoReplicasMergesOnThePV(t *testing.T) {
 // claim exists, with the class now read from the claim, is one warning, also
 // after a restart.
 func TestWarningWhoseMessageGainsDetailIsNotRepeated(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo("fast"))
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo("fast"))
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Minute))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Minute))
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pvc, _ := (&world{nextID: 50}).claim(dv, "fast", 20*gi, 0, "")
+	pvc, _ := (&clonertest.World{NextID: 50}).Claim(dv, "fast", 20*clonertest.Gi, 0, "")
 	if _, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +280,7 @@ func TestWarningWhoseMessageGainsDetailIsNotRepeated(t *testing.T) {
 	if n := countReason(fc.warnings(t), "d", "StorageClassMismatch"); n != 1 {
 		t.Fatalf("%d StorageClassMismatch events, want 1", n)
 	}
-	if r := fc.record(t, "tenant-a", "d"); !strings.Contains(r.messageFor(ReasonClassMismatch), "(claim)") {
-		t.Fatalf("the persisted message should now name the claim's class: %q", r.messageFor(ReasonClassMismatch))
+	if r := fc.record(t, "tenant-a", "d"); !strings.Contains(r.MessageFor(record.ReasonClassMismatch), "(claim)") {
+		t.Fatalf("the persisted message should now name the claim's class: %q", r.MessageFor(record.ReasonClassMismatch))
 	}
 }

@@ -9,6 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // RunEvidence turns observations into annotations until ctx ends or
@@ -31,7 +35,7 @@ func (c *Controller) RunEvidence(ctx context.Context) error {
 			req.done <- c.persistRemaining(req.ctx)
 			return nil
 		case o := <-c.obs:
-			c.book.apply(o)
+			c.book.Apply(o)
 			c.drain()
 			c.flushEvidence(ctx)
 		case <-c.flush:
@@ -80,7 +84,7 @@ func (c *Controller) persistRemaining(ctx context.Context) error {
 	for {
 		c.drain()
 		c.flushEvidence(ctx)
-		fresh := c.book.volumesSeenSince(c.cfg.now().Add(-finishFresh))
+		fresh := c.book.VolumesSeenSince(c.cfg.Clock().Add(-finishFresh))
 		if len(c.obs) == 0 && fresh == 0 {
 			return nil
 		}
@@ -98,7 +102,7 @@ func (c *Controller) drain() {
 	for {
 		select {
 		case o := <-c.obs:
-			c.book.apply(o)
+			c.book.Apply(o)
 		default:
 			return
 		}
@@ -109,12 +113,12 @@ func (c *Controller) drain() {
 // target PVCs; what has no object yet waits, up to EvidenceTTL.
 func (c *Controller) flushEvidence(ctx context.Context) {
 	b := c.book
-	for handle, p := range b.volumes {
+	for handle, p := range b.Volumes {
 		pv := c.pvByHandle(handle)
 		if pv == nil {
 			continue
 		}
-		ev := p.ev
+		ev := p.Ev
 		if ev.SourceSnapshot != "" && ev.SnapshotOf == "" {
 			ev.SnapshotOf = c.snapshotSource(ev.SourceSnapshot)
 		}
@@ -122,28 +126,28 @@ func (c *Controller) flushEvidence(ctx context.Context) {
 			klog.V(2).InfoS("Evidence not written yet, will retry", "pv", pv.Name, "err", err)
 			continue
 		}
-		delete(b.volumes, handle)
+		delete(b.Volumes, handle)
 	}
-	now := c.cfg.now()
-	for claim, pe := range b.errors {
+	now := c.cfg.Clock()
+	for claim, pe := range b.Errors {
 		// A retry with the same error refreshes the annotation at most once
 		// a minute; a new error is written at once.
-		if !pe.dirty || (!pe.changed() && now.Sub(pe.written) < driverErrorRefresh) {
+		if !pe.Dirty || (!pe.Changed() && now.Sub(pe.Written) < fleet.DriverErrorRefresh) {
 			continue
 		}
 		pvc := c.targetClaim(claim)
 		if pvc == nil {
 			continue
 		}
-		if err := c.patchPVC(ctx, pvc, "", map[string]*string{AnnDriverError: ptrTo(mustJSON(pe.err))}); err != nil {
+		if err := c.patchPVC(ctx, pvc, "", map[string]*string{fleet.AnnDriverError: publish.PtrTo(record.MustJSON(pe.Err))}); err != nil {
 			klog.V(2).InfoS("Driver error not written yet, will retry", "claim", claim, "err", err)
 			continue
 		}
-		pe.dirty, pe.written, pe.lastWritten = false, now, pe.err.Code+"\x00"+pe.err.Message
+		pe.Dirty, pe.Written, pe.LastWritten = false, now, pe.Err.Code+"\x00"+pe.Err.Message
 	}
 	c.clearDriverErrors(ctx)
-	b.expire(now)
-	c.expired.Store(b.expired)
+	b.Expire(now)
+	c.expired.Store(b.Expired)
 }
 
 // clearDriverErrors removes the driver error from the claims whose
@@ -151,33 +155,30 @@ func (c *Controller) flushEvidence(ctx context.Context) {
 // that success. A claim that does not exist yet is tried again until the
 // entry expires.
 func (c *Controller) clearDriverErrors(ctx context.Context) {
-	for claim, at := range c.book.cleared {
+	for claim, at := range c.book.Cleared {
 		pvc := c.targetClaim(claim)
 		if pvc == nil {
 			continue
 		}
-		var de DriverError
-		ok, err := decodeAnnotation(pvc, AnnDriverError, &de)
+		var de fleet.DriverError
+		ok, err := fleet.DecodeAnnotation(pvc, fleet.AnnDriverError, &de)
 		if (!ok && err == nil) || (err == nil && de.Last.After(at)) {
-			delete(c.book.cleared, claim)
+			delete(c.book.Cleared, claim)
 			continue
 		}
-		if err := c.patchPVC(ctx, pvc, "", map[string]*string{AnnDriverError: nil}); err != nil {
+		if err := c.patchPVC(ctx, pvc, "", map[string]*string{fleet.AnnDriverError: nil}); err != nil {
 			klog.V(2).InfoS("Void driver error not removed yet, will retry", "claim", claim, "err", err)
 			continue
 		}
-		delete(c.book.cleared, claim)
+		delete(c.book.Cleared, claim)
 	}
 }
 
-// changed reports whether the error differs from the one last written.
-func (pe *pendingError) changed() bool { return pe.lastWritten != pe.err.Code+"\x00"+pe.err.Message }
-
 // persistVolumeEvidence merges the evidence with what the PV already carries
 // and writes it, guarded by the PV's resourceVersion.
-func (c *Controller) persistVolumeEvidence(ctx context.Context, pv *corev1.PersistentVolume, ev *VolumeEvidence) error {
-	var onPV VolumeEvidence
-	ok, err := decodeAnnotation(pv, AnnCSIEvidence, &onPV)
+func (c *Controller) persistVolumeEvidence(ctx context.Context, pv *corev1.PersistentVolume, ev *fleet.VolumeEvidence) error {
+	var onPV fleet.VolumeEvidence
+	ok, err := fleet.DecodeAnnotation(pv, fleet.AnnCSIEvidence, &onPV)
 	if err != nil {
 		// Unreadable evidence is replaced by what this replica saw; the
 		// verdict pass reports the object.
@@ -186,17 +187,17 @@ func (c *Controller) persistVolumeEvidence(ctx context.Context, pv *corev1.Persi
 	merged := *ev
 	if ok {
 		merged = onPV
-		merged.merge(ev)
+		merged.Merge(ev)
 	}
-	val := mustJSON(merged)
-	if pv.Annotations[AnnCSIEvidence] == val {
+	val := record.MustJSON(merged)
+	if pv.Annotations[fleet.AnnCSIEvidence] == val {
 		return nil
 	}
-	return c.patchPV(ctx, pv, map[string]*string{AnnCSIEvidence: &val})
+	return c.patchPV(ctx, pv, map[string]*string{fleet.AnnCSIEvidence: &val})
 }
 
 func (c *Controller) pvByHandle(handle string) *corev1.PersistentVolume {
-	if pv := c.volume(handle); pv != nil && csiHandle(pv) == handle {
+	if pv := c.volume(handle); pv != nil && fleet.CsiHandle(pv) == handle {
 		return pv
 	}
 	objs, err := c.pvInf.GetIndexer().ByIndex(indexByHandle, handle)
@@ -209,7 +210,7 @@ func (c *Controller) pvByHandle(handle string) *corev1.PersistentVolume {
 // targetClaim is the PVC a failed CreateVolume's error belongs on: the
 // target of CDI's tmp-pvc-<uid>, or the claim itself.
 func (c *Controller) targetClaim(claim string) *corev1.PersistentVolumeClaim {
-	uid, ref := targetOfClaim(claim)
+	uid, ref := fleet.TargetOfClaim(claim)
 	if uid != "" {
 		ref, ok := c.claimUIDs.get(uid)
 		if pvc := c.claim(ref); ok && pvc != nil && pvc.UID == uid {
@@ -231,8 +232,8 @@ func (c *Controller) claim(ref types.NamespacedName) *corev1.PersistentVolumeCla
 // snapshotSource is the volume a snapshot was cut from: what this replica
 // saw CreateSnapshot do, else the VolumeSnapshotContent while it exists.
 func (c *Controller) snapshotSource(snapshot string) string {
-	if s, ok := c.book.snapshots[snapshot]; ok {
-		return s.source
+	if s, ok := c.book.Snapshots[snapshot]; ok {
+		return s.Source
 	}
 	p := c.vscInf.Load()
 	if p == nil {
@@ -244,16 +245,4 @@ func (c *Controller) snapshotSource(snapshot string) string {
 	}
 	src, _, _ := unstructured.NestedString(objs[0].(*unstructured.Unstructured).Object, "spec", "source", "volumeHandle")
 	return src
-}
-
-// volumesSeenSince counts the volumes whose evidence waits for its PV and
-// was observed at or after since.
-func (b *evidenceBook) volumesSeenSince(since time.Time) int {
-	n := 0
-	for _, p := range b.volumes {
-		if !p.seen.Before(since) {
-			n++
-		}
-	}
-	return n
 }

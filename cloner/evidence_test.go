@@ -7,72 +7,74 @@ import (
 	"google.golang.org/grpc/codes"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
 func TestEvidenceBookJoinsRetriesSnapshotsAndExpansions(t *testing.T) {
-	b := newEvidenceBook(time.Minute)
-	fail := createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*gi, "", t0)
+	b := fleet.NewEvidenceBook(time.Minute)
+	fail := createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*clonertest.Gi, "", clonertest.T0)
 	fail.Code, fail.Response.VolumeID = codes.DeadlineExceeded, ""
-	b.apply(fail)
-	b.apply(createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*gi, "vol-a", t0.Add(time.Minute)))
-	b.apply(expandVolume("vol-a", 20*gi, t0.Add(2*time.Minute)))
-	b.apply(sidecar.Observation{Method: sidecar.MethodCreateSnapshot, Code: codes.OK, End: t0,
+	b.Apply(fail)
+	b.Apply(createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*clonertest.Gi, "vol-a", clonertest.T0.Add(time.Minute)))
+	b.Apply(expandVolume("vol-a", 20*clonertest.Gi, clonertest.T0.Add(2*time.Minute)))
+	b.Apply(sidecar.Observation{Method: sidecar.MethodCreateSnapshot, Code: codes.OK, End: clonertest.T0,
 		Request: sidecar.Request{SourceVolumeID: "g"}, Response: sidecar.Response{SnapshotID: "s1"}})
-	ev := b.volumes["vol-a"].ev
-	if ev.Attempts != 2 || !ev.FirstAttempt.Equal(t0) || ev.SourceVolume != "g" {
+	ev := b.Volumes["vol-a"].Ev
+	if ev.Attempts != 2 || !ev.FirstAttempt.Equal(clonertest.T0) || ev.SourceVolume != "g" {
 		t.Fatalf("evidence %+v: want 2 attempts since the first (failed) one", ev)
 	}
-	if c, at := ev.finalCapacity(); c != 20*gi || !at.Equal(t0.Add(2*time.Minute+time.Second)) {
+	if c, at := ev.FinalCapacity(); c != 20*clonertest.Gi || !at.Equal(clonertest.T0.Add(2*time.Minute+time.Second)) {
 		t.Fatalf("final capacity %d at %v", c, at)
 	}
 	// The retry succeeded: the failed attempt's error is void, and the claim
 	// is marked so that an error already written on it is removed.
-	if _, kept := b.errors["cozy-public/tmp-pvc-u"]; kept {
+	if _, kept := b.Errors["cozy-public/tmp-pvc-u"]; kept {
 		t.Fatal("the failed attempt is still the driver error after a successful retry")
 	}
-	if at, ok := b.cleared["cozy-public/tmp-pvc-u"]; !ok || !at.Equal(t0.Add(time.Minute+time.Second)) {
+	if at, ok := b.Cleared["cozy-public/tmp-pvc-u"]; !ok || !at.Equal(clonertest.T0.Add(time.Minute+time.Second)) {
 		t.Fatalf("claim not marked cleared at the successful call's end: %v %v", at, ok)
 	}
-	if b.snapshots["s1"].source != "g" {
+	if b.Snapshots["s1"].Source != "g" {
 		t.Fatal("snapshot link lost")
 	}
-	b.apply(sidecar.Observation{Method: sidecar.MethodDeleteVolume, Code: codes.OK, Request: sidecar.Request{VolumeID: "vol-a"}})
-	if _, ok := b.volumes["vol-a"]; ok {
+	b.Apply(sidecar.Observation{Method: sidecar.MethodDeleteVolume, Code: codes.OK, Request: sidecar.Request{VolumeID: "vol-a"}})
+	if _, ok := b.Volumes["vol-a"]; ok {
 		t.Fatal("a deleted volume's evidence is still pending")
 	}
 }
 
 func TestEvidenceWaitingTooLongExpiresAndIsCounted(t *testing.T) {
-	b := newEvidenceBook(time.Minute)
-	b.apply(createVolume("pvc-a", "ns/c", "", gi, "vol-a", t0))
-	b.expire(t0.Add(30 * time.Second))
-	if len(b.volumes) != 1 || b.expired != 0 {
+	b := fleet.NewEvidenceBook(time.Minute)
+	b.Apply(createVolume("pvc-a", "ns/c", "", clonertest.Gi, "vol-a", clonertest.T0))
+	b.Expire(clonertest.T0.Add(30 * time.Second))
+	if len(b.Volumes) != 1 || b.Expired != 0 {
 		t.Fatal("expired too early")
 	}
-	b.expire(t0.Add(2 * time.Minute))
-	if len(b.volumes) != 0 || b.expired != 1 {
-		t.Fatalf("volumes %d expired %d", len(b.volumes), b.expired)
+	b.Expire(clonertest.T0.Add(2 * time.Minute))
+	if len(b.Volumes) != 0 || b.Expired != 1 {
+		t.Fatalf("volumes %d expired %d", len(b.Volumes), b.Expired)
 	}
 }
 
 func TestTargetOfClaim(t *testing.T) {
-	if uid, _ := targetOfClaim("cozy-public/tmp-pvc-1234-abcd"); uid != types.UID("1234-abcd") {
+	if uid, _ := fleet.TargetOfClaim("cozy-public/tmp-pvc-1234-abcd"); uid != types.UID("1234-abcd") {
 		t.Fatalf("tmp-pvc: %q", uid)
 	}
-	if uid, ref := targetOfClaim("tenant/disk-0"); uid != "" || ref.String() != "tenant/disk-0" {
+	if uid, ref := fleet.TargetOfClaim("tenant/disk-0"); uid != "" || ref.String() != "tenant/disk-0" {
 		t.Fatalf("plain claim: %q %v", uid, ref)
 	}
 }
 
 func TestMergeKeepsCreateFromEitherSideAndUnionsExpansions(t *testing.T) {
-	onPV := VolumeEvidence{Expansions: []Expansion{{At: t0, RequiredBytes: 10 * gi, Code: "OK"}}}
-	seen := *tapClone("g", 6*gi, 20*gi)
-	onPV.merge(&seen)
-	if !onPV.created() || onPV.SourceVolume != "g" || len(onPV.Expansions) != 2 {
+	onPV := fleet.VolumeEvidence{Expansions: []fleet.Expansion{{At: clonertest.T0, RequiredBytes: 10 * clonertest.Gi, Code: "OK"}}}
+	seen := *clonertest.TapClone("g", 6*clonertest.Gi, 20*clonertest.Gi)
+	onPV.Merge(&seen)
+	if !onPV.CreateSeen() || onPV.SourceVolume != "g" || len(onPV.Expansions) != 2 {
 		t.Fatalf("merged %+v", onPV)
 	}
-	onPV.merge(&seen) // idempotent
+	onPV.Merge(&seen) // idempotent
 	if len(onPV.Expansions) != 2 {
 		t.Fatalf("merging twice duplicated expansions: %d", len(onPV.Expansions))
 	}

@@ -8,6 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
 // TestFinishEvidenceWaitsForThePVs: at shutdown the evidence loop takes
@@ -15,12 +18,12 @@ import (
 // provisioner creates only after the shutdown began; an observation whose
 // PV never comes is reported when the time is up, not waited for forever.
 func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
-	fc := newFakeCluster(t, &world{})
+	fc := newFakeCluster(t, &clonertest.World{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	now := t0.Add(time.Minute)
-	cfg := testConfig()
-	cfg.Now = newClock(now).now
+	now := clonertest.T0.Add(time.Minute)
+	cfg := clonertest.TestConfig()
+	cfg.Now = clonertest.NewClock(now).Now
 	c := fc.controller(t, ctx, cfg)
 	if err := c.FinishEvidence(ctx); err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Fatalf("FinishEvidence before the loop runs = %v; want it not running", err)
@@ -29,7 +32,7 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 	go func() { loop <- c.RunEvidence(ctx) }()
 	eventually(t, "evidence loop running", c.evidenceRunning.Load)
 
-	c.Observe(createVolume("pvc-late", "ns/late", "", gi, "vol-late", now))
+	c.Observe(createVolume("pvc-late", "ns/late", "", clonertest.Gi, "vol-late", now))
 	finished := make(chan error, 1)
 	go func() {
 		fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -37,7 +40,7 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 		finished <- c.FinishEvidence(fctx)
 	}()
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-late"}, Spec: corev1.PersistentVolumeSpec{
-		Capacity:               corev1.ResourceList{corev1.ResourceStorage: qty(gi)},
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: clonertest.Qty(clonertest.Gi)},
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{VolumeHandle: "vol-late"}}}}
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -49,8 +52,8 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 		t.Fatalf("RunEvidence = %v after finishing", err)
 	}
 	got, err := fc.kube.CoreV1().PersistentVolumes().Get(ctx, "pvc-late", metav1.GetOptions{})
-	var ev VolumeEvidence
-	if ok, _ := decodeAnnotation(got, AnnCSIEvidence, &ev); err != nil || !ok || ev.Name != "pvc-late" {
+	var ev fleet.VolumeEvidence
+	if ok, _ := fleet.DecodeAnnotation(got, fleet.AnnCSIEvidence, &ev); err != nil || !ok || ev.Name != "pvc-late" {
 		t.Fatalf("PV after FinishEvidence: evidence %+v (%v); want the CreateVolume of pvc-late", ev, err)
 	}
 
@@ -58,7 +61,7 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 	// deadline and says what was left.
 	go func() { loop <- c.RunEvidence(ctx) }()
 	eventually(t, "evidence loop running again", c.evidenceRunning.Load)
-	c.Observe(createVolume("pvc-never", "ns/never", "", gi, "vol-never", now.Add(-time.Second)))
+	c.Observe(createVolume("pvc-never", "ns/never", "", clonertest.Gi, "vol-never", now.Add(-time.Second)))
 	fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer fcancel()
 	if err := c.FinishEvidence(fctx); err == nil || !strings.Contains(err.Error(), "evidence of 1 volumes not written") {
@@ -70,23 +73,23 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 // for its PV longer than finishFresh will not get it from this replica's
 // provisioner now; it does not hold the shutdown up.
 func TestFinishEvidenceDoesNotWaitForStaleEvidence(t *testing.T) {
-	fc := newFakeCluster(t, &world{})
+	fc := newFakeCluster(t, &clonertest.World{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	now := t0.Add(time.Hour)
-	cfg := testConfig()
-	cfg.Now = newClock(now).now
+	now := clonertest.T0.Add(time.Hour)
+	cfg := clonertest.TestConfig()
+	cfg.Now = clonertest.NewClock(now).Now
 	c := fc.controller(t, ctx, cfg)
 	go func() { _ = c.RunEvidence(ctx) }()
 	eventually(t, "evidence loop running", c.evidenceRunning.Load)
 	// Observed (End = at + 1s) just over finishFresh ago.
-	c.Observe(createVolume("pvc-stale", "ns/stale", "", gi, "vol-stale", now.Add(-finishFresh-2*time.Second)))
+	c.Observe(createVolume("pvc-stale", "ns/stale", "", clonertest.Gi, "vol-stale", now.Add(-finishFresh-2*time.Second)))
 	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer fcancel()
 	if err := c.FinishEvidence(fctx); err != nil {
 		t.Fatalf("FinishEvidence with only stale evidence waiting = %v; want nil at once", err)
 	}
-	if n := c.book.volumesSeenSince(time.Time{}); n != 1 {
+	if n := c.book.VolumesSeenSince(time.Time{}); n != 1 {
 		t.Fatalf("volumes waiting for a PV after the finish: %d, want the stale one kept (1)", n)
 	}
 }

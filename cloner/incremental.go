@@ -6,11 +6,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // Incremental judging: an object change re-judges only the worker disks it
@@ -26,26 +28,12 @@ const (
 	indexByFlavor = "flavor" // HTTP-import DataVolume by its Factory flavor
 )
 
-// judgedDisk is what the metrics need of one judged worker disk.
-type judgedDisk struct {
-	namespace, pool string
-	kind            string
-	goldenRef       types.NamespacedName
-	flavor          Flavor
-	verdict         string
-	badReasons      []string
-	class           string // a clone's resolved class, "" otherwise
-	// predictionChecked: the verdict showed the path taken, and
-	// predictionRight whether it was the one predicted.
-	predictionChecked, predictionRight bool
-}
-
 // dataVolumeIndexers index the DataVolume cache for the joins from a
 // changed PVC, PV or golden back to the disks it touches.
 func (c *Controller) dataVolumeIndexers() cache.Indexers {
-	one := func(f func(*cachedDataVolume) string) cache.IndexFunc {
+	one := func(f func(*fleet.CachedDataVolume) string) cache.IndexFunc {
 		return func(obj any) ([]string, error) {
-			if dv, ok := obj.(*cachedDataVolume); ok && dv.readErr == "" {
+			if dv, ok := obj.(*fleet.CachedDataVolume); ok && dv.ReadErr == "" {
 				if k := f(dv); k != "" {
 					return []string{k}, nil
 				}
@@ -56,13 +44,13 @@ func (c *Controller) dataVolumeIndexers() cache.Indexers {
 	return cache.Indexers{
 		// Sparse: CDI names a DataVolume's PVC after it, and a store
 		// lookup finds those; only the others are indexed (dataVolumesOf).
-		indexByClaim: one(func(dv *cachedDataVolume) string {
-			if claim := claimName(&dv.DataVolume); claim != dv.Name {
+		indexByClaim: one(func(dv *fleet.CachedDataVolume) string {
+			if claim := fleet.ClaimName(&dv.DataVolume); claim != dv.Name {
 				return dv.Namespace + "/" + claim
 			}
 			return ""
 		}),
-		indexByGolden: one(func(dv *cachedDataVolume) string {
+		indexByGolden: one(func(dv *fleet.CachedDataVolume) string {
 			if src := dv.Spec.Source; src != nil && src.PVC != nil {
 				ns := src.PVC.Namespace
 				if ns == "" {
@@ -70,72 +58,20 @@ func (c *Controller) dataVolumeIndexers() cache.Indexers {
 				}
 				return ns + "/" + src.PVC.Name
 			}
-			if ann := dv.Annotations[AnnGolden]; ann != "" {
-				return goldenAnnotationRef(ann, c.cfg.GoldenNamespace).String()
+			if ann := dv.Annotations[fleet.AnnGolden]; ann != "" {
+				return fleet.GoldenAnnotationRef(ann, c.cfg.GoldenNamespace).String()
 			}
 			return ""
 		}),
-		indexByFlavor: one(func(dv *cachedDataVolume) string {
+		indexByFlavor: one(func(dv *fleet.CachedDataVolume) string {
 			if src := dv.Spec.Source; src != nil && src.HTTP != nil {
-				if f, ok := factoryFlavor(src.HTTP.URL); ok {
+				if f, ok := fleet.FactoryFlavor(src.HTTP.URL); ok {
 					return f.Key()
 				}
 			}
 			return ""
 		}),
 	}
-}
-
-// onEvent calls fn with the object of every add and delete and with both
-// objects of an update (a PV's claim changes at CDI's rebind), unless the
-// update changed nothing the cache keeps: kube-controller-manager rewrites
-// a PVC's status conditions after each of our verdict patches, CDI a
-// DataVolume's progress, and none of it can change a verdict.
-func onEvent(inf cache.SharedIndexInformer, fn func(obj any)) {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: fn,
-		UpdateFunc: func(old, cur any) {
-			if !sameButVersion(old, cur) {
-				fn(old)
-				fn(cur)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			fn(obj)
-		},
-	})
-	must(err)
-}
-
-// sameButVersion reports whether two cached versions of an object differ
-// in their resourceVersion only.
-func sameButVersion(old, cur any) bool {
-	switch o := old.(type) {
-	case *corev1.PersistentVolumeClaim:
-		c, ok := cur.(*corev1.PersistentVolumeClaim)
-		return ok && equalButVersion(*o, *c)
-	case *corev1.PersistentVolume:
-		c, ok := cur.(*corev1.PersistentVolume)
-		return ok && equalButVersion(*o, *c)
-	case *cachedDataVolume:
-		c, ok := cur.(*cachedDataVolume)
-		return ok && o.readErr == c.readErr && equalButVersion(o.DataVolume, c.DataVolume)
-	}
-	return false
-}
-
-// equalButVersion compares shallow copies of two objects, their
-// resourceVersions left out.
-func equalButVersion[T any, P interface {
-	*T
-	metav1.Object
-}](a, b T) bool {
-	P(&a).SetResourceVersion("")
-	P(&b).SetResourceVersion("")
-	return equality.Semantic.DeepEqual(a, b)
 }
 
 // watchForVerdicts turns the informers' events into dirty disks.
@@ -176,7 +112,7 @@ func (c *Controller) claimChanged(key string) {
 func dataVolumesOf(idx cache.Indexer, key string) []any {
 	objs, _ := idx.ByIndex(indexByClaim, key)
 	if o, ok, _ := idx.GetByKey(key); ok {
-		if dv := o.(*cachedDataVolume); dv.readErr == "" && claimName(&dv.DataVolume) == dv.Name {
+		if dv := o.(*fleet.CachedDataVolume); dv.ReadErr == "" && fleet.ClaimName(&dv.DataVolume) == dv.Name {
 			objs = append(objs, o)
 		}
 	}
@@ -186,7 +122,7 @@ func dataVolumesOf(idx cache.Indexer, key string) []any {
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
 // the claim key, when key is such a tmp-pvc in the golden namespace.
 func (c *Controller) cloneTarget(key string) (string, bool) {
-	uid, ok := strings.CutPrefix(key, c.cfg.GoldenNamespace+"/"+cdiTmpPVCPrefix)
+	uid, ok := strings.CutPrefix(key, c.cfg.GoldenNamespace+"/"+fleet.CdiTmpPVCPrefix)
 	if !ok || uid == "" {
 		return "", false
 	}
@@ -209,7 +145,7 @@ func (c *Controller) dataVolumeChanged(obj any) {
 		if p := c.dvInf.Load(); p != nil {
 			idx := (*p).GetIndexer()
 			users, _ := idx.IndexKeys(indexByGolden, keys[0])
-			f, _ := goldenFlavor(m.GetName(), m.GetAnnotations())
+			f, _ := fleet.GoldenFlavor(m.GetName(), m.GetAnnotations())
 			imports, _ := idx.IndexKeys(indexByFlavor, f.Key())
 			keys = append(append(keys, users...), imports...)
 		}
@@ -266,7 +202,7 @@ func (c *Controller) takeDue(now time.Time) (keys []string, full, more bool) {
 
 // storeInventory is the catalog and the given DataVolumes, joined through
 // the informers' stores.
-func (c *Controller) storeInventory(keys []string) *inventory {
+func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 	var classes []*storagev1.StorageClass
 	for _, x := range c.scInf.GetStore().List() {
 		classes = append(classes, x.(*storagev1.StorageClass))
@@ -275,22 +211,22 @@ func (c *Controller) storeInventory(keys []string) *inventory {
 	if p := c.vscInf.Load(); p != nil {
 		vscs = (*p).GetStore().List()
 	}
-	inv := newInventory(classes, unstructuredList(vscs), c.claim, c.volume)
+	inv := fleet.NewInventory(classes, fleet.UnstructuredList(vscs), c.claim, c.volume)
 	idx := (*c.dvInf.Load()).GetIndexer()
-	var dvs []*cachedDataVolume
+	var dvs []*fleet.CachedDataVolume
 	seen := map[string]bool{}
 	goldens, _ := idx.ByIndex(cache.NamespaceIndex, c.cfg.GoldenNamespace)
 	for _, o := range goldens {
-		dv := o.(*cachedDataVolume)
+		dv := o.(*fleet.CachedDataVolume)
 		seen[dv.Namespace+"/"+dv.Name] = true
 		dvs = append(dvs, dv)
 	}
 	for _, k := range keys {
 		if o, ok, _ := idx.GetByKey(k); ok && !seen[k] {
-			dvs = append(dvs, o.(*cachedDataVolume))
+			dvs = append(dvs, o.(*fleet.CachedDataVolume))
 		}
 	}
-	inv.addDataVolumes(dvs, c.cfg.GoldenNamespace)
+	inv.AddDataVolumes(dvs, c.cfg.GoldenNamespace)
 	return inv
 }
 
@@ -310,33 +246,33 @@ func (c *Controller) dataVolumeLive(uid types.UID) bool {
 
 // remember records what the pass judged of the given keys: a key judged
 // no longer (deleted, or no longer a worker disk) is forgotten.
-func (c *Controller) remember(keys []string, ev *evaluation) {
+func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range keys {
 		if old, ok := c.judged[k]; ok {
-			c.tally.add(old, -1)
+			c.tally.Add(old, -1)
 			delete(c.judged, k)
 		}
 		delete(c.rechecks, k)
 	}
-	for _, a := range ev.assessments {
-		d := a.disk
+	for _, a := range ev.Assessments {
+		d := a.Disk
 		k := d.Namespace + "/" + d.Name
-		j := judgedDisk{namespace: d.Namespace, pool: d.Pool, kind: d.Kind, goldenRef: d.GoldenRef,
-			flavor: Flavor{SchematicID: a.record.SchematicID, Version: a.record.Version}, verdict: a.record.Verdict,
-			badReasons: a.record.BadReasons()}
-		if d.Kind == DiskClone {
-			j.class = a.record.Class
+		j := ledger.JudgedDisk{Namespace: d.Namespace, Pool: d.Pool, Kind: d.Kind, GoldenRef: d.GoldenRef,
+			Flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, Verdict: a.Record.Verdict,
+			BadReasons: a.Record.BadReasons()}
+		if d.Kind == fleet.DiskClone {
+			j.Class = a.Record.Class
 		}
-		j.predictionChecked, j.predictionRight = checkPrediction(a.record)
+		j.PredictionChecked, j.PredictionRight = verdict.CheckPrediction(a.Record)
 		if old, ok := c.judged[k]; ok {
-			c.tally.add(old, -1) // judged twice in one pass
+			c.tally.Add(old, -1) // judged twice in one pass
 		}
 		c.judged[k] = j
-		c.tally.add(j, 1)
-		if !a.recheckAt.IsZero() {
-			c.rechecks[k] = a.recheckAt
+		c.tally.Add(j, 1)
+		if !a.RecheckAt.IsZero() {
+			c.rechecks[k] = a.RecheckAt
 		}
 	}
 	for _, k := range keys {
@@ -352,4 +288,28 @@ func (c *Controller) remember(keys []string, ev *evaluation) {
 			c.recheckAt = at
 		}
 	}
+}
+
+// onEvent calls fn with the object of every add and delete and with both
+// objects of an update (a PV's claim changes at CDI's rebind), unless the
+// update changed nothing the cache keeps: kube-controller-manager rewrites
+// a PVC's status conditions after each of our verdict patches, CDI a
+// DataVolume's progress, and none of it can change a verdict.
+func onEvent(inf cache.SharedIndexInformer, fn func(obj any)) {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: fn,
+		UpdateFunc: func(old, cur any) {
+			if !fleet.SameButVersion(old, cur) {
+				fn(old)
+				fn(cur)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			fn(obj)
+		},
+	})
+	must(err)
 }

@@ -9,26 +9,31 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // TestAChangeReJudgesOnlyTheDisksItTouches: after the first pass, a PVC, PV
 // or DataVolume change re-judges its own disk, a golden change its
 // consumers, and nothing is re-judged while nothing changes.
 func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	const n = 40
 	var disks []*cdiv1.DataVolume
 	for i := range n {
-		dv := w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass))
+		dv := w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 		if i > 0 {
-			w.cloned(dv, testClass, "csi-clone", 20*gi, nil)
+			w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 		}
 		disks = append(disks, dv)
 	}
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	// Passes are driven here, not by RunVerdicts: quiesce decides when
@@ -39,8 +44,8 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	if got := c.judgedCount.Load(); got < n {
 		t.Fatalf("first pass judged %d disks, want %d", got, n)
 	}
-	if v := fc.pvc(t, "tenant-a", "d39").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
-		t.Fatalf("first pass wrote verdict %q, want %s", v, VerdictCSIClone)
+	if v := fc.pvc(t, "tenant-a", "d39").Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+		t.Fatalf("first pass wrote verdict %q, want %s", v, record.VerdictCSIClone)
 	}
 	// The verdict writes come back as PVC events: judge what they make due.
 	barriers := 0
@@ -50,7 +55,7 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	}
 	before := settled()
 
-	pvc, pv := w.cloned(disks[0], testClass, "csi-clone", 20*gi, nil)
+	pvc, pv := w.Cloned(disks[0], clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +66,8 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 	if got := settled() - before; got < 1 || got > 6 {
 		t.Fatalf("one disk's claim, volume and DataVolume changing re-judged %d disks, want 1 per event (at most 6)", got)
 	}
-	if v := fc.pvc(t, "tenant-a", "d00").Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
-		t.Fatalf("the changed disk's verdict is %q, want %s", v, VerdictCSIClone)
+	if v := fc.pvc(t, "tenant-a", "d00").Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+		t.Fatalf("the changed disk's verdict is %q, want %s", v, record.VerdictCSIClone)
 	}
 
 	before = c.judgedCount.Load()
@@ -80,16 +85,16 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 // a time, reports the rest as due, counts the ledger once after the last
 // chunk, and ends with every disk judged, written and counted once.
 func TestAFullPassGoesInChunks(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	const n, chunk = 23, 5
 	for i := range n {
-		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.Cloned(w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
 	ctx := t.Context()
-	c := fc.controller(t, ctx, configAt(t0.Add(time.Hour)))
+	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
 	c.chunk = chunk
 	c.markFull()
 	var passes []int64
@@ -123,8 +128,8 @@ func TestAFullPassGoesInChunks(t *testing.T) {
 		t.Errorf("passes judged %v, want %d disks (and the golden) in chunks of %d", passes, n, chunk)
 	}
 	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
-			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, record.VerdictCSIClone)
 		}
 	}
 	if s := c.Snapshot(); len(s.Disks) != 1 || s.Disks[0].Count != n {
@@ -183,7 +188,7 @@ func barrier(t *testing.T, ctx context.Context, fc *fakeCluster, c *Controller, 
 	key := barrierNamespace + "/" + name
 	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: barrierNamespace, Name: name}}
-	if _, err := fc.dyn.Resource(DataVolumeGVR).Namespace(barrierNamespace).Create(ctx, toUnstructured(t, dv), metav1.CreateOptions{}); err != nil {
+	if _, err := fc.dyn.Resource(fleet.DataVolumeGVR).Namespace(barrierNamespace).Create(ctx, clonertest.ToUnstructured(t, dv), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	takeDue(t, c, key, "DataVolume")

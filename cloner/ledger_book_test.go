@@ -14,6 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // maxObjectBytes is the API server's limit on one ConfigMap's data.
@@ -33,19 +40,19 @@ func TestLedgerShardsFit(t *testing.T) {
 			func(i int) string { return fmt.Sprintf("%s%06d", strings.Repeat("d", 247), i) }},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
-			b := &ledgerBook{ns: "cozy-linstor", name: DefaultLedgerName, root: newLedger()}
-			var facts [ledgerShards][]ledgerFact
+			b := &ledger.LedgerBook{Ns: "cozy-linstor", Name: config.DefaultLedgerName, Root: ledger.NewLedger()}
+			var facts [ledger.LedgerShards][]ledger.LedgerFact
 			for i := range 100_000 {
 				uid := types.UID(fmt.Sprintf("%08x-1111-4222-8333-%012x", i, i*7919))
-				f := ledgerFact{uid: uid, ref: tc.ns(i) + "/" + tc.name(i), flavor: fmt.Sprintf("sid%02d/v1.13.%d", i%20, i%20),
-					avoided: true, bytes: 6 * gi, verdict: VerdictCSIClone, duration: time.Duration(i%300) * time.Second, timed: true}
-				facts[shardOf(uid)] = append(facts[shardOf(uid)], f)
+				f := ledger.LedgerFact{Uid: uid, Ref: tc.ns(i) + "/" + tc.name(i), Flavor: fmt.Sprintf("sid%02d/v1.13.%d", i%20, i%20),
+					Avoided: true, Bytes: 6 * clonertest.Gi, Verdict: record.VerdictCSIClone, Duration: time.Duration(i%300) * time.Second, Timed: true}
+				facts[ledger.ShardOf(uid)] = append(facts[ledger.ShardOf(uid)], f)
 			}
 			largest := 0
-			for s := range b.shards {
-				b.shards[s] = newLedger()
-				b.shards[s].apply(facts[s])
-				cm := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: shardName(b.name, s), Namespace: b.ns}, Data: b.shards[s].encode()}
+			for s := range b.Shards {
+				b.Shards[s] = ledger.NewLedger()
+				b.Shards[s].Apply(facts[s])
+				cm := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ledger.ShardName(b.Name, s), Namespace: b.Ns}, Data: b.Shards[s].Encode()}
 				raw, err := json.Marshal(cm)
 				if err != nil {
 					t.Fatal(err)
@@ -56,24 +63,24 @@ func TestLedgerShardsFit(t *testing.T) {
 				t.Fatalf("largest shard is %d bytes, the limit is %d", largest, maxObjectBytes)
 			}
 			var avoided int64
-			for _, ft := range b.merged(false).Flavors {
+			for _, ft := range b.Merged(false).Flavors {
 				avoided += ft.FetchesAvoided
 			}
-			if avoided != 100_000 || b.merged(false).Durations[VerdictCSIClone].Count != 100_000 {
-				t.Fatalf("counted %d avoided fetches, %d durations; want 100000 each", avoided, b.merged(false).Durations[VerdictCSIClone].Count)
+			if avoided != 100_000 || b.Merged(false).Durations[record.VerdictCSIClone].Count != 100_000 {
+				t.Fatalf("counted %d avoided fetches, %d durations; want 100000 each", avoided, b.Merged(false).Durations[record.VerdictCSIClone].Count)
 			}
-			t.Logf("%s: largest shard %d bytes, whole ledger %d bytes", tc.what, largest, b.bytes())
+			t.Logf("%s: largest shard %d bytes, whole ledger %d bytes", tc.what, largest, b.Bytes())
 		})
 	}
 }
 
 // threeClonedDisks is a golden and three finished CSI clones of it.
-func threeClonedDisks() *world {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+func threeClonedDisks() *clonertest.World {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	for _, n := range []string{"d1", "d2", "d3"} {
-		w.cloned(w.worker("tenant-a", n, "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.Cloned(w.Worker("tenant-a", n, "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
 	return &w
 }
@@ -98,19 +105,19 @@ func failNextWrite(fc *fakeCluster, verb string, match func(name string) bool) *
 func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 	w := threeClonedDisks()
 	fc := newFakeCluster(t, w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
 	// The old version counted the golden's import and d1, d2.
-	legacy := newLedger()
-	legacy.Flavors[Flavor{testSID, testVer}.Key()] = &FlavorTotals{FetchesAvoided: 2, GoldenImports: 1, BytesAvoided: 12 * gi}
-	legacy.counted[string(w.dvs[0].UID)] = &mark{Ref: w.dvs[0].Namespace + "/" + w.dvs[0].Name, Fetches: 1}
-	for _, dv := range w.dvs[1:3] {
-		legacy.counted[string(dv.UID)] = &mark{Ref: dv.Namespace + "/" + dv.Name, Avoided: true}
+	legacy := ledger.NewLedger()
+	legacy.Flavors[fleet.Flavor{SchematicID: clonertest.TestSID, Version: clonertest.TestVer}.Key()] = &ledger.FlavorTotals{FetchesAvoided: 2, GoldenImports: 1, BytesAvoided: 12 * clonertest.Gi}
+	legacy.Counted[string(w.Dvs[0].UID)] = &ledger.Mark{Ref: w.Dvs[0].Namespace + "/" + w.Dvs[0].Name, Fetches: 1}
+	for _, dv := range w.Dvs[1:3] {
+		legacy.Counted[string(dv.UID)] = &ledger.Mark{Ref: dv.Namespace + "/" + dv.Name, Avoided: true}
 	}
-	data := legacy.encode()
-	data[ledgerKeyFormat] = ledgerFormatLegacy
+	data := legacy.Encode()
+	data[ledger.LedgerKeyFormat] = ledger.LedgerFormatLegacy
 	root := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.LedgerName, Namespace: cfg.LedgerNamespace,
-		Labels: map[string]string{LabelLedger: "true"}}, Data: data}
+		Labels: map[string]string{fleet.LabelLedger: "true"}}, Data: data}
 	if _, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Create(ctx, root, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +134,15 @@ func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 	if err := fc.controller(t, ctx, cfg).Pass(ctx); err != nil { // and a restart
 		t.Fatal(err)
 	}
-	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * gi})
+	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * clonertest.Gi})
 	cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, cfg.LedgerName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data[ledgerKeyFormat] != ledgerFormat || cm.Data[ledgerKeyCounted] != "" {
-		t.Fatalf("root not migrated: format %q, counted %q", cm.Data[ledgerKeyFormat], cm.Data[ledgerKeyCounted])
+	if cm.Data[ledger.LedgerKeyFormat] != ledger.LedgerFormat || cm.Data[ledger.LedgerKeyCounted] != "" {
+		t.Fatalf("root not migrated: format %q, counted %q", cm.Data[ledger.LedgerKeyFormat], cm.Data[ledger.LedgerKeyCounted])
 	}
-	if n := len(fc.ledger(t, cfg).counted); n != 4 {
+	if n := len(fc.ledger(t, cfg).Counted); n != 4 {
 		t.Fatalf("%d marks, want 4 (golden, d1-d3)", n)
 	}
 }
@@ -146,9 +153,9 @@ func TestLedgerMigratesAFormat1LedgerOnce(t *testing.T) {
 func TestLedgerLostWriteIsCountedLater(t *testing.T) {
 	w := threeClonedDisks()
 	fc := newFakeCluster(t, w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
-	d3 := shardName(cfg.LedgerName, shardOf(w.dvs[3].UID))
+	d3 := ledger.ShardName(cfg.LedgerName, ledger.ShardOf(w.Dvs[3].UID))
 	lost := failNextWrite(fc, "create", func(name string) bool { return name == d3 })
 	c := fc.controller(t, ctx, cfg)
 	if err := c.Pass(ctx); err == nil || !lost.Load() {
@@ -159,7 +166,7 @@ func TestLedgerLostWriteIsCountedLater(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assertTotals(t, fc.ledger(t, cfg), FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * gi})
+	assertTotals(t, fc.ledger(t, cfg), ledger.FlavorTotals{FetchesAvoided: 3, GoldenImports: 1, BytesAvoided: 18 * clonertest.Gi})
 	if got := c.Snapshot().Flavors; len(got) != 1 || got[0].FetchesAvoided != 3 {
 		t.Fatalf("metrics show %+v, want 3 fetches avoided", got)
 	}

@@ -8,18 +8,25 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds runs the
 // real loop: a DataVolume that finishes gets its verdict without a manual
 // pass, and the verdict metrics vanish when the loop's context ends.
 func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Minute))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Minute))
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	leadCtx, lose := context.WithCancel(ctx)
@@ -27,7 +34,7 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 	go func() { done <- c.RunVerdicts(leadCtx) }()
 	eventually(t, "first pass", func() bool { return c.Snapshot().Leader })
 
-	pvc, pv := w.cloned(dv, testClass, "csi-clone", 20*gi, nil)
+	pvc, pv := w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +43,7 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 	}
 	fc.putDV(t, dv)
 	eventually(t, "verdict after the change", func() bool {
-		return fc.pvc(t, "tenant-a", "d").Annotations[AnnCloneVerdict] == VerdictCSIClone
+		return fc.pvc(t, "tenant-a", "d").Annotations[fleet.AnnCloneVerdict] == record.VerdictCSIClone
 	})
 	lose()
 	if err := <-done; err != nil {
@@ -50,9 +57,9 @@ func TestRunVerdictsFollowsChangesAndStopsReportingWhenLeadershipEnds(t *testing
 // TestWithoutCDIEvidenceStillRunsAndVerdictsWait: the sidecar sits in the
 // CSI data path, so a cluster without CDI must not make it fail.
 func TestWithoutCDIEvidenceStillRunsAndVerdictsWait(t *testing.T) {
-	fc := newFakeCluster(t, &world{})
+	fc := newFakeCluster(t, &clonertest.World{})
 	fc.kube.Resources = nil // neither CDI nor snapshot CRDs served
-	cfg := testConfig()
+	cfg := clonertest.TestConfig()
 	cfg.ResyncPeriod = time.Second
 	c, err := New(cfg, fc.clients())
 	if err != nil {
@@ -63,7 +70,7 @@ func TestWithoutCDIEvidenceStillRunsAndVerdictsWait(t *testing.T) {
 	verdicts, evidence := make(chan error, 1), make(chan error, 1)
 	go func() { verdicts <- c.RunVerdicts(ctx) }()
 	go func() { evidence <- c.RunEvidence(ctx) }()
-	c.Observe(createVolume("pvc-1", "ns/c", "", gi, "vol-1", t0))
+	c.Observe(createVolume("pvc-1", "ns/c", "", clonertest.Gi, "vol-1", clonertest.T0))
 	select {
 	case err := <-verdicts:
 		t.Fatalf("RunVerdicts returned %v without CDI; it must wait", err)
@@ -81,7 +88,7 @@ func TestWithoutCDIEvidenceStillRunsAndVerdictsWait(t *testing.T) {
 }
 
 func TestRunBeforeStartIsAnError(t *testing.T) {
-	c, err := New(testConfig(), newFakeCluster(t, &world{}).clients())
+	c, err := New(clonertest.TestConfig(), newFakeCluster(t, &clonertest.World{}).clients())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,18 +98,18 @@ func TestRunBeforeStartIsAnError(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	good := testConfig()
+	good := clonertest.TestConfig()
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, mutate := range map[string]func(*Config){
-		"--golden-namespace":    func(c *Config) { c.GoldenNamespace = "Not_A_Namespace" },
-		"--ledger-namespace":    func(c *Config) { c.LedgerNamespace = "" },
-		"--ledger-name":         func(c *Config) { c.LedgerName = "UPPER" },
-		"--stuck-after":         func(c *Config) { c.StuckAfter = 0 },
-		"--resync-period":       func(c *Config) { c.ResyncPeriod = -time.Second },
-		"--factory-image-bytes": func(c *Config) { c.FactoryImageBytes = -1 },
-		"--evidence-queue":      func(c *Config) { c.EvidenceQueue = 0 },
+	for name, mutate := range map[string]func(*config.Config){
+		"--golden-namespace":    func(c *config.Config) { c.GoldenNamespace = "Not_A_Namespace" },
+		"--ledger-namespace":    func(c *config.Config) { c.LedgerNamespace = "" },
+		"--ledger-name":         func(c *config.Config) { c.LedgerName = "UPPER" },
+		"--stuck-after":         func(c *config.Config) { c.StuckAfter = 0 },
+		"--resync-period":       func(c *config.Config) { c.ResyncPeriod = -time.Second },
+		"--factory-image-bytes": func(c *config.Config) { c.FactoryImageBytes = -1 },
+		"--evidence-queue":      func(c *config.Config) { c.EvidenceQueue = 0 },
 	} {
 		c := good
 		mutate(&c)
@@ -111,7 +118,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: got %v, want a one-line error naming the flag", name, err)
 		}
 	}
-	if _, err := New(good, Clients{}); err == nil {
+	if _, err := New(good, config.Clients{}); err == nil {
 		t.Fatal("New without clients must fail")
 	}
 }
@@ -125,14 +132,14 @@ func TestFetchesCountRestartsOnceStarted(t *testing.T) {
 		{cdiv1.ImportScheduled, 0, 0}, {cdiv1.ImportInProgress, 0, 1}, {cdiv1.ImportInProgress, 2, 3},
 		{cdiv1.Succeeded, 1, 2}, {cdiv1.Failed, 0, 1}, {cdiv1.Pending, 1, 2},
 	} {
-		if got := importFetches(string(tc.phase), tc.restarts); got != tc.want {
+		if got := verdict.ImportFetches(string(tc.phase), tc.restarts); got != tc.want {
 			t.Errorf("%s with %d restarts: %d fetches, want %d", tc.phase, tc.restarts, got, tc.want)
 		}
 	}
 }
 
 func TestPassRefusesHalfFilledCaches(t *testing.T) {
-	c, err := New(testConfig(), newFakeCluster(t, &world{}).clients())
+	c, err := New(clonertest.TestConfig(), newFakeCluster(t, &clonertest.World{}).clients())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +149,7 @@ func TestPassRefusesHalfFilledCaches(t *testing.T) {
 }
 
 func TestReportConfigNeedsNoLedgerNamespace(t *testing.T) {
-	c := DefaultConfig() // no POD_NAMESPACE outside the pod
+	c := config.DefaultConfig() // no POD_NAMESPACE outside the pod
 	if err := c.ValidateReport(); err != nil {
 		t.Fatal(err)
 	}

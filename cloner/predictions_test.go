@@ -16,62 +16,47 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
-
-const testDriver = "linstor.csi.linbit.com"
-
-// csiCloneForced: CDI's cloneStrategyOverride csi-clone and a CSIDriver
-// object for the driver, as the loopback stack runs CDI.
-func csiCloneForced() predict.Inputs {
-	s := cdiv1.CloneStrategyCsiClone
-	return predict.Inputs{CDIs: []*cdiv1.CDI{{Spec: cdiv1.CDISpec{CloneStrategyOverride: &s}}}, CSIDrivers: []string{testDriver}}
-}
-
-// predictionWorld: a golden on testClass, a class without expansion, and
-// two finished worker disks whose volumes the tap saw created blank.
-func predictionWorld(t *testing.T) (*world, *cdiv1.DataVolume) {
-	t.Helper()
-	var w world
-	w.class(testClass, nil, t0)
-	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
-	g, _ := w.golden(testSID, testVer)
-	blank := tapClone("", 20*gi, 20*gi)
-	w.cloned(w.worker("tenant-a", "fixed-a", "p", g, 20*gi, ptrTo("fixed")), "fixed", "copy", 20*gi, blank)
-	w.cloned(w.worker("tenant-a", "same-a", "p", g, 20*gi, ptrTo(testClass)), testClass, "copy", 20*gi, blank)
-	return &w, g
-}
 
 // TestVerdictContradictingThePredictionIsAFinding: a host-assisted copy on
 // a class without expansion was predicted; one on the golden's own class
 // contradicts the predicted csi-clone and is flagged prediction-wrong.
 func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
-	w, _ := predictionWorld(t)
-	cfg := testConfig()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
-	ev := evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv))
-	recs := map[string]*Record{}
-	for _, a := range ev.assessments {
-		recs[a.disk.Name] = a.record
+	w, _ := clonertest.PredictionWorld(t)
+	cfg := clonertest.TestConfig()
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv))
+	recs := map[string]*record.Record{}
+	for _, a := range ev.Assessments {
+		recs[a.Disk.Name] = a.Record
 	}
-	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || reasonsOf(r)[ReasonPredictionWrong] {
+	if r := recs["fixed-a"]; r.Predicted != predict.PathHostAssisted || r.PredictedReason != predict.ReasonNoVolumeExpansion || clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("fixed-a: %+v", r)
 	}
-	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
+	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("same-a: predicted %s, reasons %v; want csi-clone and prediction-wrong", r.Predicted, r.BadReasons())
 	}
-	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
 	s := c.buildSnapshot(inv, nil)
-	addPredictions(s, ev.pred)
-	if s.PredictionChecks != (PredictionCheck{Right: 1, Wrong: 1}) || !s.PredictionsReady {
+	ledger.AddPredictions(s, ev.Pred)
+	if s.PredictionChecks != (verdict.PredictionCheck{Right: 1, Wrong: 1}) || !s.PredictionsReady {
 		t.Errorf("checks %+v ready %v", s.PredictionChecks, s.PredictionsReady)
 	}
 	got := map[string]string{}
 	for _, p := range s.Paths {
 		got[p.StorageClass] = p.Path + "/" + p.Reason
 	}
-	want := map[string]string{testClass: "csi-clone/cdi-override", "fixed": "host-assisted/no-volume-expansion", predict.EmptyClass: "blocked/class-unresolved"}
+	want := map[string]string{clonertest.TestClass: "csi-clone/cdi-override", "fixed": "host-assisted/no-volume-expansion", predict.EmptyClass: "blocked/class-unresolved"}
 	if len(got) != len(want) {
 		t.Errorf("pairs %v, want %v", got, want)
 	}
@@ -87,23 +72,23 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 // disk's class, size and volume mode); the failed verdict contradicts the
 // prediction, and the self-check counts it wrong.
 func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "refused", "p", g, 20*gi, ptrTo(testClass))
-	pvc := w.pendingTarget(dv)
-	pvc.Annotations[AnnCDIClonePhase], pvc.Annotations[AnnCDICloneError] = "Error", "invalid token"
-	condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, cdiReasonError, "invalid token", t0)
-	cfg := testConfig()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
-	ev := evaluateWith(inv, cfg, t0.Add(time.Minute), buildPredictor(csiCloneForced(), inv))
-	r := ev.assessments[0].record
-	if r.Verdict != VerdictFailed || r.Predicted != predict.PathCSIClone || !reasonsOf(r)[ReasonPredictionWrong] {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "refused", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	pvc := w.PendingTarget(dv)
+	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "invalid token"
+	clonertest.Condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "invalid token", clonertest.T0)
+	cfg := clonertest.TestConfig()
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Minute), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv))
+	r := ev.Assessments[0].Record
+	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Fatalf("verdict %s, predicted %s (%s), reasons %v; want failed, csi-clone, prediction-wrong", r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons())
 	}
-	c := &Controller{cfg: cfg, judged: map[string]judgedDisk{}, tally: newFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
 	c.remember(nil, ev)
-	if s := c.buildSnapshot(inv, nil); s.PredictionChecks != (PredictionCheck{Wrong: 1}) {
+	if s := c.buildSnapshot(inv, nil); s.PredictionChecks != (verdict.PredictionCheck{Wrong: 1}) {
 		t.Errorf("checks %+v, want one wrong", s.PredictionChecks)
 	}
 }
@@ -111,18 +96,18 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 // TestThePredictionRecordedFirstIsTheOneChecked: a record that already
 // carries a prediction keeps it, whatever the objects say now.
 func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
-	w, _ := predictionWorld(t)
-	for _, pvc := range w.pvcs {
+	w, _ := clonertest.PredictionWorld(t)
+	for _, pvc := range w.Pvcs {
 		if pvc.Name == "same-a" {
-			pvc.Annotations[AnnCloneEvidence] = mustJSON(&Record{Verdict: VerdictPending, Predicted: predict.PathHostAssisted,
+			pvc.Annotations[fleet.AnnCloneEvidence] = record.MustJSON(&record.Record{Verdict: record.VerdictPending, Predicted: predict.PathHostAssisted,
 				PredictedReason: predict.ReasonCopyStrategy})
 		}
 	}
-	cfg := testConfig()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
-	for _, a := range evaluateWith(inv, cfg, t0.Add(time.Hour), buildPredictor(csiCloneForced(), inv)).assessments {
-		if a.disk.Name == "same-a" && (a.record.Predicted != predict.PathHostAssisted || reasonsOf(a.record)[ReasonPredictionWrong]) {
-			t.Errorf("same-a: %+v", a.record)
+	cfg := clonertest.TestConfig()
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	for _, a := range verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv)).Assessments {
+		if a.Disk.Name == "same-a" && (a.Record.Predicted != predict.PathHostAssisted || clonertest.ReasonsOf(a.Record)[record.ReasonPredictionWrong]) {
+			t.Errorf("same-a: %+v", a.Record)
 		}
 	}
 }
@@ -131,19 +116,19 @@ func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
 // the guard's parameters are created once, a pass with nothing changed
 // writes nothing, and a class losing allowVolumeExpansion rewrites them.
 func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
-	w, g := predictionWorld(t)
+	w, g := clonertest.PredictionWorld(t)
 	fc := newFakeCluster(t, w)
 	servePredictionInputs(t, fc)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	cfg.AdmissionParams = true
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
-	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().inputs(); return ok })
+	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	params := func() map[string]string {
-		cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, AdmissionParamsName, metav1.GetOptions{})
+		cm, err := fc.kube.CoreV1().ConfigMaps(cfg.LedgerNamespace).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +137,7 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 	if got := params()[g.Name+".path.fixed"]; got != "host-assisted/no-volume-expansion" {
 		t.Errorf("path on fixed: %q", got)
 	}
-	if c.Snapshot().AdmissionParams != AdmissionParamsSynced {
+	if c.Snapshot().AdmissionParams != publish.AdmissionParamsSynced {
 		t.Errorf("snapshot says %q", c.Snapshot().AdmissionParams)
 	}
 	fc.settle(t, c) // the caches hold the first pass's own writes
@@ -167,7 +152,7 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 			t.Errorf("a pass with nothing changed wrote: %s %s", a.GetVerb(), a.GetResource().Resource)
 		}
 	}
-	sc, err := fc.kube.StorageV1().StorageClasses().Get(ctx, testClass, metav1.GetOptions{})
+	sc, err := fc.kube.StorageV1().StorageClasses().Get(ctx, clonertest.TestClass, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,15 +161,15 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "class change seen", func() bool {
-		x, ok, _ := c.scInf.GetStore().GetByKey(testClass)
+		x, ok, _ := c.scInf.GetStore().GetByKey(clonertest.TestClass)
 		return ok && !*x.(*storagev1.StorageClass).AllowVolumeExpansion
 	})
 	before = len(fc.kube.Actions())
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := params()[g.Name+".path."+testClass]; got != "host-assisted/no-volume-expansion" {
-		t.Errorf("after the change, path on %s: %q", testClass, got)
+	if got := params()[g.Name+".path."+clonertest.TestClass]; got != "host-assisted/no-volume-expansion" {
+		t.Errorf("after the change, path on %s: %q", clonertest.TestClass, got)
 	}
 	if n := countWrites(fc.kube.Actions()[before:], "configmaps"); n != 1 {
 		t.Errorf("%d ConfigMap writes after one change, want 1", n)
@@ -206,7 +191,7 @@ func countWrites(actions []clienttesting.Action, resource string) int {
 func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	t.Helper()
 	for _, l := range fc.kube.Resources {
-		if l.GroupVersion == CDIGVR.GroupVersion().String() {
+		if l.GroupVersion == fleet.CDIGVR.GroupVersion().String() {
 			l.APIResources = append(l.APIResources, metav1.APIResource{Name: "storageprofiles", Kind: "StorageProfile"},
 				metav1.APIResource{Name: "cdis", Kind: "CDI"}, metav1.APIResource{Name: "cdiconfigs", Kind: "CDIConfig"},
 				metav1.APIResource{Name: "datasources", Kind: "DataSource"})
@@ -215,10 +200,10 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	ctx := context.Background()
 	cr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI",
 		"metadata": map[string]any{"name": "cdi"}, "spec": map[string]any{"cloneStrategyOverride": "csi-clone"}}}
-	if _, err := fc.dyn.Resource(CDIGVR).Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+	if _, err := fc.dyn.Resource(fleet.CDIGVR).Create(ctx, cr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}}, metav1.CreateOptions{}); err != nil {
+	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: clonertest.TestDriver}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -226,12 +211,12 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 // TestReportClonePaths: `report --predict CLASS` and the report's "clone
 // paths" table read the same objects the informers do.
 func TestReportClonePaths(t *testing.T) {
-	w, g := predictionWorld(t)
+	w, g := clonertest.PredictionWorld(t)
 	fc := newFakeCluster(t, w)
 	servePredictionInputs(t, fc)
 	ctx := t.Context()
 	var out strings.Builder
-	if err := ReportClonePaths(ctx, fc.clients(), testConfig(), &out, "table", "fixed"); err != nil {
+	if err := report.ReportClonePaths(ctx, fc.clients(), clonertest.TestConfig(), &out, "table", "fixed"); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"cozy-public/" + g.Name, "fixed", "host-assisted", "no-volume-expansion", "csi-clone", predict.Fix(predict.ReasonNoVolumeExpansion)} {
@@ -239,11 +224,11 @@ func TestReportClonePaths(t *testing.T) {
 			t.Errorf("report --predict fixed lacks %q:\n%s", want, out.String())
 		}
 	}
-	if strings.Contains(out.String(), testClass+" ") {
+	if strings.Contains(out.String(), clonertest.TestClass+" ") {
 		t.Errorf("report --predict fixed shows other classes:\n%s", out.String())
 	}
 	out.Reset()
-	if err := Report(ctx, fc.clients(), testConfig(), &out, "table"); err != nil {
+	if err := report.Report(ctx, fc.clients(), clonertest.TestConfig(), &out, "table"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "CLONE PATHS") || !strings.Contains(out.String(), predict.EmptyClass+" -> none") {
@@ -262,21 +247,21 @@ func TestFailedCountsAgainstItsPredictionStuckOnlyConfirmsBlocked(t *testing.T) 
 	paths := []string{"", predict.PathCSIClone, predict.PathSnapshotClone, predict.PathHostAssisted, predict.PathBlocked}
 	// One letter per prediction above: - unchecked, R right, W wrong.
 	want := map[string]string{
-		VerdictPending:       "-----",
-		VerdictUnknown:       "-----",
-		VerdictHTTPImport:    "-----",
-		VerdictCSIClone:      "-RWWW",
-		VerdictSnapshotClone: "-WRWW",
-		VerdictHostAssisted:  "-WWRW",
-		VerdictStuck:         "----R",
-		VerdictFailed:        "-WWWR",
+		record.VerdictPending:       "-----",
+		record.VerdictUnknown:       "-----",
+		record.VerdictHTTPImport:    "-----",
+		record.VerdictCSIClone:      "-RWWW",
+		record.VerdictSnapshotClone: "-WRWW",
+		record.VerdictHostAssisted:  "-WWRW",
+		record.VerdictStuck:         "----R",
+		record.VerdictFailed:        "-WWWR",
 	}
-	for verdict, row := range want {
+	for word, row := range want {
 		for i, predicted := range paths {
-			checked, right := checkPrediction(&Record{Verdict: verdict, Predicted: predicted})
+			checked, right := verdict.CheckPrediction(&record.Record{Verdict: word, Predicted: predicted})
 			got := map[[2]bool]byte{{false, false}: '-', {true, true}: 'R', {true, false}: 'W'}[[2]bool{checked, right}]
 			if got != row[i] {
-				t.Errorf("verdict %s, predicted %q: %c, want %c", verdict, predicted, got, row[i])
+				t.Errorf("verdict %s, predicted %q: %c, want %c", word, predicted, got, row[i])
 			}
 		}
 	}
@@ -287,46 +272,26 @@ func TestFailedCountsAgainstItsPredictionStuckOnlyConfirmsBlocked(t *testing.T) 
 // predictor (every pair, both sizes), the snapshot rows and the admission
 // parameters (every class again, both sizes).
 func BenchmarkPredictionRecompute20x30(b *testing.B) {
-	var w world
+	var w clonertest.World
 	for i := 0; i < 30; i++ {
 		expand := i%3 != 0
-		w.class(fmt.Sprintf("class-%02d", i), nil, t0).AllowVolumeExpansion = &expand
+		w.Class(fmt.Sprintf("class-%02d", i), nil, clonertest.T0).AllowVolumeExpansion = &expand
 	}
 	t := &testing.T{}
 	for i := 0; i < 20; i++ {
-		w.golden(fmt.Sprintf("%064d", i), testVer)
+		w.Golden(fmt.Sprintf("%064d", i), clonertest.TestVer)
 	}
-	inv := buildInventory(w.objects(t), DefaultGoldenNamespace)
-	in := csiCloneForced()
+	inv := fleet.BuildInventory(w.Objects(t), config.DefaultGoldenNamespace)
+	in := clonertest.CsiCloneForced()
 	b.ReportAllocs()
 	for b.Loop() {
-		p := buildPredictor(in, inv)
-		s := &Snapshot{}
-		addPredictions(s, p)
-		if len(s.Paths) != 20*31 || len(admissionData(p, DefaultGoldenNamespace)) < 20*30*2 {
+		p := verdict.BuildPredictor(in, inv)
+		s := &ledger.Snapshot{}
+		ledger.AddPredictions(s, p)
+		if len(s.Paths) != 20*31 || len(publish.AdmissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {
 			b.Fatalf("%d pairs", len(s.Paths))
 		}
 	}
-}
-
-// cdiAtDefaults: csiCloneForced with a CDIConfig that reports CDI's default
-// filesystem overhead (0.06).
-func cdiAtDefaults() predict.Inputs {
-	in := csiCloneForced()
-	in.CDIConfigs = []*cdiv1.CDIConfig{{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{Global: "0.06"}}}}
-	return in
-}
-
-// judgeWithCDI judges the world with the prediction of cdiAtDefaults.
-func (w *world) judgeWithCDI(t *testing.T, now time.Time) map[string]*Record {
-	t.Helper()
-	cfg := testConfig()
-	inv := buildInventory(w.objects(t), cfg.GoldenNamespace)
-	recs := map[string]*Record{}
-	for _, a := range evaluateWith(inv, cfg, now, buildPredictor(cdiAtDefaults(), inv)).assessments {
-		recs[a.disk.Name] = a.record
-	}
-	return recs
 }
 
 // TestTooSmallIsWhatCDIRefuses: too-small is the CDI model's verdict on the
@@ -335,29 +300,29 @@ func (w *world) judgeWithCDI(t *testing.T, now time.Time) map[string]*Record {
 // spec.storage Filesystem disk of 9.5Gi renders a claim of 9.5Gi/0.94, more
 // than a spec.pvc golden's 10Gi; a 4Gi one stays smaller.
 func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
 	fs := corev1.PersistentVolumeFilesystem
-	g := w.dataVolume(DefaultGoldenNamespace, goldenName(testSID, testVer), 10*gi, nil)
-	g.Annotations[AnnSchematicID], g.Annotations[AnnTalosVersion] = testSID, testVer
+	g := w.DataVolume(config.DefaultGoldenNamespace, clonertest.GoldenName(clonertest.TestSID, clonertest.TestVer), 10*clonertest.Gi, nil)
+	g.Annotations[fleet.AnnSchematicID], g.Annotations[fleet.AnnTalosVersion] = clonertest.TestSID, clonertest.TestVer
 	g.Spec.Storage = nil
-	g.Spec.PVC = &corev1.PersistentVolumeClaimSpec{StorageClassName: ptrTo(testClass), VolumeMode: &fs,
+	g.Spec.PVC = &corev1.PersistentVolumeClaimSpec{StorageClassName: publish.PtrTo(clonertest.TestClass), VolumeMode: &fs,
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: qty(10 * gi)}}}
-	g.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"}}
-	succeed(g, t0.Add(-time.Hour))
-	gpvc, gpv := w.claim(g, testClass, 10*gi, 10*gi, "golden-vol")
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: clonertest.Qty(10 * clonertest.Gi)}}}
+	g.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + clonertest.TestSID + "/" + clonertest.TestVer + "/openstack-amd64.raw.xz"}}
+	clonertest.Succeed(g, clonertest.T0.Add(-time.Hour))
+	gpvc, gpv := w.Claim(g, clonertest.TestClass, 10*clonertest.Gi, 10*clonertest.Gi, "golden-vol")
 	gpvc.Spec.VolumeMode, gpv.Spec.VolumeMode = &fs, &fs
-	for name, size := range map[string]int64{"within-overhead": 19 * gi / 2, "small": 4 * gi} {
-		d := w.worker("tenant-a", name, "p", g, size, ptrTo(testClass))
+	for name, size := range map[string]int64{"within-overhead": 19 * clonertest.Gi / 2, "small": 4 * clonertest.Gi} {
+		d := w.Worker("tenant-a", name, "p", g, size, publish.PtrTo(clonertest.TestClass))
 		d.Spec.Storage.VolumeMode = &fs
 		d.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	}
-	recs := w.judgeWithCDI(t, t0)
-	if r := recs["within-overhead"]; reasonsOf(r)[ReasonTooSmall] || r.Predicted != predict.PathCSIClone {
+	recs := w.JudgeWithCDI(t, clonertest.T0)
+	if r := recs["within-overhead"]; clonertest.ReasonsOf(r)[record.ReasonTooSmall] || r.Predicted != predict.PathCSIClone {
 		t.Errorf("within-overhead: predicted %s (%s), reasons %v; want csi-clone and not too-small", r.Predicted, r.PredictedReason, r.BadReasons())
 	}
-	if r := recs["small"]; !reasonsOf(r)[ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
+	if r := recs["small"]; !clonertest.ReasonsOf(r)[record.ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
 		t.Errorf("small: predicted %s (%s), reasons %v; want target-too-small and too-small", r.Predicted, r.PredictedReason, r.BadReasons())
 	}
 }
@@ -368,32 +333,32 @@ func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
 // warning to a person, so the disk carries the finding bad-path-predicted
 // (a Warning event and csi_clone_bad_disks) until its verdict is decided.
 func TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade(t *testing.T) {
-	var w world
-	w.class(testClass, nil, t0)
-	w.class("fixed", nil, t0).AllowVolumeExpansion = new(bool)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	w.Class("fixed", nil, clonertest.T0).AllowVolumeExpansion = new(bool)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	rwo, block := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, corev1.PersistentVolumeBlock
-	for name, class := range map[string]string{"on-fixed": "fixed", "on-golden-class": testClass, "done-on-fixed": "fixed", "no-class": "no-such-class"} {
-		d := w.worker("tenant-a", name, "p", g, 20*gi, ptrTo(class))
+	for name, class := range map[string]string{"on-fixed": "fixed", "on-golden-class": clonertest.TestClass, "done-on-fixed": "fixed", "no-class": "no-such-class"} {
+		d := w.Worker("tenant-a", name, "p", g, 20*clonertest.Gi, publish.PtrTo(class))
 		d.Spec.Storage.AccessModes, d.Spec.Storage.VolumeMode = rwo, &block
 		if name == "done-on-fixed" {
-			w.cloned(d, "fixed", "copy", 20*gi, tapClone("", 20*gi, 20*gi))
+			w.Cloned(d, "fixed", "copy", 20*clonertest.Gi, clonertest.TapClone("", 20*clonertest.Gi, 20*clonertest.Gi))
 		}
 	}
-	recs := w.judgeWithCDI(t, t0.Add(time.Minute))
+	recs := w.JudgeWithCDI(t, clonertest.T0.Add(time.Minute))
 	for name, want := range map[string]bool{"on-fixed": true, "on-golden-class": false, "done-on-fixed": false, "no-class": true} {
 		r := recs[name]
-		if got := reasonsOf(r)[ReasonBadPathPredicted]; got != want {
+		if got := clonertest.ReasonsOf(r)[record.ReasonBadPathPredicted]; got != want {
 			t.Errorf("%s: verdict %s, predicted %s (%s), reasons %v; want bad-path-predicted %v", name, r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons(), want)
 		}
 	}
 	r := recs["on-fixed"]
-	msg := r.messageFor(ReasonBadPathPredicted)
+	msg := r.MessageFor(record.ReasonBadPathPredicted)
 	if !strings.Contains(msg, predict.PathHostAssisted) || !strings.Contains(msg, predict.ReasonNoVolumeExpansion) ||
 		!strings.Contains(msg, predict.Fix(predict.ReasonNoVolumeExpansion)) {
 		t.Errorf("on-fixed: message %q does not say the path, the reason and its fix", msg)
 	}
-	if recs["done-on-fixed"].Verdict != VerdictHostAssisted {
+	if recs["done-on-fixed"].Verdict != record.VerdictHostAssisted {
 		t.Errorf("done-on-fixed: verdict %s, want host-assisted (the verdict speaks once decided)", recs["done-on-fixed"].Verdict)
 	}
 }
@@ -413,7 +378,7 @@ func TestGuardedPathsAreThePolicys(t *testing.T) {
 	for _, q := range strings.Split(string(m[1]), ",") {
 		inPolicy = append(inPolicy, strings.Trim(strings.TrimSpace(q), "'"))
 	}
-	if fmt.Sprint(inPolicy) != fmt.Sprint(guardedPaths) {
-		t.Fatalf("the policy refuses paths %q, the cloner flags %q", inPolicy, guardedPaths)
+	if fmt.Sprint(inPolicy) != fmt.Sprint(verdict.GuardedPaths) {
+		t.Fatalf("the policy refuses paths %q, the cloner flags %q", inPolicy, verdict.GuardedPaths)
 	}
 }

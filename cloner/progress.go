@@ -1,47 +1,26 @@
 package cloner
 
-import "time"
-
-// progressRewriteAfter spaces the rewrites of a record that only follows a
-// clone's progress. While CDI moves a clone on (its phase, the volume, the
-// temporary claim, the capacity) a pending record changed about seven times
-// per disk, and every patch of a PVC wakes every controller that watches
-// PVCs: kube-controller-manager, CDI and the kubernetes-csi sidecars in the
-// same pod. What an operator acts on is written at once: a new verdict, a
-// new bad reason, a driver error, CDI's clone type and fallback reason.
-const progressRewriteAfter = 30 * time.Second
-
-// progressOnly reports whether rec, pending like old, differs from it only
-// in how far the clone has got.
-func progressOnly(rec, old *recordDigest) bool {
-	if old == nil || rec.Verdict != VerdictPending || old.Verdict != VerdictPending {
-		return false
-	}
-	return rec.ProgressFree == old.ProgressFree
-}
-
-// withoutProgress is r less what only follows a clone's progress.
-func withoutProgress(r Record) Record {
-	r.Message, r.Volume, r.CapacityBytes, r.CloneClaim = "", "", 0, ""
-	return r
-}
+import (
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+)
 
 // deferProgress reports whether the write of rec over old waits: it only
 // follows progress and the disk's record was written less than
 // progressRewriteAfter ago by this process. The disk is then re-judged when
 // the wait ends, so the latest progress is written if nothing else was.
-func (c *Controller) deferProgress(key string, rec, old *recordDigest) bool {
-	if !progressOnly(rec, old) {
+func (c *Controller) deferProgress(key string, rec, old *record.RecordDigest) bool {
+	if !publish.ProgressOnly(rec, old) {
 		return false
 	}
-	now := c.cfg.now()
+	now := c.cfg.Clock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	last, ok := c.progressWritten[key]
-	if !ok || now.Sub(last) >= progressRewriteAfter {
+	if !ok || now.Sub(last) >= publish.ProgressRewriteAfter {
 		return false
 	}
-	due := last.Add(progressRewriteAfter)
+	due := last.Add(publish.ProgressRewriteAfter)
 	if at, ok := c.rechecks[key]; !ok || due.Before(at) {
 		c.rechecks[key] = due
 	}
@@ -53,11 +32,11 @@ func (c *Controller) deferProgress(key string, rec, old *recordDigest) bool {
 
 // noteWritten records when a pending record was written; a decided one
 // needs no spacing.
-func (c *Controller) noteWritten(key string, rec *Record) {
+func (c *Controller) noteWritten(key string, rec *record.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if rec.Verdict == VerdictPending {
-		c.progressWritten[key] = c.cfg.now()
+	if rec.Verdict == record.VerdictPending {
+		c.progressWritten[key] = c.cfg.Clock()
 	} else {
 		delete(c.progressWritten, key)
 	}

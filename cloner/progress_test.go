@@ -3,6 +3,11 @@ package cloner
 import (
 	"testing"
 	"time"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // TestProgressRewritesAreSpaced: a pending record that only follows the
@@ -10,48 +15,48 @@ import (
 // the disk is re-judged when the wait ends; a new verdict, a driver error,
 // CDI's clone type or a new bad reason is written at once.
 func TestProgressRewritesAreSpaced(t *testing.T) {
-	clk := newClock(t0)
-	cfg := testConfig()
-	cfg.Now = clk.now
+	clk := clonertest.NewClock(clonertest.T0)
+	cfg := clonertest.TestConfig()
+	cfg.Now = clk.Now
 	c := &Controller{cfg: cfg, rechecks: map[string]time.Time{}, progressWritten: map[string]time.Time{}}
 	const key = "tenant-a/d0"
-	written := &Record{Verdict: VerdictPending, Source: SourceNone, Message: "clone in progress (phase CloneScheduled)"}
-	if c.deferProgress(key, digestRecord(written), nil) {
+	written := &record.Record{Verdict: record.VerdictPending, Source: record.SourceNone, Message: "clone in progress (phase CloneScheduled)"}
+	if c.deferProgress(key, record.DigestRecord(written), nil) {
 		t.Fatal("a disk's first record waited")
 	}
 	c.noteWritten(key, written)
 
 	moved := *written
 	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
-	clk.set(t0.Add(progressRewriteAfter - time.Second))
-	if !c.deferProgress(key, digestRecord(&moved), digestRecord(written)) {
+	clk.Set(clonertest.T0.Add(publish.ProgressRewriteAfter - time.Second))
+	if !c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress within the spacing was written at once")
 	}
-	if got, want := c.rechecks[key], t0.Add(progressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
+	if got, want := c.rechecks[key], clonertest.T0.Add(publish.ProgressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
 		t.Fatalf("re-judging due at %v (controller %v), want %v", got, c.recheckAt, want)
 	}
-	for what, change := range map[string]func(r *Record){
-		"a verdict":        func(r *Record) { r.Verdict, r.Message = VerdictStuck, "stuck" },
-		"a driver error":   func(r *Record) { r.DriverError = "CreateVolume ResourceExhausted: pool full" },
-		"CDI's clone type": func(r *Record) { r.CDICloneType = cdiCloneTypeHostAssis },
-		"a fallback":       func(r *Record) { r.FallbackReason = "no volume snapshot class" },
-		"a bad reason":     func(r *Record) { r.Findings = []Finding{{Reason: "class-mismatch", Message: "m"}} },
+	for what, change := range map[string]func(r *record.Record){
+		"a verdict":        func(r *record.Record) { r.Verdict, r.Message = record.VerdictStuck, "stuck" },
+		"a driver error":   func(r *record.Record) { r.DriverError = "CreateVolume ResourceExhausted: pool full" },
+		"CDI's clone type": func(r *record.Record) { r.CDICloneType = fleet.CdiCloneTypeHostAssis },
+		"a fallback":       func(r *record.Record) { r.FallbackReason = "no volume snapshot class" },
+		"a bad reason":     func(r *record.Record) { r.Findings = []record.Finding{{Reason: "class-mismatch", Message: "m"}} },
 	} {
 		urgent := moved
 		change(&urgent)
-		if c.deferProgress(key, digestRecord(&urgent), digestRecord(written)) {
+		if c.deferProgress(key, record.DigestRecord(&urgent), record.DigestRecord(written)) {
 			t.Errorf("%s waited for the progress spacing", what)
 		}
 	}
-	clk.set(t0.Add(progressRewriteAfter))
-	if c.deferProgress(key, digestRecord(&moved), digestRecord(written)) {
+	clk.Set(clonertest.T0.Add(publish.ProgressRewriteAfter))
+	if c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress still waits once the spacing has passed")
 	}
-	if c.deferProgress("tenant-a/other", digestRecord(&moved), digestRecord(written)) {
+	if c.deferProgress("tenant-a/other", record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("a disk this process never wrote waited")
 	}
 	decided := moved
-	decided.Verdict = VerdictCSIClone
+	decided.Verdict = record.VerdictCSIClone
 	c.noteWritten(key, &decided)
 	if _, kept := c.progressWritten[key]; kept {
 		t.Fatal("a decided disk is still spaced")

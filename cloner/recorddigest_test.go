@@ -10,25 +10,30 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
-func digestTestRecord() Record {
-	return Record{Verdict: VerdictPending, Source: SourceCSITap, Message: "clone in progress (phase CSICloneInProgress)",
-		Golden: "cozy-public/" + goldenName(testSID, testVer), SchematicID: testSID, Version: testVer, Pool: "md0",
-		Volume: "pvc-1", GoldenVolume: "pvc-g", ContentSource: "volume:pvc-g", Class: testClass, GoldenClass: testClass,
-		DiskBytes: 20 * gi, GoldenBytes: 6 * gi, CapacityBytes: 6 * gi, CloneClaim: "cozy-public/tmp-pvc-1",
-		Findings: []Finding{{Reason: "class-mismatch", Message: "m"}}, Since: t0,
+func digestTestRecord() record.Record {
+	return record.Record{Verdict: record.VerdictPending, Source: record.SourceCSITap, Message: "clone in progress (phase CSICloneInProgress)",
+		Golden: "cozy-public/" + clonertest.GoldenName(clonertest.TestSID, clonertest.TestVer), SchematicID: clonertest.TestSID, Version: clonertest.TestVer, Pool: "md0",
+		Volume: "pvc-1", GoldenVolume: "pvc-g", ContentSource: "volume:pvc-g", Class: clonertest.TestClass, GoldenClass: clonertest.TestClass,
+		DiskBytes: 20 * clonertest.Gi, GoldenBytes: 6 * clonertest.Gi, CapacityBytes: 6 * clonertest.Gi, CloneClaim: "cozy-public/tmp-pvc-1",
+		Findings: []record.Finding{{Reason: "class-mismatch", Message: "m"}}, Since: clonertest.T0,
 		Predicted: "csi-clone", PredictedReason: "storage-profile"}
 }
 
 func claimWithRecord(raw string) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "d0",
-		Annotations: map[string]string{AnnCloneVerdict: VerdictPending, AnnCloneEvidence: raw, "other": "dropped"}}}
+		Annotations: map[string]string{fleet.AnnCloneVerdict: record.VerdictPending, fleet.AnnCloneEvidence: raw, "other": "dropped"}}}
 }
 
 func cached(t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	t.Helper()
-	out, err := cacheClaim(pvc)
+	out, err := record.CacheClaim(pvc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,24 +45,24 @@ func cached(t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentV
 // transformed or once.
 func TestCachedRecordReadsAsTheRecord(t *testing.T) {
 	rec := digestTestRecord()
-	raw := mustJSON(rec)
-	fromAPI, err := persistedRecord(claimWithRecord(raw))
+	raw := record.MustJSON(rec)
+	fromAPI, err := record.PersistedRecord(claimWithRecord(raw))
 	if err != nil || fromAPI == nil {
 		t.Fatalf("reading the record's JSON: %v, %v", fromAPI, err)
 	}
 	pvc := cached(t, claimWithRecord(raw))
-	kept := pvc.Annotations[AnnCloneEvidence]
-	if !strings.HasPrefix(kept, digestPrefix) || len(kept) >= len(raw)/2 {
+	kept := pvc.Annotations[fleet.AnnCloneEvidence]
+	if !strings.HasPrefix(kept, record.DigestPrefix) || len(kept) >= len(raw)/2 {
 		t.Fatalf("the cache keeps %d bytes of a %d-byte record: %q", len(kept), len(raw), kept)
 	}
-	if again := cached(t, pvc).Annotations[AnnCloneEvidence]; again != kept {
+	if again := cached(t, pvc).Annotations[fleet.AnnCloneEvidence]; again != kept {
 		t.Fatalf("a second transform changed the digest: %q, then %q", kept, again)
 	}
-	fromCache, err := persistedRecord(pvc)
+	fromCache, err := record.PersistedRecord(pvc)
 	if err != nil || !reflect.DeepEqual(fromCache, fromAPI) {
 		t.Fatalf("cached digest %+v (%v), the JSON's %+v", fromCache, err, fromAPI)
 	}
-	want := recordDigest{Verdict: rec.Verdict, Since: t0, Predicted: "csi-clone", PredictedReason: "storage-profile",
+	want := record.RecordDigest{Verdict: rec.Verdict, Since: clonertest.T0, Predicted: "csi-clone", PredictedReason: "storage-profile",
 		BadReasons: []string{"class-mismatch"}, Same: fromCache.Same, ProgressFree: fromCache.ProgressFree}
 	if !reflect.DeepEqual(*fromCache, want) || fromCache.Same == 0 || fromCache.Same == fromCache.ProgressFree {
 		t.Fatalf("digest %+v, want %+v with two distinct hashes", *fromCache, want)
@@ -68,40 +73,40 @@ func TestCachedRecordReadsAsTheRecord(t *testing.T) {
 // Since is not, and a change of progress alone is told from the others.
 func TestDigestTellsChangesApart(t *testing.T) {
 	rec := digestTestRecord()
-	old, err := persistedRecord(cached(t, claimWithRecord(mustJSON(rec))))
+	old, err := record.PersistedRecord(cached(t, claimWithRecord(record.MustJSON(rec))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	restamped := rec
-	restamped.Since = t0.Add(time.Hour)
-	if !old.sameAs(digestRecord(&restamped)) {
+	restamped.Since = clonertest.T0.Add(time.Hour)
+	if !old.SameAs(record.DigestRecord(&restamped)) {
 		t.Fatal("a record differing only in Since reads as changed")
 	}
-	for what, change := range map[string]func(r *Record){
-		"the message":          func(r *Record) { r.Message = "clone in progress (phase Succeeded)" },
-		"the volume":           func(r *Record) { r.Volume = "pvc-2" },
-		"the capacity":         func(r *Record) { r.CapacityBytes = 20 * gi },
-		"the claim cloned on":  func(r *Record) { r.CloneClaim = "" },
-		"the verdict":          func(r *Record) { r.Verdict = VerdictCSIClone },
-		"a finding's message":  func(r *Record) { r.Findings = []Finding{{Reason: "class-mismatch", Message: "n"}} },
-		"the driver error":     func(r *Record) { r.DriverError = "CreateVolume Internal: x" },
-		"the prediction":       func(r *Record) { r.Predicted = "host-assisted" },
-		"the fallback reason":  func(r *Record) { r.FallbackReason = "NoVolumeSnapshotClass" },
-		"the golden's volume":  func(r *Record) { r.GoldenVolume = "pvc-h" },
-		"the clone's duration": func(r *Record) { r.DurationSeconds = 3 },
+	for what, change := range map[string]func(r *record.Record){
+		"the message":          func(r *record.Record) { r.Message = "clone in progress (phase Succeeded)" },
+		"the volume":           func(r *record.Record) { r.Volume = "pvc-2" },
+		"the capacity":         func(r *record.Record) { r.CapacityBytes = 20 * clonertest.Gi },
+		"the claim cloned on":  func(r *record.Record) { r.CloneClaim = "" },
+		"the verdict":          func(r *record.Record) { r.Verdict = record.VerdictCSIClone },
+		"a finding's message":  func(r *record.Record) { r.Findings = []record.Finding{{Reason: "class-mismatch", Message: "n"}} },
+		"the driver error":     func(r *record.Record) { r.DriverError = "CreateVolume Internal: x" },
+		"the prediction":       func(r *record.Record) { r.Predicted = "host-assisted" },
+		"the fallback reason":  func(r *record.Record) { r.FallbackReason = "NoVolumeSnapshotClass" },
+		"the golden's volume":  func(r *record.Record) { r.GoldenVolume = "pvc-h" },
+		"the clone's duration": func(r *record.Record) { r.DurationSeconds = 3 },
 	} {
 		changed := rec
 		change(&changed)
-		if old.sameAs(digestRecord(&changed)) {
+		if old.SameAs(record.DigestRecord(&changed)) {
 			t.Errorf("a change of %s reads as the same record", what)
 		}
 		progress := what == "the message" || what == "the volume" || what == "the capacity" || what == "the claim cloned on"
-		if got := progressOnly(digestRecord(&changed), old); got != progress {
+		if got := publish.ProgressOnly(record.DigestRecord(&changed), old); got != progress {
 			t.Errorf("a change of %s: progressOnly = %v, want %v", what, got, progress)
 		}
 	}
-	var none *recordDigest
-	if none.sameAs(digestRecord(&rec)) || progressOnly(digestRecord(&rec), none) {
+	var none *record.RecordDigest
+	if none.SameAs(record.DigestRecord(&rec)) || publish.ProgressOnly(record.DigestRecord(&rec), none) {
 		t.Fatal("no persisted record reads as the same")
 	}
 }
@@ -109,13 +114,13 @@ func TestDigestTellsChangesApart(t *testing.T) {
 // TestMalformedRecordStaysMalformedInTheCache: an unreadable record is an
 // error read from the cache as from the API object, with the same text.
 func TestMalformedRecordStaysMalformedInTheCache(t *testing.T) {
-	_, fromAPI := persistedRecord(claimWithRecord("{not json"))
-	_, fromCache := persistedRecord(cached(t, claimWithRecord("{not json")))
+	_, fromAPI := record.PersistedRecord(claimWithRecord("{not json"))
+	_, fromCache := record.PersistedRecord(cached(t, claimWithRecord("{not json")))
 	if fromAPI == nil || fromCache == nil || fromAPI.Error() != fromCache.Error() ||
-		!strings.Contains(fromAPI.Error(), AnnCloneEvidence) {
+		!strings.Contains(fromAPI.Error(), fleet.AnnCloneEvidence) {
 		t.Fatalf("errors: from the API object %v, from the cache %v", fromAPI, fromCache)
 	}
-	if d, err := persistedRecord(cached(t, claimWithRecord(""))); d != nil || err != nil {
+	if d, err := record.PersistedRecord(cached(t, claimWithRecord(""))); d != nil || err != nil {
 		t.Fatalf("an empty record read as %+v, %v", d, err)
 	}
 }
@@ -127,7 +132,7 @@ func TestMalformedRecordStaysMalformedInTheCache(t *testing.T) {
 func TestAnUnchangedRecordReusesTheCachedDigest(t *testing.T) {
 	rec := digestTestRecord()
 	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-	transform := cacheClaimFrom(store.GetByKey)
+	transform := record.CacheClaimFrom(store.GetByKey)
 	cacheIt := func(raw string) string {
 		t.Helper()
 		out, err := transform(claimWithRecord(raw))
@@ -137,33 +142,33 @@ func TestAnUnchangedRecordReusesTheCachedDigest(t *testing.T) {
 		if err := store.Update(out); err != nil {
 			t.Fatal(err)
 		}
-		return out.(*corev1.PersistentVolumeClaim).Annotations[AnnCloneEvidence]
+		return out.(*corev1.PersistentVolumeClaim).Annotations[fleet.AnnCloneEvidence]
 	}
-	first := cacheIt(mustJSON(rec))
-	again := cacheIt(mustJSON(rec))
+	first := cacheIt(record.MustJSON(rec))
+	again := cacheIt(record.MustJSON(rec))
 	if unsafe.StringData(again) != unsafe.StringData(first) {
 		t.Error("an unchanged record was digested again instead of reusing the cached digest")
 	}
 	rec.Message = "clone in progress (phase Succeeded)"
-	changed := cacheIt(mustJSON(rec))
+	changed := cacheIt(record.MustJSON(rec))
 	if changed == first {
 		t.Fatal("a changed record kept the old digest")
 	}
-	fresh, err := persistedRecord(cached(t, claimWithRecord(mustJSON(rec))))
+	fresh, err := record.PersistedRecord(cached(t, claimWithRecord(record.MustJSON(rec))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := persistedRecord(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-		Annotations: map[string]string{AnnCloneEvidence: changed}}})
+	got, err := record.PersistedRecord(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Annotations: map[string]string{fleet.AnnCloneEvidence: changed}}})
 	if err != nil || !reflect.DeepEqual(got, fresh) {
 		t.Fatalf("the changed record's digest reads %+v (%v), want %+v", got, err, fresh)
 	}
 	// A store holding something else under the claim's key is ignored.
 	if err := store.Update(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "d0",
-		Annotations: map[string]string{AnnCloneEvidence: digestPrefix + "0:{}"}}}); err != nil {
+		Annotations: map[string]string{fleet.AnnCloneEvidence: record.DigestPrefix + "0:{}"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if d := cacheIt(mustJSON(rec)); d != changed {
+	if d := cacheIt(record.MustJSON(rec)); d != changed {
 		t.Fatalf("digest %q after a foreign cached digest, want %q", d, changed)
 	}
 }

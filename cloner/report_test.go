@@ -10,40 +10,47 @@ import (
 	"time"
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 )
 
-func reportWorld() (*world, string) {
-	var w world
-	w.class(testClass, nil, t0)
-	g, gpv := w.golden(testSID, testVer)
-	w.golden("0ld", "v1.12.0") // nothing clones it any more
-	ok := w.worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*gi, ptrTo(testClass))
-	w.cloned(ok, testClass, "csi-clone", 20*gi, tapClone(gpv.Spec.CSI.VolumeHandle, 6*gi, 20*gi))
-	copied := w.worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*gi, ptrTo(testClass))
-	pvc, _ := w.cloned(copied, testClass, "copy", 20*gi, tapClone("", 20*gi, 20*gi))
-	pvc.Annotations[AnnCDIFallbackReason] = "different volume modes"
-	web := w.dataVolume("tenant-b", "http-0", 20*gi, nil)
-	web.Annotations[AnnPool] = "kubernetes-http"
-	secretURL := "https://user:hunter2@factory.example/image/" + testSID + "/" + testVer + "/openstack-amd64.raw.xz"
+func reportWorld() (*clonertest.World, string) {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, gpv := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	w.Golden("0ld", "v1.12.0") // nothing clones it any more
+	ok := w.Worker("tenant-a", "md0-0", "kubernetes-md0", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	w.Cloned(ok, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
+	copied := w.Worker("tenant-a", "md1-0", "kubernetes-md1", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	pvc, _ := w.Cloned(copied, clonertest.TestClass, "copy", 20*clonertest.Gi, clonertest.TapClone("", 20*clonertest.Gi, 20*clonertest.Gi))
+	pvc.Annotations[fleet.AnnCDIFallbackReason] = "different volume modes"
+	web := w.DataVolume("tenant-b", "http-0", 20*clonertest.Gi, nil)
+	web.Annotations[fleet.AnnPool] = "kubernetes-http"
+	secretURL := "https://user:hunter2@factory.example/image/" + clonertest.TestSID + "/" + clonertest.TestVer + "/openstack-amd64.raw.xz"
 	web.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: secretURL, SecretRef: "factory-creds"}}
-	succeed(web, t0)
-	w.claim(web, testClass, 20*gi, 20*gi, "vol-http-0")
+	clonertest.Succeed(web, clonertest.T0)
+	w.Claim(web, clonertest.TestClass, 20*clonertest.Gi, 20*clonertest.Gi, "vol-http-0")
 	return &w, "hunter2"
 }
 
 // reportOf runs one verdict pass over reportWorld, then `report` with cfg
 // in format; it returns the output, the credential the world hides and the
 // cluster.
-func reportOf(t *testing.T, cfg Config, format string) (string, string, *fakeCluster) {
+func reportOf(t *testing.T, cfg config.Config, format string) (string, string, *fakeCluster) {
 	t.Helper()
 	w, secret := reportWorld()
 	fc := newFakeCluster(t, w)
 	ctx := t.Context()
-	if err := fc.controller(t, ctx, configAt(t0.Add(time.Hour))).Pass(ctx); err != nil {
+	if err := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour))).Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := Report(ctx, fc.clients(), cfg, &out, format); err != nil {
+	if err := report.Report(ctx, fc.clients(), cfg, &out, format); err != nil {
 		t.Fatal(err)
 	}
 	return out.String(), secret, fc
@@ -51,15 +58,15 @@ func reportOf(t *testing.T, cfg Config, format string) (string, string, *fakeClu
 
 func TestReportJSONMatchesTheCluster(t *testing.T) {
 	// No ledger namespace: the report finds the ledger by its label.
-	out, secret, _ := reportOf(t, DefaultConfig(), "json")
+	out, secret, _ := reportOf(t, config.DefaultConfig(), "json")
 	if strings.Contains(out, secret) {
 		t.Fatal("the report printed a credential from a DataVolume URL")
 	}
-	var d ReportData
+	var d report.ReportData
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Ledger != "cozy-linstor/"+DefaultLedgerName || len(d.Flavors) != 2 {
+	if d.Ledger != "cozy-linstor/"+config.DefaultLedgerName || len(d.Flavors) != 2 {
 		t.Fatalf("ledger %q, %d flavors", d.Ledger, len(d.Flavors))
 	}
 	old, cur := d.Flavors[0], d.Flavors[1] // sorted by key: "0ld/..." first
@@ -67,32 +74,32 @@ func TestReportJSONMatchesTheCluster(t *testing.T) {
 		t.Fatalf("unused flavor %+v", old)
 	}
 	if cur.Goldens[0].SafeToDelete || cur.Consumers != 2 || cur.FetchesAvoided != 2 || cur.WorkerImports != 1 ||
-		cur.BytesAvoided != 12*gi || cur.Goldens[0].StorageClass != testClass || cur.Goldens[0].Phase != "Succeeded" {
+		cur.BytesAvoided != 12*clonertest.Gi || cur.Goldens[0].StorageClass != clonertest.TestClass || cur.Goldens[0].Phase != "Succeeded" {
 		t.Fatalf("flavor %+v", cur)
 	}
 	pools := map[string]map[string]int{}
 	for _, p := range d.Pools {
 		pools[p.Pool] = p.Verdicts
 	}
-	if pools["kubernetes-md0"][VerdictCSIClone] != 1 || pools["kubernetes-md1"][VerdictHostAssisted] != 1 || pools["kubernetes-http"][VerdictHTTPImport] != 1 {
+	if pools["kubernetes-md0"][record.VerdictCSIClone] != 1 || pools["kubernetes-md1"][record.VerdictHostAssisted] != 1 || pools["kubernetes-http"][record.VerdictHTTPImport] != 1 {
 		t.Fatalf("pools %v", pools)
 	}
-	if len(d.BadDisks) != 1 || d.BadDisks[0].Name != "md1-0" || d.BadDisks[0].Reasons[0].Reason != ReasonHostAssisted ||
+	if len(d.BadDisks) != 1 || d.BadDisks[0].Name != "md1-0" || d.BadDisks[0].Reasons[0].Reason != record.ReasonHostAssisted ||
 		!strings.Contains(d.BadDisks[0].Reasons[0].Message, "different volume modes") || d.BadDisks[0].Reasons[0].Fix == "" {
 		t.Fatalf("bad disks %+v", d.BadDisks)
 	}
 }
 
 func TestReportTableNamesBadDisksFixesAndSafeDeletes(t *testing.T) {
-	cfg := testConfig()
+	cfg := clonertest.TestConfig()
 	out, _, fc := reportOf(t, cfg, "table")
-	for _, want := range []string{"safe to delete", "tenant-a/md1-0", "host-assisted", Fix(ReasonHostAssisted),
+	for _, want := range []string{"safe to delete", "tenant-a/md1-0", "host-assisted", record.Fix(record.ReasonHostAssisted),
 		"csi-clone=1", "http-import=1", "12Gi"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if err := Report(t.Context(), fc.clients(), cfg, io.Discard, "yaml"); err == nil {
+	if err := report.Report(t.Context(), fc.clients(), cfg, io.Discard, "yaml"); err == nil {
 		t.Fatal("an unknown format must be refused")
 	}
 }
@@ -101,14 +108,14 @@ func TestReportBeforeAnyVerdictShowsUnjudged(t *testing.T) {
 	w, _ := reportWorld()
 	fc := newFakeCluster(t, w)
 	var out bytes.Buffer
-	if err := Report(context.Background(), fc.clients(), DefaultConfig(), &out, "json"); err != nil {
+	if err := report.Report(context.Background(), fc.clients(), config.DefaultConfig(), &out, "json"); err != nil {
 		t.Fatal(err)
 	}
-	var d ReportData
+	var d report.ReportData
 	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Ledger != "" || d.Pools[0].Verdicts[VerdictUnjudged] != 1 {
+	if d.Ledger != "" || d.Pools[0].Verdicts[report.VerdictUnjudged] != 1 {
 		t.Fatalf("%+v", d)
 	}
 }

@@ -10,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/syncbuf"
 )
@@ -26,23 +29,23 @@ func TestParametersNeverReachLogsOrObjects(t *testing.T) {
 	klog.SetOutput(&logs)
 	defer func() { _ = fs.Set("v", "0"); klog.SetOutput(nil); _ = fs.Set("logtostderr", "true") }()
 
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
-	dv := w.worker("tenant-a", "d", "p", g, 20*gi, ptrTo(testClass))
-	target, _ := w.claim(dv, testClass, 20*gi, 0, "")
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	dv := w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	target, _ := w.Claim(dv, clonertest.TestClass, 20*clonertest.Gi, 0, "")
 	fc := newFakeCluster(t, &w)
-	cfg := configAt(t0.Add(time.Hour))
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
 	go func() { _ = c.RunEvidence(ctx) }()
-	secret := map[string]string{ParamPVCName: "tmp-pvc-" + string(target.UID), ParamPVCNamespace: "cozy-public",
+	secret := map[string]string{fleet.ParamPVCName: "tmp-pvc-" + string(target.UID), fleet.ParamPVCNamespace: "cozy-public",
 		"csi.storage.k8s.io/provisioner-secret-name": "s3cr3t-name", "password": "hunter2"}
-	c.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: t0, End: t0, Code: codes.Unavailable,
+	c.Observe(sidecar.Observation{Method: sidecar.MethodCreateVolume, Start: clonertest.T0, End: clonertest.T0, Code: codes.Unavailable,
 		Message: "pool unreachable", Request: sidecar.Request{Name: "pvc-z", Parameters: secret}})
 	eventually(t, "driver error persisted", func() bool {
 		pvc, _ := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Get(ctx, "d", metav1.GetOptions{})
-		return pvc.Annotations[AnnDriverError] != ""
+		return pvc.Annotations[fleet.AnnDriverError] != ""
 	})
 	fc.settle(t, c)
 	if err := c.Pass(ctx); err != nil {

@@ -4,10 +4,20 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // RunVerdicts decides verdicts, persists them, emits events and keeps the
@@ -79,18 +89,18 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		// claims and golden: never do it.
 		return false, errors.New("cloner: informers not synced yet")
 	}
-	keys, full, more := c.takeDue(c.cfg.now())
+	keys, full, more := c.takeDue(c.cfg.Clock())
 	if !full && len(keys) == 0 && c.ledger != nil {
 		return more, c.awaitWrites()
 	}
 	klog.V(4).InfoS("Verdict pass", "full", full, "disks", len(keys), "first", firstKey(keys))
 	inv := c.storeInventory(keys)
 	pred, badInputs := c.newPredictor(inv)
-	now := c.cfg.now()
-	ev := evaluateHearing(inv, c.cfg, now, pred, c.hearingOf(now))
+	now := c.cfg.Clock()
+	ev := verdict.EvaluateHearing(inv, c.cfg, now, pred, c.hearingOf(now))
 	c.hearCDI(ctx, ev, now)
-	ev.malformed = append(ev.malformed, badInputs...)
-	c.judgedCount.Add(int64(len(ev.assessments)))
+	ev.Malformed = append(ev.Malformed, badInputs...)
+	c.judgedCount.Add(int64(len(ev.Assessments)))
 	c.remember(keys, ev)
 	var firstErr error
 	keep := func(err error) {
@@ -98,18 +108,18 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 			firstErr = err
 		}
 	}
-	keep(c.reportMalformed(ctx, ev.malformed))
-	keep(c.writeBehind(ctx, keys, full, ev.assessments, inv))
+	keep(c.reportMalformed(ctx, ev.Malformed))
+	keep(c.writeBehind(ctx, keys, full, ev.Assessments, inv))
 	if !more {
 		keep(c.awaitWrites()) // the ledger counts what was written
 	}
-	ledger, err := c.countPass(ctx, ev, full, more)
+	counted, err := c.countPass(ctx, ev, full, more)
 	keep(err)
-	snap := c.buildSnapshot(inv, ledger)
-	addPredictions(snap, pred)
+	snap := c.buildSnapshot(inv, counted)
+	ledger.AddPredictions(snap, pred)
 	snap.AdmissionParams, err = c.publishAdmissionParams(ctx, pred)
 	keep(err)
-	if ledger == nil {
+	if counted == nil {
 		// Keep showing the counters last read rather than dropping them.
 		prev := c.Snapshot()
 		snap.Flavors, snap.Durations = prev.Flavors, prev.Durations
@@ -128,8 +138,8 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 // client's rate limit. Marks are pruned on full passes and after a
 // DataVolume went away: a pass for one changed disk does not walk the whole
 // ledger. A nil Ledger means nothing was counted this time.
-func (c *Controller) countPass(ctx context.Context, ev *evaluation, full, more bool) (*Ledger, error) {
-	c.heldFacts = append(c.heldFacts, ledgerFacts(ev, c.cfg)...)
+func (c *Controller) countPass(ctx context.Context, ev *verdict.Evaluation, full, more bool) (*ledger.Ledger, error) {
+	c.heldFacts = append(c.heldFacts, ledger.LedgerFacts(ev, c.cfg)...)
 	c.heldPrune = c.heldPrune || full || c.dataVolumesDeleted.Swap(false)
 	if more {
 		return nil, nil
@@ -163,7 +173,7 @@ type chunkWrites struct {
 // publishWriters slots, and at most two chunks' assessments are held at
 // once: the one being written and the one being judged, or, while this
 // waits, the one it started and the tail of the one before.
-func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []assessment, inv *inventory) error {
+func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []verdict.Assessment, inv *fleet.Inventory) error {
 	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
 	go func() { w.done <- c.publishAll(ctx, as, inv) }()
 	before := c.writing
@@ -216,8 +226,8 @@ const publishWriters = 32
 // first (an upgrade that changes every record must not make a bad disk wait
 // behind thousands of good ones), each write holding one of the shared
 // writer slots.
-func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inventory) error {
-	work := make(chan assessment)
+func (c *Controller) publishAll(ctx context.Context, as []verdict.Assessment, inv *fleet.Inventory) error {
+	work := make(chan verdict.Assessment)
 	errs := make(chan error, publishWriters)
 	var wg sync.WaitGroup
 	for range publishWriters {
@@ -252,19 +262,19 @@ func (c *Controller) publishAll(ctx context.Context, as []assessment, inv *inven
 
 // writeOrder ranks a pass's assessments for writing: bad verdicts, then
 // disks whose claim has no record yet, then the rest.
-func writeOrder(as []assessment, inv *inventory) []assessment {
+func writeOrder(as []verdict.Assessment, inv *fleet.Inventory) []verdict.Assessment {
 	rank := make([]int, len(as))
 	order := make([]int, len(as))
 	for i, a := range as {
 		order[i], rank[i] = i, 2
-		if len(a.record.BadReasons()) > 0 {
+		if len(a.Record.BadReasons()) > 0 {
 			rank[i] = 0
-		} else if pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName); pvc == nil || pvc.Annotations[AnnCloneVerdict] == "" {
+		} else if pvc := inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName); pvc == nil || pvc.Annotations[fleet.AnnCloneVerdict] == "" {
 			rank[i] = 1
 		}
 	}
 	sort.SliceStable(order, func(i, j int) bool { return rank[order[i]] < rank[order[j]] })
-	out := make([]assessment, len(as))
+	out := make([]verdict.Assessment, len(as))
 	for i, k := range order {
 		out[i] = as[k]
 	}
@@ -280,30 +290,30 @@ func (c *Controller) recheckTimer() <-chan time.Time {
 	if at.IsZero() {
 		return nil
 	}
-	return time.After(at.Sub(c.cfg.now()))
+	return time.After(at.Sub(c.cfg.Clock()))
 }
 
 // publish persists one disk's record and emits a Warning for each bad
 // reason the persisted record did not already carry: a resync that finds
 // nothing new writes nothing and emits nothing.
-func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) error {
-	rec := a.record
-	pvc := inv.claimOf(a.disk.Namespace, a.disk.ClaimName)
-	old, err := persistedRecord(pvc)
+func (c *Controller) publish(ctx context.Context, a verdict.Assessment, inv *fleet.Inventory) error {
+	rec := a.Record
+	pvc := inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName)
+	old, err := record.PersistedRecord(pvc)
 	if err != nil {
-		c.noteMalformed(malformedAnnotation(pvc, "PersistentVolumeClaim", err))
+		c.noteMalformed(verdict.MalformedAnnotation(pvc, "PersistentVolumeClaim", err))
 		old = nil
 	}
-	digest := digestRecord(rec)
-	key := a.disk.Namespace + "/" + a.disk.Name
-	if old.sameAs(digest) {
+	digest := record.DigestRecord(rec)
+	key := a.Disk.Namespace + "/" + a.Disk.Name
+	if old.SameAs(digest) {
 		c.echoSeen(key)
 		return nil
 	}
 	if c.awaitingEcho(key, pvc, digest) || c.deferProgress(key, digest, old) {
 		return nil
 	}
-	rec.Since = c.cfg.now().UTC().Truncate(time.Second)
+	rec.Since = c.cfg.Clock().UTC().Truncate(time.Second)
 	if old != nil && old.Verdict == rec.Verdict && !old.Since.IsZero() {
 		rec.Since = old.Since
 	}
@@ -317,7 +327,7 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 		if already[reason] {
 			continue
 		}
-		if err := c.warn(ctx, dataVolumeTarget(a.disk), EventReason(reason), "", warningMessage(rec, reason)); err != nil {
+		if err := c.warn(ctx, publish.DataVolumeTarget(a.Disk), record.EventReason(reason), "", publish.WarningMessage(rec, reason)); err != nil {
 			return err
 		}
 	}
@@ -325,8 +335,8 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 		return nil // CDI has not created the claim yet; the next pass writes it
 	}
 	err = c.patchPVC(ctx, pvc, "", map[string]*string{
-		AnnCloneVerdict:  ptrTo(rec.Verdict),
-		AnnCloneEvidence: ptrTo(mustJSON(rec)),
+		fleet.AnnCloneVerdict:  publish.PtrTo(rec.Verdict),
+		fleet.AnnCloneEvidence: publish.PtrTo(record.MustJSON(rec)),
 	})
 	if err == nil {
 		c.noteWritten(key, rec)
@@ -336,13 +346,13 @@ func (c *Controller) publish(ctx context.Context, a assessment, inv *inventory) 
 }
 
 // reportMalformed emits one Warning per newly seen unreadable object.
-func (c *Controller) reportMalformed(ctx context.Context, ms []malformedObject) error {
+func (c *Controller) reportMalformed(ctx context.Context, ms []fleet.MalformedObject) error {
 	var firstErr error
 	for _, m := range ms {
 		if !c.noteMalformed(m) {
 			continue
 		}
-		t := eventTarget{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+		t := publish.EventTarget{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 		err := c.warn(ctx, t, ReasonMalformedObject, m.ResourceVersion, "csi-clone-sidecar cannot read this object and skips it: "+m.Err+
 			". Fix: correct the object (or delete it); nothing else is affected")
 		if err != nil && firstErr == nil {
@@ -352,15 +362,58 @@ func (c *Controller) reportMalformed(ctx context.Context, ms []malformedObject) 
 	return firstErr
 }
 
-func (c *Controller) noteMalformed(m malformedObject) bool {
+func (c *Controller) noteMalformed(m fleet.MalformedObject) bool {
 	if m.Kind == "" {
 		m.Kind = "DataVolume"
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	isNew := c.malformed.add(m)
+	isNew := c.malformed.Add(m)
 	if isNew {
 		klog.InfoS("Skipping an object that cannot be read", "kind", m.Kind, "namespace", m.Namespace, "name", m.Name, "err", m.Err)
 	}
 	return isNew
+}
+
+// countLedger adds one pass's facts to the ledger and forgets the marks of
+// DataVolumes confirmed gone. The leader reads the whole ledger the first
+// time (migrating a format-1 one) and keeps it from its own writes; it
+// returns the counters as they now stand (nil when the ledger was never read).
+func (c *Controller) countLedger(ctx context.Context, facts []ledger.LedgerFact, prune bool, live func(types.UID) bool) (*ledger.Ledger, error) {
+	kube := c.clients.Kube
+	if c.ledger == nil {
+		b, err := ledger.ReadLedgerBook(ctx, kube, c.cfg.LedgerNamespace, c.cfg.LedgerName)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.Migrate(ctx, kube); err != nil {
+			return nil, err
+		}
+		c.ledger = b
+	}
+	goneCache := map[types.UID]bool{}
+	gone := func(ref string, uid types.UID) bool {
+		if v, ok := goneCache[uid]; ok {
+			return v
+		}
+		v := c.dataVolumeGone(ctx, ref, uid)
+		goneCache[uid] = v
+		return v
+	}
+	err := c.ledger.Update(ctx, kube, facts, prune, live, gone)
+	return c.ledger.Merged(false), err
+}
+
+// dataVolumeGone asks the API server whether the DataVolume a UID belonged
+// to is gone (absent, or replaced by one with another UID).
+func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.UID) bool {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return false
+	}
+	u, err := c.clients.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	return err == nil && u.GetUID() != uid
 }

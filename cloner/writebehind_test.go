@@ -17,6 +17,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // chunkedFleet is n csi-cloned disks in one namespace, judged c.chunk at a
@@ -30,18 +36,18 @@ func chunkedFleet(t *testing.T, n, chunk int) (*fakeCluster, *Controller) {
 // gate, when it is not nil.
 func chunkedFleetWith(t *testing.T, n, chunk int, gate func(name string)) (*fakeCluster, *Controller) {
 	t.Helper()
-	var w world
-	w.class(testClass, nil, t0)
-	g, _ := w.golden(testSID, testVer)
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	for i := range n {
-		w.cloned(w.worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*gi, ptrTo(testClass)), testClass, "csi-clone", 20*gi, nil)
+		w.Cloned(w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
 	clients := fc.clients()
 	if gate != nil {
 		clients.Kube = gatedClaims{fc.kube, gate}
 	}
-	c := fc.controllerWith(t, t.Context(), configAt(t0.Add(time.Hour)), clients)
+	c := fc.controllerWith(t, t.Context(), clonertest.ConfigAt(clonertest.T0.Add(time.Hour)), clients)
 	c.chunk = chunk
 	return fc, c
 }
@@ -54,8 +60,8 @@ func passAndCheckEveryDisk(t *testing.T, fc *fakeCluster, c *Controller, n int) 
 		t.Fatal(err)
 	}
 	for i := range n {
-		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[AnnCloneVerdict]; v != VerdictCSIClone {
-			t.Errorf("d%02d: verdict %q, want %q", i, v, VerdictCSIClone)
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("d%02d", i)).Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+			t.Errorf("d%02d: verdict %q, want %q", i, v, record.VerdictCSIClone)
 		}
 	}
 }
@@ -256,13 +262,13 @@ func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 	judge := func(claim *corev1.PersistentVolumeClaim) {
 		t.Helper()
 		inv := c.storeInventory([]string{key})
-		inv.claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
+		inv.Claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
 		pred, _ := c.newPredictor(inv)
-		ev := evaluateWith(inv, c.cfg, c.cfg.now(), pred)
-		if len(ev.assessments) != 1 {
-			t.Fatalf("%d assessments, want 1", len(ev.assessments))
+		ev := verdict.EvaluateWith(inv, c.cfg, c.cfg.Clock(), pred)
+		if len(ev.Assessments) != 1 {
+			t.Fatalf("%d assessments, want 1", len(ev.Assessments))
 		}
-		if err := c.publish(ctx, ev.assessments[0], inv); err != nil {
+		if err := c.publish(ctx, ev.Assessments[0], inv); err != nil {
 			t.Fatal(err)
 		}
 	}

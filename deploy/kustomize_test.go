@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
@@ -280,7 +282,7 @@ func TestRoleNamesEveryLedgerObject(t *testing.T) {
 		for _, n := range names {
 			got = append(got, n.(string))
 		}
-		want := append(cloner.LedgerObjectNames(cloner.DefaultLedgerName), cloner.AdmissionParamsName)
+		want := append(ledger.LedgerObjectNames(config.DefaultLedgerName), publish.AdmissionParamsName)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Role names %v\nthe ledger is %v", got, want)
 		}

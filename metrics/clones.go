@@ -5,13 +5,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 )
 
 // ClonesSource is what the verdict collector reads at scrape time;
 // *cloner.Controller implements it. The collector only reads.
 type ClonesSource interface {
-	Snapshot() *cloner.Snapshot
+	Snapshot() *ledger.Snapshot
 }
 
 // maxLabelBytes caps label values taken from objects (a golden's
@@ -91,12 +92,12 @@ func (c clonesCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectState emits the gauges derived from the objects as they are now.
-func collectState(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
+func collectState(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
 	for _, d := range s.Disks {
 		ch <- prometheus.MustNewConstMetric(descWorkerDisks, prometheus.GaugeValue, float64(d.Count),
 			label(d.Flavor.SchematicID), label(d.Flavor.Version), d.Verdict)
 	}
-	consumers := map[cloner.Flavor]int{}
+	consumers := map[fleet.Flavor]int{}
 	for _, g := range s.Goldens {
 		ch <- prometheus.MustNewConstMetric(descGoldenInfo, prometheus.GaugeValue, 1,
 			g.Namespace, g.Name, label(g.Flavor.SchematicID), label(g.Flavor.Version), label(g.StorageClass), g.Phase)
@@ -113,13 +114,13 @@ func collectState(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
 }
 
 // collectLedger emits the counters kept in the ledger ConfigMap.
-func collectLedger(ch chan<- prometheus.Metric, s *cloner.Snapshot) {
+func collectLedger(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
 	for _, f := range s.Flavors {
 		sid, ver := label(f.Flavor.SchematicID), label(f.Flavor.Version)
 		ch <- prometheus.MustNewConstMetric(descFetchesAvoided, prometheus.CounterValue, float64(f.FetchesAvoided), sid, ver)
 		ch <- prometheus.MustNewConstMetric(descBytesAvoided, prometheus.CounterValue, float64(f.BytesAvoided), sid, ver)
-		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.GoldenImports), sid, ver, cloner.FetchGoldenImport)
-		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.WorkerImports), sid, ver, cloner.FetchWorkerImport)
+		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.GoldenImports), sid, ver, ledger.FetchGoldenImport)
+		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.WorkerImports), sid, ver, ledger.FetchWorkerImport)
 	}
 	for verdict, d := range s.Durations {
 		ch <- prometheus.MustNewConstHistogram(descDuration, d.Count, d.Sum, d.Cumulative(), verdict)

@@ -10,28 +10,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // snapshotSource serves a fixed snapshot, as the cloner does between passes.
-type snapshotSource struct{ s *cloner.Snapshot }
+type snapshotSource struct{ s *ledger.Snapshot }
 
-func (f snapshotSource) Snapshot() *cloner.Snapshot { return f.s }
+func (f snapshotSource) Snapshot() *ledger.Snapshot { return f.s }
 
 const sid = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 
-func leaderSnapshot() *cloner.Snapshot {
-	f := cloner.Flavor{SchematicID: sid, Version: "v1.13.2"}
-	d := cloner.DurationTotals{Count: 3, Sum: 12.5, Buckets: map[string]uint64{"2.5": 1, "5": 2}}
-	return &cloner.Snapshot{
+func leaderSnapshot() *ledger.Snapshot {
+	f := fleet.Flavor{SchematicID: sid, Version: "v1.13.2"}
+	d := ledger.DurationTotals{Count: 3, Sum: 12.5, Buckets: map[string]uint64{"2.5": 1, "5": 2}}
+	return &ledger.Snapshot{
 		Leader: true,
-		Goldens: []cloner.GoldenStatus{{Namespace: "cozy-public", Name: "talos-worker-" + sid + "-v1.13.2", Flavor: f,
+		Goldens: []ledger.GoldenStatus{{Namespace: "cozy-public", Name: "talos-worker-" + sid + "-v1.13.2", Flavor: f,
 			StorageClass: "replicated", Phase: "Succeeded", Consumers: 4, Trusted: true}},
-		Disks: []cloner.DiskCount{{Flavor: f, Verdict: cloner.VerdictCSIClone, Count: 3}, {Flavor: f, Verdict: cloner.VerdictHostAssisted, Count: 1}},
-		BadDisks: []cloner.BadDiskCount{{Namespace: "tenant-a", Pool: "kubernetes-md1", Flavor: f,
-			Reason: cloner.ReasonHostAssisted, Count: 1}},
-		Flavors:         []cloner.FlavorCounters{{Flavor: f, FlavorTotals: cloner.FlavorTotals{FetchesAvoided: 4, GoldenImports: 1, WorkerImports: 2, BytesAvoided: 4 << 30}}},
-		Durations:       map[string]cloner.DurationTotals{cloner.VerdictCSIClone: d},
+		Disks: []ledger.DiskCount{{Flavor: f, Verdict: record.VerdictCSIClone, Count: 3}, {Flavor: f, Verdict: record.VerdictHostAssisted, Count: 1}},
+		BadDisks: []ledger.BadDiskCount{{Namespace: "tenant-a", Pool: "kubernetes-md1", Flavor: f,
+			Reason: record.ReasonHostAssisted, Count: 1}},
+		Flavors:         []ledger.FlavorCounters{{Flavor: f, FlavorTotals: ledger.FlavorTotals{FetchesAvoided: 4, GoldenImports: 1, WorkerImports: 2, BytesAvoided: 4 << 30}}},
+		Durations:       map[string]ledger.DurationTotals{record.VerdictCSIClone: d},
 		Malformed:       map[string]int64{"DataVolume": 1},
 		EvidenceDropped: 2,
 	}

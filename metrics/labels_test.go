@@ -12,7 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 )
 
 // label cuts an object-derived value to maxLabelBytes and drops what is not
@@ -43,7 +44,7 @@ func TestLabelTruncatesTo128BytesOfValidUTF8(t *testing.T) {
 func TestCollectorCutsObjectLabelsTo128Bytes(t *testing.T) {
 	long := strings.Repeat("s", 300) + "\xff"
 	s := leaderSnapshot()
-	f := cloner.Flavor{SchematicID: long, Version: long}
+	f := fleet.Flavor{SchematicID: long, Version: long}
 	s.Goldens[0].Flavor, s.Goldens[0].StorageClass = f, long
 	s.Disks[0].Flavor, s.BadDisks[0].Flavor, s.BadDisks[0].Pool = f, f, long
 	s.Flavors[0].Flavor = f
@@ -198,11 +199,11 @@ func TestGoldenConsumersSumOverAFlavorsGoldens(t *testing.T) {
 // The ready time of a flavor is the first trusted golden's that finished
 // importing; an untrusted or importing golden gives none.
 func TestGoldenReadyIsTheFirstTrustedImportedGoldens(t *testing.T) {
-	f := cloner.Flavor{SchematicID: sid, Version: "v1.13.2"}
-	other := cloner.Flavor{SchematicID: sid, Version: "v1.14.0"}
+	f := fleet.Flavor{SchematicID: sid, Version: "v1.13.2"}
+	other := fleet.Flavor{SchematicID: sid, Version: "v1.14.0"}
 	t1, t2 := time.Unix(1_700_000_000, 0), time.Unix(1_800_000_000, 0)
 	s := leaderSnapshot()
-	s.Goldens = []cloner.GoldenStatus{
+	s.Goldens = []ledger.GoldenStatus{
 		{Name: "untrusted", Flavor: f, ReadySince: t2},
 		{Name: "importing", Flavor: f, Trusted: true},
 		{Name: "first", Flavor: f, Trusted: true, ReadySince: t1},

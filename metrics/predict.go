@@ -3,7 +3,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 )
 
 var (
@@ -60,7 +61,7 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descClassDisks, prometheus.GaugeValue, float64(d.Count),
 			label(d.Flavor.SchematicID), label(d.Flavor.Version), label(d.Class))
 	}
-	ready := map[cloner.Flavor]bool{}
+	ready := map[fleet.Flavor]bool{}
 	for _, g := range s.Goldens {
 		if g.ReadySince.IsZero() || !g.Trusted || ready[g.Flavor] {
 			continue
@@ -70,9 +71,9 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 			label(g.Flavor.SchematicID), label(g.Flavor.Version))
 	}
 	switch s.AdmissionParams {
-	case cloner.AdmissionParamsSynced:
+	case publish.AdmissionParamsSynced:
 		ch <- prometheus.MustNewConstMetric(descAdmissionParams, prometheus.GaugeValue, 1)
-	case cloner.AdmissionParamsFailed:
+	case publish.AdmissionParamsFailed:
 		ch <- prometheus.MustNewConstMetric(descAdmissionParams, prometheus.GaugeValue, 0)
 	}
 }

@@ -6,18 +6,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 func TestPredictionCollectorSeries(t *testing.T) {
 	s := leaderSnapshot()
-	s.Paths = []cloner.ClonePathReport{
+	s.Paths = []verdict.ClonePathReport{
 		{SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated-fixed", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
 		{SchematicID: sid, Version: "v1.13.2", StorageClass: predict.EmptyClass, Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride}},
 	}
-	s.PredictionChecks = cloner.PredictionCheck{Right: 3, Wrong: 1}
-	s.AdmissionParams = cloner.AdmissionParamsSynced
+	s.PredictionChecks = verdict.PredictionCheck{Right: 3, Wrong: 1}
+	s.AdmissionParams = publish.AdmissionParamsSynced
 	c := NewPredictionCollector(snapshotSource{s})
 	want := `
 # HELP csi_clone_path_predicted The clone path CDI is predicted to take for a worker disk larger than the golden, one series per (golden flavor, StorageClass) pair with value 1: path csi-clone, snapshot-clone, host-assisted or blocked, and its reason. storage_class="(default)" is a disk that names no class, resolved to the default.

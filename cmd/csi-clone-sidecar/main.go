@@ -30,6 +30,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/metrics"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -46,7 +49,7 @@ type options struct {
 	tap             bool
 	verdicts        bool
 	pprof           bool
-	cloner          cloner.Config
+	cloner          config.Config
 
 	// listenPath and driverPath are --listen-address and --csi-address as
 	// socket paths, set by validate.
@@ -104,7 +107,7 @@ func runSidecar(args []string) error {
 // state the sidecar persisted; it needs read access only.
 func runReport(args []string) error {
 	fs := flag.NewFlagSet("csi-clone-sidecar report", flag.ContinueOnError)
-	var c cloner.Config
+	var c config.Config
 	registerClonerFlags(fs, &c)
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig; in-cluster config when empty.")
 	format := fs.String("o", "table", "Output format: table or json.")
@@ -125,9 +128,9 @@ func runReport(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if *predictClass != "" {
-		return cloner.ReportClonePaths(ctx, clients, c, os.Stdout, *format, *predictClass)
+		return report.ReportClonePaths(ctx, clients, c, os.Stdout, *format, *predictClass)
 	}
-	return cloner.Report(ctx, clients, c, os.Stdout, *format)
+	return report.Report(ctx, clients, c, os.Stdout, *format)
 }
 
 func registerFlags(fs *flag.FlagSet) *options {
@@ -150,8 +153,8 @@ func registerFlags(fs *flag.FlagSet) *options {
 	return o
 }
 
-func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
-	*c = cloner.DefaultConfig()
+func registerClonerFlags(fs *flag.FlagSet, c *config.Config) {
+	*c = config.DefaultConfig()
 	fs.StringVar(&c.GoldenNamespace, "golden-namespace", c.GoldenNamespace, "Namespace of the golden DataVolumes.")
 	fs.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "A requested clone not bound after this long is reported as stuck.")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "Spacing of full verdict passes (a safety net: a change re-judges the disks it touches at once).")
@@ -161,7 +164,7 @@ func registerClonerFlags(fs *flag.FlagSet, c *cloner.Config) {
 	fs.DurationVar(&c.EvidenceTTL, "evidence-ttl", c.EvidenceTTL, "How long evidence waits for its PV or PVC to appear.")
 	fs.DurationVar(&c.EvidenceGrace, "evidence-grace", c.EvidenceGrace, "How long a finished disk whose PV has no tap evidence yet waits for it before it is judged from CDI's annotations, and how long CDI must keep an error on a clone (clonePhase Error) before the disk is failed.")
 	fs.IntVar(&c.EvidenceQueue, "evidence-queue", c.EvidenceQueue, "Observations that may wait to be turned into evidence before new ones are dropped.")
-	fs.BoolVar(&c.AdmissionParams, "admission-params", false, "Keep the admission guard's parameters (ConfigMap "+cloner.AdmissionParamsName+" in --ledger-namespace) current; turn on with deploy/admission.")
+	fs.BoolVar(&c.AdmissionParams, "admission-params", false, "Keep the admission guard's parameters (ConfigMap "+publish.AdmissionParamsName+" in --ledger-namespace) current; turn on with deploy/admission.")
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.
@@ -415,7 +418,7 @@ func startVerdicts(ctx, evidenceCtx context.Context, ctrl *cloner.Controller, ku
 	go func() { logIfFailed("leader election", cloner.RunElected(ctx, kube, le, lead)) }()
 }
 
-func kubeClients(cfg standardflags.SidecarConfiguration) (cloner.Clients, kubernetes.Interface, error) {
+func kubeClients(cfg standardflags.SidecarConfiguration) (config.Clients, kubernetes.Interface, error) {
 	var rc *rest.Config
 	var err error
 	if cfg.KubeConfig != "" {
@@ -424,19 +427,19 @@ func kubeClients(cfg standardflags.SidecarConfiguration) (cloner.Clients, kubern
 		rc, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return cloner.Clients{}, nil, fmt.Errorf("no Kubernetes access (pass --kubeconfig, run in a pod, or --verdicts=false): %w", err)
+		return config.Clients{}, nil, fmt.Errorf("no Kubernetes access (pass --kubeconfig, run in a pod, or --verdicts=false): %w", err)
 	}
 	rc.QPS, rc.Burst = float32(cfg.KubeAPIQPS), cfg.KubeAPIBurst
 	rc.UserAgent = "csi-clone-sidecar/" + version
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return cloner.Clients{}, nil, err
+		return config.Clients{}, nil, err
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
-		return cloner.Clients{}, nil, err
+		return config.Clients{}, nil, err
 	}
-	return cloner.Clients{Kube: kube, Dynamic: dyn}, kube, nil
+	return config.Clients{Kube: kube, Dynamic: dyn}, kube, nil
 }
 
 func logIfFailed(what string, err error) {

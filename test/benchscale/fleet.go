@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	clonerfleet "github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -69,7 +69,7 @@ func (f *fleet) build(ctx context.Context, parallel int) error {
 		handle := "pvc-golden-" + fmt.Sprint(i)
 		f.goldenNames, f.goldenHandles = append(f.goldenNames, name), append(f.goldenHandles, handle)
 		dv := dataVolume(cluster.NamespaceGolden, name, goldenSize)
-		dv.Annotations[cloner.AnnSchematicID], dv.Annotations[cloner.AnnTalosVersion] = sid, ver
+		dv.Annotations[clonerfleet.AnnSchematicID], dv.Annotations[clonerfleet.AnnTalosVersion] = sid, ver
 		dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + sid + "/" + ver + "/openstack-amd64.raw.xz"}}
 		if err := f.disk(ctx, dv, handle, nil, ""); err != nil {
 			return err
@@ -142,13 +142,13 @@ func (f *fleet) worker(ctx context.Context, i int) error {
 	g := i % f.goldens
 	name := fmt.Sprintf("kubernetes-md%d-%05d-system", i%3, i)
 	dv := dataVolume(ns, name, diskSize)
-	dv.Annotations[cloner.AnnGolden], dv.Annotations[cloner.AnnPool] = f.goldenNames[g], fmt.Sprintf("kubernetes-%s-md%d", ns, i%3)
+	dv.Annotations[clonerfleet.AnnGolden], dv.Annotations[clonerfleet.AnnPool] = f.goldenNames[g], fmt.Sprintf("kubernetes-%s-md%d", ns, i%3)
 	dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: f.goldenNames[g]}}
 	handle := fmt.Sprintf("pvc-%08x-0000-4000-8000-%012x", i, i)
-	ev := &cloner.VolumeEvidence{Name: "pvc-tmp-" + fmt.Sprint(i), Claim: cluster.NamespaceGolden + "/tmp-pvc-" + fmt.Sprint(i),
+	ev := &clonerfleet.VolumeEvidence{Name: "pvc-tmp-" + fmt.Sprint(i), Claim: cluster.NamespaceGolden + "/tmp-pvc-" + fmt.Sprint(i),
 		FirstAttempt: f.created, Created: f.created.Add(2 * time.Second), Attempts: 1, RequiredBytes: goldenSize,
 		CapacityBytes: goldenSize, SourceVolume: f.goldenHandles[g], Block: true,
-		Expansions: []cloner.Expansion{{At: f.created.Add(5 * time.Second), RequiredBytes: diskSize, CapacityBytes: diskSize, Code: "OK"}}}
+		Expansions: []clonerfleet.Expansion{{At: f.created.Add(5 * time.Second), RequiredBytes: diskSize, CapacityBytes: diskSize, Code: "OK"}}}
 	cloneType := "csi-clone"
 	if f.badEvery > 0 && i%f.badEvery == 0 {
 		ev.SourceVolume, ev.Expansions, ev.CapacityBytes, ev.RequiredBytes = "", nil, diskSize, diskSize
@@ -180,7 +180,7 @@ func dataVolume(ns, name string, size int64) *cdiv1.DataVolume {
 func ptr[T any](v T) *T { return &v }
 
 // disk creates a finished DataVolume with its bound PVC and PV.
-func (f *fleet) disk(ctx context.Context, dv *cdiv1.DataVolume, handle string, ev *cloner.VolumeEvidence, cloneType string) error {
+func (f *fleet) disk(ctx context.Context, dv *cdiv1.DataVolume, handle string, ev *clonerfleet.VolumeEvidence, cloneType string) error {
 	created, err := f.createDataVolume(ctx, dv)
 	if err != nil {
 		return err
@@ -293,11 +293,11 @@ func claimFor(dv *cdiv1.DataVolume, handle, cloneType string) *corev1.Persistent
 }
 
 // volumeFor is the PV the provisioner made, with the tap's evidence.
-func volumeFor(pvc *corev1.PersistentVolumeClaim, handle string, ev *cloner.VolumeEvidence) *corev1.PersistentVolume {
+func volumeFor(pvc *corev1.PersistentVolumeClaim, handle string, ev *clonerfleet.VolumeEvidence) *corev1.PersistentVolume {
 	ann := map[string]string{"pv.kubernetes.io/provisioned-by": driver, "volume.kubernetes.io/provisioner-deletion-secret-name": "",
 		"volume.kubernetes.io/provisioner-deletion-secret-namespace": ""}
 	if ev != nil {
-		ann[cloner.AnnCSIEvidence] = mustJSON(ev)
+		ann[clonerfleet.AnnCSIEvidence] = mustJSON(ev)
 	}
 	nodes := make([]string, 3)
 	for i := range nodes {

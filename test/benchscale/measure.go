@@ -22,7 +22,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	clonerfleet "github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -94,7 +96,7 @@ func (v *verdictClock) observe(obj any) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.lastChange = time.Now()
-	if pvc.Annotations[cloner.AnnCloneVerdict] == "" || v.start.IsZero() {
+	if pvc.Annotations[clonerfleet.AnnCloneVerdict] == "" || v.start.IsZero() {
 		return
 	}
 	key := pvc.Namespace + "/" + pvc.Name
@@ -382,7 +384,7 @@ func printMetrics(c *cluster.Cluster) {
 
 func printLedger(ctx context.Context, f *fleet) {
 	total, largest, objects := 0, 0, 0
-	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+	for _, name := range ledger.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := f.kube.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -29,7 +29,7 @@ const (
 
 // resyncPeriod is the --resync-period the sidecar runs with.
 func resyncPeriod(args []string) (time.Duration, error) {
-	period := cloner.DefaultResyncPeriod
+	period := config.DefaultResyncPeriod
 	for _, a := range args {
 		if v, ok := strings.CutPrefix(a, "--resync-period="); ok {
 			d, err := time.ParseDuration(v)

@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
 )
@@ -61,12 +62,12 @@ type disk struct {
 	name   string
 	phase  string                        // the DataVolume's
 	pvc    *corev1.PersistentVolumeClaim // nil until CDI creates it
-	record *cloner.Record                // the sidecar's persisted verdict, nil until written
+	record *record.Record                // the sidecar's persisted verdict, nil until written
 }
 
 // final: the sidecar has decided, and nothing more is expected to change.
 func (d disk) final() bool {
-	return d.record != nil && d.record.Verdict != cloner.VerdictPending && d.record.Verdict != ""
+	return d.record != nil && d.record.Verdict != record.VerdictPending && d.record.Verdict != ""
 }
 
 // disks reads every worker disk of the demo from the API server.
@@ -95,14 +96,14 @@ func disks(ctx context.Context, c *cluster.Cluster) ([]disk, error) {
 }
 
 // readRecord decodes the verdict the sidecar persisted on a worker PVC.
-func readRecord(pvc *corev1.PersistentVolumeClaim) (*cloner.Record, error) {
-	raw := pvc.Annotations[cloner.AnnCloneEvidence]
+func readRecord(pvc *corev1.PersistentVolumeClaim) (*record.Record, error) {
+	raw := pvc.Annotations[fleet.AnnCloneEvidence]
 	if raw == "" {
 		return nil, nil
 	}
-	var r cloner.Record
+	var r record.Record
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return nil, fmt.Errorf("PVC %s/%s: unreadable %s: %w", pvc.Namespace, pvc.Name, cloner.AnnCloneEvidence, err)
+		return nil, fmt.Errorf("PVC %s/%s: unreadable %s: %w", pvc.Namespace, pvc.Name, fleet.AnnCloneEvidence, err)
 	}
 	return &r, nil
 }

@@ -18,7 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
 )
@@ -83,14 +83,14 @@ func cdiCloneType(d disk) string {
 	if d.pvc == nil {
 		return ""
 	}
-	return d.pvc.Annotations[cloner.AnnCDICloneType]
+	return d.pvc.Annotations[fleet.AnnCDICloneType]
 }
 
 func fallbackReason(d disk) string {
 	if d.pvc == nil {
 		return ""
 	}
-	return d.pvc.Annotations[cloner.AnnCDIFallbackReason]
+	return d.pvc.Annotations[fleet.AnnCDIFallbackReason]
 }
 
 // driverAsked names the content source of the disk's CreateVolume.

@@ -20,7 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -213,7 +214,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	if err := c.StopSidecar(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
+	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, publish.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitGuard(t, ctx, c, func() (bool, string) {
@@ -238,7 +239,7 @@ const heldByCDI = "missing-class"
 // and csi_clone_bad_disks counts it, while it is pending.
 func checkWarnedWithoutTheClient(t *testing.T, ctx context.Context, c *cluster.Cluster, name string) {
 	t.Helper()
-	reason := cloner.EventReason(cloner.ReasonBadPathPredicted)
+	reason := record.EventReason(record.ReasonBadPathPredicted)
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		evs, err := c.Client.CoreV1().Events(admissionTenant).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 		if err != nil {
@@ -255,8 +256,8 @@ func checkWarnedWithoutTheClient(t *testing.T, ctx context.Context, c *cluster.C
 		t.Errorf("warn mode: %s: no %s Warning event naming a fix: %v", name, reason, err)
 	}
 	waitMetrics(t, ctx, c, func(s scrape) error {
-		if v, ok := s.value("csi_clone_bad_disks", map[string]string{"namespace": admissionTenant, "reason": cloner.ReasonBadPathPredicted}); !ok || v != 1 {
-			return fmt.Errorf("csi_clone_bad_disks{namespace=%q,reason=%q} = %v (present %v), want 1", admissionTenant, cloner.ReasonBadPathPredicted, v, ok)
+		if v, ok := s.value("csi_clone_bad_disks", map[string]string{"namespace": admissionTenant, "reason": record.ReasonBadPathPredicted}); !ok || v != 1 {
+			return fmt.Errorf("csi_clone_bad_disks{namespace=%q,reason=%q} = %v (present %v), want 1", admissionTenant, record.ReasonBadPathPredicted, v, ok)
 		}
 		return nil
 	})
@@ -365,7 +366,7 @@ func waitAdmissionParams(t *testing.T, ctx context.Context, c *cluster.Cluster, 
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, cloner.AdmissionParamsName, metav1.GetOptions{})
+		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil

@@ -7,7 +7,7 @@ import (
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -29,7 +29,7 @@ func TestEmptyClassFallsBackToTheKubernetesDefault(t *testing.T) {
 	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
 		t.Fatal(err)
 	}
-	w := workerCase{"empty-k8s", "kubernetes-empty", flavorA, "", "20Gi", cloner.VerdictCSIClone, nil}
+	w := workerCase{"empty-k8s", "kubernetes-empty", flavorA, "", "20Gi", record.VerdictCSIClone, nil}
 	createWorker(t, ctx, c, w)
 	rec := waitVerdict(t, ctx, c, verdictTenant, w.name, w.verdict, 3*time.Minute)
 	if rec.Class != "replicated" || rec.GoldenClass != "replicated" {

@@ -8,7 +8,7 @@ import (
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
 )
@@ -70,11 +70,11 @@ func waitPrediction(t *testing.T, ctx context.Context, c *cluster.Cluster, flavo
 
 // waitDecided waits until a disk of the pool has a verdict that settles its
 // path: an HTTP import for the HTTP pool, a path for the others.
-func waitDecided(t *testing.T, ctx context.Context, c *cluster.Cluster, p pools.Pool, disk string) *cloner.Record {
+func waitDecided(t *testing.T, ctx context.Context, c *cluster.Cluster, p pools.Pool, disk string) *record.Record {
 	t.Helper()
-	return waitRecord(t, ctx, c, p.Namespace, disk, 5*time.Minute, "a decided verdict", func(r *cloner.Record) bool {
+	return waitRecord(t, ctx, c, p.Namespace, disk, 5*time.Minute, "a decided verdict", func(r *record.Record) bool {
 		if p.HTTP {
-			return r.Verdict == cloner.VerdictHTTPImport
+			return r.Verdict == record.VerdictHTTPImport
 		}
 		_, decided := verdictPath(r.Verdict)
 		return decided
@@ -83,10 +83,10 @@ func waitDecided(t *testing.T, ctx context.Context, c *cluster.Cluster, p pools.
 
 // checkDemoDisk checks one disk's recorded prediction against its verdict
 // and against the prediction scraped before its pool's first disk.
-func checkDemoDisk(t *testing.T, p pools.Pool, disk string, rec *cloner.Record, scraped string) {
+func checkDemoDisk(t *testing.T, p pools.Pool, disk string, rec *record.Record, scraped string) {
 	t.Helper()
 	for _, r := range rec.BadReasons() {
-		if r == cloner.ReasonPredictionWrong {
+		if r == record.ReasonPredictionWrong {
 			t.Errorf("%s/%s: flagged %s (%s)", p.Namespace, disk, r, rec.Message)
 		}
 	}

@@ -19,7 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -179,8 +183,8 @@ func restartSidecar(t *testing.T, ctx context.Context, c *cluster.Cluster, edit 
 	}
 	for _, err := range []error{
 		c.Client.CoordinationV1().Leases(cluster.NamespaceCSI).Delete(ctx, "csi-clone-sidecar", metav1.DeleteOptions{}),
-		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.DefaultLedgerName, metav1.DeleteOptions{}),
-		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}),
+		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, config.DefaultLedgerName, metav1.DeleteOptions{}),
+		c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, publish.AdmissionParamsName, metav1.DeleteOptions{}),
 	} {
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
@@ -413,23 +417,23 @@ func (s *rbacScenario) createRestore(t *testing.T, ctx context.Context, name str
 func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[string]bool, clone *cdiv1.DataVolume, other, restore string) {
 	t.Helper()
 	c := s.c
-	if rec := pvcRecord(ctx, c, rbacTenant, clone.Name); rec != nil && rec.Verdict == cloner.VerdictCSIClone && rec.Source == cloner.SourceCSITap {
+	if rec := pvcRecord(ctx, c, rbacTenant, clone.Name); rec != nil && rec.Verdict == record.VerdictCSIClone && rec.Source == record.SourceCSITap {
 		reached[rbacOutcomeNames[0]] = true
 	}
 	if pvc, err := c.Client.CoreV1().PersistentVolumeClaims(rbacTenant).Get(ctx, clone.Name, metav1.GetOptions{}); err == nil && pvc.Spec.VolumeName != "" {
-		if pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{}); err == nil && pv.Annotations[cloner.AnnCSIEvidence] != "" {
+		if pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{}); err == nil && pv.Annotations[fleet.AnnCSIEvidence] != "" {
 			reached[rbacOutcomeNames[1]] = true
 		}
 	}
 	if evs, err := c.Client.CoreV1().Events(rbacTenant).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, e := range evs.Items {
 			if e.InvolvedObject.Kind == "DataVolume" && e.InvolvedObject.Name == other && e.Source.Component == "csi-clone-sidecar" &&
-				e.Reason == cloner.EventReason(cloner.ReasonClassMismatch) {
+				e.Reason == record.EventReason(record.ReasonClassMismatch) {
 				reached[rbacOutcomeNames[2]] = true
 			}
 		}
 	}
-	if rec := pvcRecord(ctx, c, cluster.NamespaceGolden, restore); rec != nil && rec.Verdict == cloner.VerdictSnapshotClone &&
+	if rec := pvcRecord(ctx, c, cluster.NamespaceGolden, restore); rec != nil && rec.Verdict == record.VerdictSnapshotClone &&
 		strings.Contains(rec.Message, "of volume "+s.goldenHandle) {
 		reached[rbacOutcomeNames[3]] = true
 	}
@@ -442,20 +446,20 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 	}
 	// The prediction needs every one of its informers (StorageProfiles, the
 	// CDI resource, VolumeSnapshotClasses, CSIDrivers) synced.
-	if cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, cloner.AdmissionParamsName, metav1.GetOptions{}); err == nil &&
+	if cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{}); err == nil &&
 		cm.Data[s.golden+".path.replicated"] != "" {
 		reached[rbacOutcomeNames[6]] = true
 	}
 }
 
 // pvcRecord reads the verdict record persisted on a PVC, nil if none.
-func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *cloner.Record {
+func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *record.Record {
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil || pvc.Annotations[cloner.AnnCloneEvidence] == "" {
+	if err != nil || pvc.Annotations[fleet.AnnCloneEvidence] == "" {
 		return nil
 	}
-	var r cloner.Record
-	if json.Unmarshal([]byte(pvc.Annotations[cloner.AnnCloneEvidence]), &r) != nil {
+	var r record.Record
+	if json.Unmarshal([]byte(pvc.Annotations[fleet.AnnCloneEvidence]), &r) != nil {
 		return nil
 	}
 	return &r
@@ -465,9 +469,9 @@ func pvcRecord(ctx context.Context, c *cluster.Cluster, ns, name string) *cloner
 // and its shards.
 func ledgerCounted(ctx context.Context, c *cluster.Cluster) (map[string]json.RawMessage, error) {
 	counted := map[string]json.RawMessage{}
-	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+	for _, name := range ledger.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) && name != cloner.DefaultLedgerName {
+		if apierrors.IsNotFound(err) && name != config.DefaultLedgerName {
 			continue
 		}
 		if err != nil {

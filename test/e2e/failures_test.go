@@ -16,7 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -59,24 +62,24 @@ var (
 	// The driver's pool "tight" holds 14Gi: the golden (6Gi) and its clone
 	// (6Gi) fit, growing the clone to 20Gi does not.
 	resizeCase = failureCase{name: "grow-t", pool: "kubernetes-tight", flavor: flavorT, class: "tight", size: "20Gi",
-		verdict: cloner.VerdictStuck, reasons: []string{cloner.ReasonStuck, cloner.ReasonResizeFailed},
+		verdict: record.VerdictStuck, reasons: []string{record.ReasonStuck, record.ReasonResizeFailed},
 		words: "ControllerExpandVolume OutOfRange: pool tight has"}
 	// A well-signed token for another disk: CDI's populator refuses it.
 	tokenCase = failureCase{name: "token-a", pool: "kubernetes-token", flavor: flavorA, class: "replicated", size: "20Gi",
-		tokenTarget: "someone-else", verdict: cloner.VerdictFailed, reasons: []string{cloner.ReasonFailed, cloner.ReasonPredictionWrong},
+		tokenTarget: "someone-else", verdict: record.VerdictFailed, reasons: []string{record.ReasonFailed, record.ReasonPredictionWrong},
 		words: "(clonePhase Error): invalid token"}
 	// diskSize below the golden's 6Gi: CDI's validation refuses the clone.
 	smallCase = failureCase{name: "small-a", pool: "kubernetes-small", flavor: flavorA, class: "replicated", size: "4Gi",
-		verdict: cloner.VerdictFailed, reasons: []string{cloner.ReasonFailed, cloner.ReasonTooSmall},
+		verdict: record.VerdictFailed, reasons: []string{record.ReasonFailed, record.ReasonTooSmall},
 		words: "CloneValidationFailed): The clone doesn't meet the validation requirements: target resources requests storage size is smaller than the source"}
 	// Its golden is deleted while the disk waits for the golden's import.
 	orphanCase = failureCase{name: "orphan-g", pool: "kubernetes-orphan", flavor: flavorG, class: "replicated", size: "20Gi",
-		verdict: cloner.VerdictStuck, reasons: []string{cloner.ReasonStuck, cloner.ReasonUnknownGolden},
+		verdict: record.VerdictStuck, reasons: []string{record.ReasonStuck, record.ReasonUnknownGolden},
 		words: cluster.GoldenName(flavorG, talosVersion) + " does not exist and no volume was cloned from it yet"}
 	// A ResourceQuota in the golden's namespace stops CDI's tmp-pvc there.
 	// Both were predicted csi-clone: a failed disk counts against that.
 	quotaCase = failureCase{name: "quota-a", pool: "kubernetes-quota", flavor: flavorA, class: "replicated", size: "20Gi",
-		verdict: cloner.VerdictFailed, reasons: []string{cloner.ReasonFailed, cloner.ReasonPredictionWrong},
+		verdict: record.VerdictFailed, reasons: []string{record.ReasonFailed, record.ReasonPredictionWrong},
 		words: "is forbidden: exceeded quota: " + goldenQuota}
 )
 
@@ -138,7 +141,7 @@ func deleteGoldenUnder(t *testing.T, ctx context.Context, c *cluster.Cluster, f 
 		t.Fatalf("golden %s should still be importing: %v %v", golden, dv, err)
 	}
 	bg := metav1.DeletePropagationBackground
-	if err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(cluster.NamespaceGolden).Delete(ctx, golden,
+	if err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(cluster.NamespaceGolden).Delete(ctx, golden,
 		metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,10 +195,10 @@ func verdictOf(t *testing.T, ctx context.Context, c *cluster.Cluster, name strin
 		return nil // a claim that carries no verdict yet
 	}
 	var out bytes.Buffer
-	if err := cloner.Report(ctx, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cloner.DefaultConfig(), &out, "json"); err != nil {
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
 		t.Fatal(err)
 	}
-	var rep cloner.ReportData
+	var rep report.ReportData
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -251,10 +254,10 @@ func checkWarningWords(t *testing.T, ctx context.Context, c *cluster.Cluster, f 
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := cloner.EventReason(f.reasons[0])
+	want := record.EventReason(f.reasons[0])
 	for _, e := range evs.Items {
 		if e.InvolvedObject.Name == f.name && e.Reason == want && e.Source.Component == "csi-clone-sidecar" {
-			if !strings.Contains(e.Message, f.words) || !strings.Contains(e.Message, cloner.Fix(f.reasons[0])) {
+			if !strings.Contains(e.Message, f.words) || !strings.Contains(e.Message, record.Fix(f.reasons[0])) {
 				t.Errorf("event %s: %q lacks %q or the fix", want, e.Message, f.words)
 			}
 			dv, err := c.DataVolume(ctx, verdictTenant, f.name)
@@ -276,7 +279,7 @@ func checkWarningWords(t *testing.T, ctx context.Context, c *cluster.Cluster, f 
 func checkReportLines(t *testing.T, ctx context.Context, c *cluster.Cluster, f failureCase) {
 	t.Helper()
 	var out bytes.Buffer
-	if err := cloner.Report(ctx, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cloner.DefaultConfig(), &out, "table"); err != nil {
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "table"); err != nil {
 		t.Fatal(err)
 	}
 	for _, reason := range f.reasons {
@@ -287,7 +290,7 @@ func checkReportLines(t *testing.T, ctx context.Context, c *cluster.Cluster, f f
 				continue
 			}
 			found = true
-			if fields[2] != f.verdict || !strings.Contains(line, cloner.Fix(reason)) {
+			if fields[2] != f.verdict || !strings.Contains(line, record.Fix(reason)) {
 				t.Errorf("report line for %s: %q", reason, line)
 			}
 			if reason == f.reasons[0] && !strings.Contains(line, f.words) {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -73,7 +73,7 @@ func TestAdmissionGuardOpenAlertFires(t *testing.T) {
 	if err := c.StopSidecar(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, cloner.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
+	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, publish.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitGuard(t, ctx, c, func() (bool, string) {

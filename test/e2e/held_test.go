@@ -12,7 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -62,10 +63,10 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 		golden  string
 		reasons []string
 	}{
-		{held, goldenA, []string{cloner.ReasonStuck}},
-		{orphan, goldenD, []string{cloner.ReasonStuck, cloner.ReasonUnknownGolden}},
+		{held, goldenA, []string{record.ReasonStuck}},
+		{orphan, goldenD, []string{record.ReasonStuck, record.ReasonUnknownGolden}},
 	} {
-		rec := waitRecordIn(t, ctx, c, tc.disk.name, "stuck", func(r *cloner.Record) bool { return r.Verdict == cloner.VerdictStuck })
+		rec := waitRecordIn(t, ctx, c, tc.disk.name, "stuck", func(r *record.Record) bool { return r.Verdict == record.VerdictStuck })
 		t.Logf("%s: %s", tc.disk.name, rec.Message)
 		for _, words := range []string{inUse(tc.golden), "CDI's Warning events: CloneSourceInUse: " + inUse(tc.golden)} {
 			if !strings.Contains(rec.Message, words) {
@@ -81,7 +82,7 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []workerCase{held, orphan} {
-		waitRecordIn(t, ctx, c, d.name, "csi-clone once the pod is gone", func(r *cloner.Record) bool { return r.Verdict == cloner.VerdictCSIClone })
+		waitRecordIn(t, ctx, c, d.name, "csi-clone once the pod is gone", func(r *record.Record) bool { return r.Verdict == record.VerdictCSIClone })
 	}
 }
 
@@ -90,7 +91,7 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 func deleteDataVolumeKeepClaim(t *testing.T, ctx context.Context, c *cluster.Cluster, golden string) {
 	t.Helper()
 	orphan := metav1.DeletePropagationOrphan
-	dvs := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(cluster.NamespaceGolden)
+	dvs := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(cluster.NamespaceGolden)
 	if err := dvs.Delete(ctx, golden, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func checkStuckWarningQuotes(t *testing.T, ctx context.Context, c *cluster.Clust
 		t.Fatal(err)
 	}
 	for _, e := range evs.Items {
-		if e.InvolvedObject.Name == disk && e.Source.Component == "csi-clone-sidecar" && e.Reason == cloner.EventReason(cloner.ReasonStuck) {
+		if e.InvolvedObject.Name == disk && e.Source.Component == "csi-clone-sidecar" && e.Reason == record.EventReason(record.ReasonStuck) {
 			if !strings.Contains(e.Message, words) {
 				t.Errorf("%s: CloneStuck %q lacks %q", disk, e.Message, words)
 			}

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -103,7 +103,7 @@ func waitPredictionsRight(t *testing.T, ctx context.Context, c *cluster.Cluster,
 		if wrong != 0 || right != float64(checked) {
 			return fmt.Errorf("prediction checks right=%v wrong=%v, want %d right and 0 wrong", right, wrong, checked)
 		}
-		if n, ok := s.value("csi_clone_bad_disks", map[string]string{"reason": cloner.ReasonPredictionWrong}); ok {
+		if n, ok := s.value("csi_clone_bad_disks", map[string]string{"reason": record.ReasonPredictionWrong}); ok {
 			return fmt.Errorf("%v disks flagged prediction-wrong", n)
 		}
 		return nil
@@ -122,7 +122,7 @@ func predictThenClone(t *testing.T, ctx context.Context, c *cluster.Cluster, gol
 	}
 	for _, p := range pairs {
 		path, _, _ := strings.Cut(recorded[label(p.class)], "/")
-		rec := waitRecordIn(t, ctx, c, p.disk, "a verdict showing a path", func(r *cloner.Record) bool {
+		rec := waitRecordIn(t, ctx, c, p.disk, "a verdict showing a path", func(r *record.Record) bool {
 			_, decided := verdictPath(r.Verdict)
 			return decided
 		})
@@ -130,7 +130,7 @@ func predictThenClone(t *testing.T, ctx context.Context, c *cluster.Cluster, gol
 		if got != path {
 			t.Errorf("%s (%s): predicted %s, verdict %s (%s)", p.disk, what, recorded[label(p.class)], rec.Verdict, rec.Message)
 		}
-		if rec.Predicted != path || strings.Contains(strings.Join(rec.BadReasons(), ","), cloner.ReasonPredictionWrong) {
+		if rec.Predicted != path || strings.Contains(strings.Join(rec.BadReasons(), ","), record.ReasonPredictionWrong) {
 			t.Errorf("%s: the record carries prediction %s/%s and reasons %v", p.disk, rec.Predicted, rec.PredictedReason, rec.BadReasons())
 		}
 		t.Logf("%s on %q: predicted %s, verdict %s from %s", p.disk, p.class, recorded[label(p.class)], rec.Verdict, rec.Source)
@@ -188,15 +188,15 @@ func label(class string) string {
 // verdictPath is the path a decided verdict shows.
 func verdictPath(verdict string) (string, bool) {
 	switch verdict {
-	case cloner.VerdictCSIClone, cloner.VerdictSnapshotClone, cloner.VerdictHostAssisted:
+	case record.VerdictCSIClone, record.VerdictSnapshotClone, record.VerdictHostAssisted:
 		return verdict, true
-	case cloner.VerdictStuck, cloner.VerdictFailed:
+	case record.VerdictStuck, record.VerdictFailed:
 		return predict.PathBlocked, true
 	}
 	return "", false
 }
 
-func waitRecordIn(t *testing.T, ctx context.Context, c *cluster.Cluster, name, what string, ok func(*cloner.Record) bool) *cloner.Record {
+func waitRecordIn(t *testing.T, ctx context.Context, c *cluster.Cluster, name, what string, ok func(*record.Record) bool) *record.Record {
 	t.Helper()
 	return waitRecord(t, ctx, c, verdictTenant, name, 4*time.Minute, what, ok)
 }

@@ -26,7 +26,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -131,7 +131,7 @@ func oneDiskOfEachKind(t *testing.T, ctx context.Context, c *cluster.Cluster) in
 	if err := c.CreateNamespace(ctx, promTenant); err != nil {
 		t.Fatal(err)
 	}
-	disks := map[string]string{"clone": cloner.VerdictCSIClone, "copy": cloner.VerdictHostAssisted, "http": cloner.VerdictHTTPImport}
+	disks := map[string]string{"clone": record.VerdictCSIClone, "copy": record.VerdictHostAssisted, "http": record.VerdictHTTPImport}
 	for _, w := range []cluster.Worker{
 		{Namespace: promTenant, Name: "clone", Golden: golden, Pool: "kubernetes-md0", StorageClass: "replicated", Size: "20Gi"},
 		// A larger target on a class without expansion: CDI copies host-assisted.

@@ -12,7 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -44,7 +45,7 @@ func TestNoAPIWritesWhenNothingChanged(t *testing.T) {
 	if _, err := c.CreateWorkerDisk(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	waitVerdict(t, ctx, c, admissionTenant, w.Name, cloner.VerdictCSIClone, 3*time.Minute)
+	waitVerdict(t, ctx, c, admissionTenant, w.Name, record.VerdictCSIClone, 3*time.Minute)
 	key := golden + ".path.replicated-fixed"
 	waitAdmissionParams(t, ctx, c, key, "host-assisted/no-volume-expansion")
 
@@ -66,7 +67,7 @@ func TestNoAPIWritesWhenNothingChanged(t *testing.T) {
 			writes = append(writes, fmt.Sprintf("%s %s %s/%s", r.Verb, r.Resource, r.Namespace, r.Name))
 		}
 	}
-	want := []string{"update configmaps " + cluster.NamespaceCSI + "/" + cloner.AdmissionParamsName}
+	want := []string{"update configmaps " + cluster.NamespaceCSI + "/" + publish.AdmissionParamsName}
 	if !slices.Equal(writes, want) {
 		t.Errorf("after one StorageClass change the sidecar wrote %q, want %q", writes, want)
 	}
@@ -81,7 +82,7 @@ func isWrite(r cluster.Request) bool {
 func countParamsReads(reqs []cluster.Request) int {
 	n := 0
 	for _, r := range reqs {
-		if r.Verb == "get" && r.Resource == "configmaps" && r.Name == cloner.AdmissionParamsName {
+		if r.Verb == "get" && r.Resource == "configmaps" && r.Name == publish.AdmissionParamsName {
 			n++
 		}
 	}

@@ -20,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -69,15 +71,15 @@ func TestSidecarKilledMidClone(t *testing.T) {
 	calm := restartWorkers("calm", flavorCalm)
 	createWorkersTogether(t, ctx, c, calm)
 	for _, w := range calm {
-		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, cloner.VerdictCSIClone, 4*time.Minute)
-		if rec.Source != cloner.SourceCSITap {
-			t.Errorf("%s (no kill): verdict from %s, want %s", w.name, rec.Source, cloner.SourceCSITap)
+		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, record.VerdictCSIClone, 4*time.Minute)
+		if rec.Source != record.SourceCSITap {
+			t.Errorf("%s (no kill): verdict from %s, want %s", w.name, rec.Source, record.SourceCSITap)
 		}
 		assertReasons(t, w.name, rec, nil)
 		assertWarnings(t, ctx, c, w.name, nil)
 	}
 	calmCounters := settledCounters(t, ctx, c, flavorCalm)
-	durationsBefore, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": cloner.VerdictCSIClone})
+	durationsBefore, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone})
 	if durationsBefore != restartDisks {
 		t.Errorf("clone durations observed without the kill: %v, want %d", durationsBefore, restartDisks)
 	}
@@ -107,8 +109,8 @@ func TestSidecarKilledMidClone(t *testing.T) {
 	}
 	// A clone's duration is known only from the tap: disks judged from
 	// CDI's annotations are not timed, none is timed twice.
-	durationsAfter, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": cloner.VerdictCSIClone})
-	if tapped := float64(sources[cloner.SourceCSITap]); durationsAfter-durationsBefore != tapped {
+	durationsAfter, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone})
+	if tapped := float64(sources[record.SourceCSITap]); durationsAfter-durationsBefore != tapped {
 		t.Errorf("clone durations observed for the killed pool: %v, want %v (one per disk judged from the tap)", durationsAfter-durationsBefore, tapped)
 	}
 }
@@ -117,7 +119,7 @@ func restartWorkers(prefix, flavor string) []workerCase {
 	out := make([]workerCase, restartDisks)
 	for i := range out {
 		out[i] = workerCase{name: fmt.Sprintf("%s-%02d", prefix, i), pool: "kubernetes-" + prefix, flavor: flavor,
-			class: "replicated", size: "20Gi", verdict: cloner.VerdictCSIClone}
+			class: "replicated", size: "20Gi", verdict: record.VerdictCSIClone}
 	}
 	return out
 }
@@ -217,10 +219,10 @@ func (st *killState) record(t *testing.T, ctx context.Context, c *cluster.Cluste
 		}
 		h := pv.Spec.CSI.VolumeHandle
 		st.existed[h] = true
-		var ev cloner.VolumeEvidence
-		if raw := pv.Annotations[cloner.AnnCSIEvidence]; raw != "" {
+		var ev fleet.VolumeEvidence
+		if raw := pv.Annotations[fleet.AnnCSIEvidence]; raw != "" {
 			if err := json.Unmarshal([]byte(raw), &ev); err != nil {
-				t.Fatalf("PV %s: unreadable %s: %v", pv.Name, cloner.AnnCSIEvidence, err)
+				t.Fatalf("PV %s: unreadable %s: %v", pv.Name, fleet.AnnCSIEvidence, err)
 			}
 		}
 		st.evidenced[h] = !ev.Created.IsZero()
@@ -284,7 +286,7 @@ func checkVerdictsAfterRestart(t *testing.T, ctx context.Context, c *cluster.Clu
 	var lines []string
 	var unprovisioned int
 	for _, w := range ws {
-		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, cloner.VerdictCSIClone, 4*time.Minute)
+		rec := waitVerdict(t, ctx, c, verdictTenant, w.name, record.VerdictCSIClone, 4*time.Minute)
 		assertReasons(t, w.name, rec, nil)
 		assertWarnings(t, ctx, c, w.name, nil)
 		obs, err := c.Observations()
@@ -294,12 +296,12 @@ func checkVerdictsAfterRestart(t *testing.T, ctx context.Context, c *cluster.Clu
 		_, seenAgain := findCall(obs, sidecar.MethodCreateVolume, func(o sidecar.Observation) bool {
 			return o.Response.VolumeID == rec.Volume && !o.Start.Before(restartAt)
 		})
-		want, why := cloner.SourceCDI, "observation lost in the kill"
+		want, why := record.SourceCDI, "observation lost in the kill"
 		switch {
 		case st.evidenced[rec.Volume]:
-			want, why = cloner.SourceCSITap, "evidence on the PV before the kill"
+			want, why = record.SourceCSITap, "evidence on the PV before the kill"
 		case seenAgain:
-			want, why = cloner.SourceCSITap, "CreateVolume seen again after the restart"
+			want, why = record.SourceCSITap, "CreateVolume seen again after the restart"
 		}
 		if rec.Source != want {
 			t.Errorf("%s: verdict from %s, want %s (%s): %+v", w.name, rec.Source, want, why, rec)
@@ -312,7 +314,7 @@ func checkVerdictsAfterRestart(t *testing.T, ctx context.Context, c *cluster.Clu
 				t.Errorf("%s: volume %s had no PV at the kill, yet no CreateVolume of it was observed after the restart", w.name, rec.Volume)
 			}
 		}
-		if rec.Source == cloner.SourceCSITap && rec.ContentSource != "volume:"+goldenHandle {
+		if rec.Source == record.SourceCSITap && rec.ContentSource != "volume:"+goldenHandle {
 			t.Errorf("%s: content source %s, want the golden's volume %s", w.name, rec.ContentSource, goldenHandle)
 		}
 		if rec.CDICloneType != cluster.StrategyCSIClone {
@@ -364,7 +366,7 @@ func flavorCounters(s scrape, flavor string) map[string]float64 {
 	out := map[string]float64{}
 	out["fetches avoided"], _ = s.value("csi_clone_factory_fetches_avoided_total", l)
 	out["bytes avoided"], _ = s.value("csi_clone_factory_bytes_avoided_total", l)
-	for _, kind := range []string{cloner.FetchGoldenImport, cloner.FetchWorkerImport} {
+	for _, kind := range []string{ledger.FetchGoldenImport, ledger.FetchWorkerImport} {
 		out["fetches "+kind], _ = s.value("csi_clone_factory_fetches_total", with(l, "kind", kind))
 	}
 	out["consumers"], _ = s.value("csi_clone_golden_consumers", l)
@@ -392,7 +394,7 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 	t.Helper()
 	golden := cluster.GoldenName(flavor, talosVersion)
 	_, capacity := goldenVolume(t, ctx, c, flavor)
-	dvs, err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
+	dvs, err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,18 +407,18 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 		if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == string(cdiv1.Succeeded) {
 			finished++
 		}
-		if rec := readRecord(t, ctx, c, verdictTenant, u.GetName()); rec != nil && rec.Verdict == cloner.VerdictCSIClone {
+		if rec := readRecord(t, ctx, c, verdictTenant, u.GetName()); rec != nil && rec.Verdict == record.VerdictCSIClone {
 			cloned++
 		}
 	}
 	return map[string]float64{
 		"fetches avoided":                     finished,
 		"bytes avoided":                       finished * float64(capacity),
-		"fetches " + cloner.FetchGoldenImport: float64(c.Factory.Fetches(flavor, talosVersion)),
-		"fetches " + cloner.FetchWorkerImport: 0,
+		"fetches " + ledger.FetchGoldenImport: float64(c.Factory.Fetches(flavor, talosVersion)),
+		"fetches " + ledger.FetchWorkerImport: 0,
 		"consumers":                           consumers,
 		"bad disks":                           0,
-		"disks " + cloner.VerdictCSIClone:     cloned,
+		"disks " + record.VerdictCSIClone:     cloned,
 	}
 }
 
@@ -426,7 +428,7 @@ func expectedCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fla
 func settledCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, flavor string) map[string]float64 {
 	t.Helper()
 	want := expectedCounters(t, ctx, c, flavor)
-	if want["fetches avoided"] != restartDisks || want["fetches "+cloner.FetchGoldenImport] != 1 {
+	if want["fetches avoided"] != restartDisks || want["fetches "+ledger.FetchGoldenImport] != 1 {
 		t.Fatalf("flavor %s: the cluster shows %v, want %d finished clones of one imported golden", flavor[:4], want, restartDisks)
 	}
 	waitMetrics(t, ctx, c, func(s scrape) error {

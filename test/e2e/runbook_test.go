@@ -13,7 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
@@ -41,7 +41,7 @@ func runbookChecks() []runbookCheck {
 	const noLinstor = "the loopback stack has no LINSTOR and no linstor-csi-controller Deployment: its CSI containers run as plain processes"
 	return []runbookCheck{
 		{match: "get pvc -o custom-columns='PVC:.metadata.name,POOL:", disk: tokenCase,
-			shows: []string{tokenCase.name, tokenCase.pool, cloner.VerdictFailed}},
+			shows: []string{tokenCase.name, tokenCase.pool, record.VerdictFailed}},
 		{match: "get events --field-selector type=Warning,source=csi-clone-sidecar", disk: tokenCase,
 			shows: []string{"CloneFailed", "invalid token", "ResizeFailed", "OutOfRange"}},
 		{match: "clone-evidence}'", disk: resizeCase,

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -84,8 +84,8 @@ func TestSIGTERMPersistsTheEvidenceItDrained(t *testing.T) {
 			continue
 		}
 		checked++
-		var ev cloner.VolumeEvidence
-		raw, found := pv.Annotations[cloner.AnnCSIEvidence]
+		var ev fleet.VolumeEvidence
+		raw, found := pv.Annotations[fleet.AnnCSIEvidence]
 		if !found {
 			t.Errorf("PV %s: the CreateVolume the tap decoded (%s) left no evidence on it", pv.Name, o.Request.Name)
 			continue

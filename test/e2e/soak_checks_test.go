@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -34,7 +34,7 @@ func checkSoakCounters(t *testing.T, ctx context.Context, c *cluster.Cluster, fl
 	t.Helper()
 	_, capacity := goldenVolume(t, ctx, c, flavor)
 	want := soakModelCounters(disks, capacity)
-	want["fetches "+cloner.FetchGoldenImport] = float64(c.Factory.Fetches(flavor, talosVersion))
+	want["fetches "+ledger.FetchGoldenImport] = float64(c.Factory.Fetches(flavor, talosVersion))
 	var got map[string]float64
 	waitMetrics(t, ctx, c, func(scrape) error {
 		s, err := leaderScrape(ctx, c)
@@ -59,7 +59,7 @@ func soakModelCounters(disks []soakDisk, capacity int64) map[string]float64 {
 	n := float64(len(disks))
 	out := map[string]float64{
 		"fetches avoided": n, "bytes avoided": n * float64(capacity), "consumers": n,
-		"fetches " + cloner.FetchWorkerImport: 0,
+		"fetches " + ledger.FetchWorkerImport: 0,
 	}
 	for _, d := range disks {
 		out["disks "+d.pool.verdict]++
@@ -77,7 +77,7 @@ func soakCounters(s scrape, flavor string) map[string]float64 {
 	out["fetches avoided"], _ = s.value("csi_clone_factory_fetches_avoided_total", l)
 	out["bytes avoided"], _ = s.value("csi_clone_factory_bytes_avoided_total", l)
 	out["consumers"], _ = s.value("csi_clone_golden_consumers", l)
-	for _, kind := range []string{cloner.FetchGoldenImport, cloner.FetchWorkerImport} {
+	for _, kind := range []string{ledger.FetchGoldenImport, ledger.FetchWorkerImport} {
 		out["fetches "+kind], _ = s.value("csi_clone_factory_fetches_total", with(l, "kind", kind))
 	}
 	for _, fam := range []struct{ name, prefix, label string }{

@@ -15,7 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -48,14 +49,14 @@ type soakPool struct {
 
 var soakPools = []soakPool{
 	// CSI clone, then ControllerExpandVolume to the larger size.
-	{"kubernetes-md", "replicated", "20Gi", cloner.VerdictCSIClone, nil},
+	{"kubernetes-md", "replicated", "20Gi", record.VerdictCSIClone, nil},
 	// CSI clone at the golden's size: nothing to expand.
-	{"kubernetes-eq", "replicated", "6Gi", cloner.VerdictCSIClone, nil},
+	{"kubernetes-eq", "replicated", "6Gi", record.VerdictCSIClone, nil},
 	// Another class of the driver: a cross-class CSI clone, flagged.
-	{"kubernetes-other", "replicated-b", "20Gi", cloner.VerdictCSIClone, []string{cloner.ReasonClassMismatch}},
+	{"kubernetes-other", "replicated-b", "20Gi", record.VerdictCSIClone, []string{record.ReasonClassMismatch}},
 	// No expansion allowed: CDI copies host-assisted.
-	{"kubernetes-fixed", "replicated-fixed", "20Gi", cloner.VerdictHostAssisted,
-		[]string{cloner.ReasonHostAssisted, cloner.ReasonClassMismatch}},
+	{"kubernetes-fixed", "replicated-fixed", "20Gi", record.VerdictHostAssisted,
+		[]string{record.ReasonHostAssisted, record.ReasonClassMismatch}},
 }
 
 // soakConfig is one soak's size and randomness.
@@ -246,7 +247,7 @@ func waitWaveSucceeded(t *testing.T, ctx context.Context, c *cluster.Cluster, w 
 	}
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
+		l, err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil // the API server may be down on purpose

@@ -9,7 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -36,7 +37,7 @@ func TestRetriedCreateVolumeErrorsAreNotStuck(t *testing.T) {
 	}
 	name := "retried-a"
 	createWorker(t, ctx, c, workerCase{name: name, pool: "kubernetes-retried", flavor: flavorA, class: "replicated", size: "20Gi"})
-	rec := waitRecordIn(t, ctx, c, name, "csi-clone", func(r *cloner.Record) bool { return r.Verdict == cloner.VerdictCSIClone })
+	rec := waitRecordIn(t, ctx, c, name, "csi-clone", func(r *record.Record) bool { return r.Verdict == record.VerdictCSIClone })
 	if len(rec.BadReasons()) != 0 {
 		t.Errorf("csi-clone with bad reasons %v: %q", rec.BadReasons(), rec.Message)
 	}
@@ -48,8 +49,8 @@ func TestRetriedCreateVolumeErrorsAreNotStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ev cloner.VolumeEvidence
-	if err := json.Unmarshal([]byte(pv.Annotations[cloner.AnnCSIEvidence]), &ev); err != nil {
+	var ev fleet.VolumeEvidence
+	if err := json.Unmarshal([]byte(pv.Annotations[fleet.AnnCSIEvidence]), &ev); err != nil {
 		t.Fatalf("evidence on %s: %v", pv.Name, err)
 	}
 	if ev.Attempts != 4 {

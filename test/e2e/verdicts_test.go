@@ -21,6 +21,12 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -89,29 +95,29 @@ func TestVerdictsOnTheLoopbackStack(t *testing.T) {
 	}
 
 	cases := []workerCase{
-		{"md0-a", "kubernetes-md0", flavorA, "replicated", "20Gi", cloner.VerdictCSIClone, nil},
-		{"md0-b", "kubernetes-md0", flavorA, "replicated", "20Gi", cloner.VerdictCSIClone, nil},
+		{"md0-a", "kubernetes-md0", flavorA, "replicated", "20Gi", record.VerdictCSIClone, nil},
+		{"md0-b", "kubernetes-md0", flavorA, "replicated", "20Gi", record.VerdictCSIClone, nil},
 		// diskSize equal to the golden's: nothing to expand, nothing missing.
-		{"eq-a", "kubernetes-eq", flavorA, "replicated", "6Gi", cloner.VerdictCSIClone, nil},
+		{"eq-a", "kubernetes-eq", flavorA, "replicated", "6Gi", record.VerdictCSIClone, nil},
 		// An empty class is the virtualization default (replicated), not the
 		// Kubernetes default (replicated-b).
-		{"empty-a", "kubernetes-empty", flavorA, "", "20Gi", cloner.VerdictCSIClone, nil},
+		{"empty-a", "kubernetes-empty", flavorA, "", "20Gi", record.VerdictCSIClone, nil},
 		// A larger target on a class without expansion: CDI copies host-assisted.
-		{"fixed-a", "kubernetes-fixed", flavorA, "replicated-fixed", "20Gi", cloner.VerdictHostAssisted,
-			[]string{cloner.ReasonHostAssisted, cloner.ReasonClassMismatch}},
+		{"fixed-a", "kubernetes-fixed", flavorA, "replicated-fixed", "20Gi", record.VerdictHostAssisted,
+			[]string{record.ReasonHostAssisted, record.ReasonClassMismatch}},
 		// Another class of the same driver: CDI does not fall back, it asks the
 		// driver for a cross-class CSI clone, which this driver (like LINSTOR
 		// between two replicated pools) performs. The clone is real; the
 		// mismatch is still flagged.
-		{"other-a", "kubernetes-other", flavorA, "replicated-b", "20Gi", cloner.VerdictCSIClone,
-			[]string{cloner.ReasonClassMismatch}},
+		{"other-a", "kubernetes-other", flavorA, "replicated-b", "20Gi", record.VerdictCSIClone,
+			[]string{record.ReasonClassMismatch}},
 		// A node-local pool cannot hold a clone of a volume it does not have:
 		// the driver refuses, CDI retries for ever, the sidecar says stuck.
-		{"local-a", "kubernetes-local", flavorA, "local", "20Gi", cloner.VerdictStuck,
-			[]string{cloner.ReasonStuck, cloner.ReasonClassMismatch}},
+		{"local-a", "kubernetes-local", flavorA, "local", "20Gi", record.VerdictStuck,
+			[]string{record.ReasonStuck, record.ReasonClassMismatch}},
 		// A golden that failed to import: the worker waits for ever, flagged.
-		{"failed-a", "kubernetes-failed", flavorC, "replicated", "20Gi", cloner.VerdictPending,
-			[]string{cloner.ReasonFailedGolden}},
+		{"failed-a", "kubernetes-failed", flavorC, "replicated", "20Gi", record.VerdictPending,
+			[]string{record.ReasonFailedGolden}},
 	}
 	for _, w := range cases {
 		createWorker(t, ctx, c, w)
@@ -127,7 +133,7 @@ func TestVerdictsOnTheLoopbackStack(t *testing.T) {
 	}
 	checkCloneEvidence(t, ctx, c)
 	checkLateGolden(t, ctx, c)
-	if rec := waitVerdict(t, ctx, c, verdictTenant, "http-a", cloner.VerdictHTTPImport, 2*time.Minute); rec.SchematicID != flavorA {
+	if rec := waitVerdict(t, ctx, c, verdictTenant, "http-a", record.VerdictHTTPImport, 2*time.Minute); rec.SchematicID != flavorA {
 		t.Errorf("http-a: flavor %q, want %q", rec.SchematicID, flavorA)
 	}
 	// Counters catch up within a pass or two of the last verdict.
@@ -148,7 +154,7 @@ func checkCloneEvidence(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 		// The tap's evidence lands on the PV long before CDI finishes, so the
 		// verdict is the storage layer's; allow a pass for the annotation.
 		rec := waitRecord(t, ctx, c, verdictTenant, name, 30*time.Second, "judged from the tap",
-			func(r *cloner.Record) bool { return r.Source == cloner.SourceCSITap })
+			func(r *record.Record) bool { return r.Source == record.SourceCSITap })
 		if rec.ContentSource != "volume:"+gpv.Spec.CSI.VolumeHandle {
 			t.Errorf("%s: content source %s, want the golden's volume %s", name, rec.ContentSource, gpv.Spec.CSI.VolumeHandle)
 		}
@@ -164,8 +170,8 @@ func checkCloneEvidence(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	}
 	// The driver's refusal reaches the record through the PVC annotation the
 	// evidence loop writes; give it a pass or two.
-	waitRecord(t, ctx, c, verdictTenant, "local-a", time.Minute, "stuck with the driver's error", func(r *cloner.Record) bool {
-		return r.Verdict == cloner.VerdictStuck && r.DriverError != "" && strings.Contains(r.Message, r.DriverError)
+	waitRecord(t, ctx, c, verdictTenant, "local-a", time.Minute, "stuck with the driver's error", func(r *record.Record) bool {
+		return r.Verdict == record.VerdictStuck && r.DriverError != "" && strings.Contains(r.Message, r.DriverError)
 	})
 }
 
@@ -179,13 +185,13 @@ func checkLateGolden(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", cloner.VerdictPending, time.Minute); len(rec.BadReasons()) != 0 {
+	if rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", record.VerdictPending, time.Minute); len(rec.BadReasons()) != 0 {
 		t.Errorf("late-a while its golden imports: %v", rec.BadReasons())
 	}
 	assertWarnings(t, ctx, c, "late-a", nil)
 	c.Factory.Fail(flavorB, talosVersion, 0)
 	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
-	rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", cloner.VerdictCSIClone, 4*time.Minute)
+	rec := waitVerdict(t, ctx, c, verdictTenant, "late-a", record.VerdictCSIClone, 4*time.Minute)
 	assertReasons(t, "late-a", rec, nil)
 	assertWarnings(t, ctx, c, "late-a", nil)
 }
@@ -205,8 +211,8 @@ func checkCounters(s scrape, c *cluster.Cluster) error {
 	// Fetches counted = fetches the Factory served, retries included.
 	d := map[string]string{"schematic_id": flavorD, "version": talosVersion}
 	for flavor, labels := range map[string]map[string]string{flavorA: a, flavorB: b, flavorD: d} {
-		golden, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", cloner.FetchGoldenImport))
-		worker, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", cloner.FetchWorkerImport))
+		golden, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", ledger.FetchGoldenImport))
+		worker, _ := s.value("csi_clone_factory_fetches_total", with(labels, "kind", ledger.FetchWorkerImport))
 		if served := c.Factory.Fetches(flavor, talosVersion); golden+worker != float64(served) {
 			return fmt.Errorf("flavor %s: %v golden + %v worker fetches counted, the Factory served %d", flavor[:4], golden, worker, served)
 		}
@@ -220,10 +226,10 @@ func checkCounters(s scrape, c *cluster.Cluster) error {
 // checkStateMetrics: gauges that mirror the cluster.
 func checkStateMetrics(t *testing.T, s scrape) {
 	t.Helper()
-	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": cloner.ReasonHostAssisted}); got != 1 {
+	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": record.ReasonHostAssisted}); got != 1 {
 		t.Errorf("bad disks host-assisted = %v, want 1", got)
 	}
-	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": cloner.ReasonStuck}); got != 1 {
+	if got, _ := s.value("csi_clone_bad_disks", map[string]string{"reason": record.ReasonStuck}); got != 1 {
 		t.Errorf("bad disks stuck = %v, want 1", got)
 	}
 	for _, pool := range []string{"kubernetes-md0", "kubernetes-eq", "kubernetes-empty", "kubernetes-late", "kubernetes-http"} {
@@ -238,10 +244,10 @@ func checkStateMetrics(t *testing.T, s scrape) {
 	if got, _ := s.value("csi_clone_golden_consumers", map[string]string{"schematic_id": flavorA}); got != 7 {
 		t.Errorf("consumers of A = %v, want 7", got)
 	}
-	if got, _ := s.value("csi_clone_worker_disks", map[string]string{"schematic_id": flavorA, "verdict": cloner.VerdictCSIClone}); got != 5 {
+	if got, _ := s.value("csi_clone_worker_disks", map[string]string{"schematic_id": flavorA, "verdict": record.VerdictCSIClone}); got != 5 {
 		t.Errorf("csi-clone disks of A = %v, want 5", got)
 	}
-	if got, _ := s.value("csi_clone_duration_seconds", map[string]string{"verdict": cloner.VerdictCSIClone}); got != 6 {
+	if got, _ := s.value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone}); got != 6 {
 		t.Errorf("clone durations observed = %v, want 6 (5 of A, 1 of B)", got)
 	}
 	// Every decided disk (all but failed-a) had its path predicted first,
@@ -257,15 +263,15 @@ func checkStateMetrics(t *testing.T, s scrape) {
 func checkReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	t.Helper()
 	var out bytes.Buffer
-	cfg := cloner.DefaultConfig()
-	if err := cloner.Report(ctx, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cfg, &out, "json"); err != nil {
+	cfg := config.DefaultConfig()
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, cfg, &out, "json"); err != nil {
 		t.Fatal(err)
 	}
-	var rep cloner.ReportData
+	var rep report.ReportData
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Ledger != ledgerNS+"/"+cloner.DefaultLedgerName {
+	if rep.Ledger != ledgerNS+"/"+config.DefaultLedgerName {
 		t.Errorf("report ledger %q", rep.Ledger)
 	}
 	s := scrapeSidecar(t, c)
@@ -294,13 +300,13 @@ func checkReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 		t.Errorf("report: safe to delete %v, want only the unused golden: %v", safe, wantSafe)
 	}
 	// Per pool (the DataVolume's annotation) the verdicts on the PVCs.
-	dvs, err := c.Dynamic.Resource(cloner.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
+	dvs, err := c.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(verdictTenant).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]int{}
 	for _, dv := range dvs.Items {
-		want[dv.GetAnnotations()[cloner.AnnPool]+"/"+readRecord(t, ctx, c, verdictTenant, dv.GetName()).Verdict]++
+		want[dv.GetAnnotations()[fleet.AnnPool]+"/"+readRecord(t, ctx, c, verdictTenant, dv.GetName()).Verdict]++
 	}
 	got := map[string]int{}
 	for _, p := range rep.Pools {
@@ -322,9 +328,9 @@ func checkReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 func checkSecondLeaderCountsNothing(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	t.Helper()
 	before := ledgerData(t, ctx, c)
-	cfg := cloner.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.LedgerNamespace = ledgerNS
-	ctrl, err := cloner.New(cfg, cloner.Clients{Kube: c.Client, Dynamic: c.Dynamic})
+	ctrl, err := cloner.New(cfg, config.Clients{Kube: c.Client, Dynamic: c.Dynamic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,9 +354,9 @@ func checkSecondLeaderCountsNothing(t *testing.T, ctx context.Context, c *cluste
 func ledgerData(t *testing.T, ctx context.Context, c *cluster.Cluster) string {
 	t.Helper()
 	var out []string
-	for _, name := range cloner.LedgerObjectNames(cloner.DefaultLedgerName) {
+	for _, name := range ledger.LedgerObjectNames(config.DefaultLedgerName) {
 		cm, err := c.Client.CoreV1().ConfigMaps(ledgerNS).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) && name != cloner.DefaultLedgerName {
+		if apierrors.IsNotFound(err) && name != config.DefaultLedgerName {
 			continue
 		}
 		if err != nil {
@@ -407,37 +413,37 @@ func waitPhase(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name s
 
 // readRecord reads the verdict the sidecar persisted on a worker PVC (nil
 // while there is none).
-func readRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) *cloner.Record {
+func readRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) *record.Record {
 	t.Helper()
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
-	raw := pvc.Annotations[cloner.AnnCloneEvidence]
+	raw := pvc.Annotations[fleet.AnnCloneEvidence]
 	if raw == "" {
 		return nil
 	}
-	var r cloner.Record
+	var r record.Record
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		t.Fatalf("%s/%s: unreadable %s: %v", ns, name, cloner.AnnCloneEvidence, err)
+		t.Fatalf("%s/%s: unreadable %s: %v", ns, name, fleet.AnnCloneEvidence, err)
 	}
-	if v := pvc.Annotations[cloner.AnnCloneVerdict]; v != r.Verdict {
+	if v := pvc.Annotations[fleet.AnnCloneVerdict]; v != r.Verdict {
 		t.Fatalf("%s/%s: verdict annotation %q disagrees with the evidence's %q", ns, name, v, r.Verdict)
 	}
 	return &r
 }
 
 // waitVerdict waits until the persisted verdict is want.
-func waitVerdict(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name, want string, timeout time.Duration) *cloner.Record {
+func waitVerdict(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name, want string, timeout time.Duration) *record.Record {
 	t.Helper()
-	return waitRecord(t, ctx, c, ns, name, timeout, "verdict "+want, func(r *cloner.Record) bool { return r.Verdict == want })
+	return waitRecord(t, ctx, c, ns, name, timeout, "verdict "+want, func(r *record.Record) bool { return r.Verdict == want })
 }
 
 // waitRecord waits until the persisted record satisfies ok.
 func waitRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string, timeout time.Duration,
-	what string, ok func(*cloner.Record) bool) *cloner.Record {
+	what string, ok func(*record.Record) bool) *record.Record {
 	t.Helper()
-	var last *cloner.Record
+	var last *record.Record
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := c.Failed(); err != nil {
 			return false, err
@@ -451,7 +457,7 @@ func waitRecord(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name 
 	return last
 }
 
-func assertReasons(t *testing.T, name string, rec *cloner.Record, want []string) {
+func assertReasons(t *testing.T, name string, rec *record.Record, want []string) {
 	t.Helper()
 	if got := strings.Join(rec.BadReasons(), ","); got != strings.Join(want, ",") {
 		t.Errorf("%s: bad reasons %q, want %q (record %+v)", name, got, strings.Join(want, ","), rec)
@@ -464,7 +470,7 @@ func assertWarnings(t *testing.T, ctx context.Context, c *cluster.Cluster, name 
 	t.Helper()
 	want := map[string]int{}
 	for _, r := range reasons {
-		want[cloner.EventReason(r)]++
+		want[record.EventReason(r)]++
 	}
 	evs, err := c.Client.CoreV1().Events(verdictTenant).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -485,9 +491,9 @@ func assertWarnings(t *testing.T, ctx context.Context, c *cluster.Cluster, name 
 	// before CDI made it, if the sidecar judged it before it finished
 	// (TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade, and the admission
 	// test, which holds one pending).
-	early := cloner.EventReason(cloner.ReasonBadPathPredicted)
+	early := record.EventReason(record.ReasonBadPathPredicted)
 	if got[early] == 1 && want[early] == 0 {
-		if rec := readRecord(t, ctx, c, verdictTenant, name); rec != nil && cloner.GuardRefuses(rec.Predicted) {
+		if rec := readRecord(t, ctx, c, verdictTenant, name); rec != nil && verdict.GuardRefuses(rec.Predicted) {
 			delete(got, early)
 		}
 	}
@@ -627,14 +633,14 @@ func TestSnapshotStrategyVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	createWorker(t, ctx, c, workerCase{name: "snap-a", pool: "kubernetes-snap", flavor: flavorA, class: "replicated", size: "20Gi"})
-	rec := waitVerdict(t, ctx, c, verdictTenant, "snap-a", cloner.VerdictSnapshotClone, 4*time.Minute)
+	rec := waitVerdict(t, ctx, c, verdictTenant, "snap-a", record.VerdictSnapshotClone, 4*time.Minute)
 	assertReasons(t, "snap-a", rec, nil)
 	assertWarnings(t, ctx, c, "snap-a", nil)
-	if rec.Source != cloner.SourceCSITap || !strings.HasPrefix(rec.ContentSource, "snapshot:") || rec.CDICloneType != cluster.StrategySnapshot {
+	if rec.Source != record.SourceCSITap || !strings.HasPrefix(rec.ContentSource, "snapshot:") || rec.CDICloneType != cluster.StrategySnapshot {
 		t.Errorf("snap-a: %+v", rec)
 	}
 	waitMetrics(t, ctx, c, func(s scrape) error {
-		labels := map[string]string{"schematic_id": flavorA, "verdict": cloner.VerdictSnapshotClone}
+		labels := map[string]string{"schematic_id": flavorA, "verdict": record.VerdictSnapshotClone}
 		if got, _ := s.value("csi_clone_worker_disks", labels); got != 1 {
 			return fmt.Errorf("snapshot-clone disks = %v, want 1", got)
 		}

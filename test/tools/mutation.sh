@@ -28,10 +28,11 @@ TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOut
 
 [ -x "$gremlins" ] || { echo "mutation: $gremlins missing: run make tools (or test/tools/build.sh gremlins)" >&2; exit 1; }
 
-# The cloner's suite runs informers over a fake API for most of its time;
-# the verdict rules are judged by the tests of verdict_test.go, blocked_test.go,
-# reasons_table_test.go and cdi_rules_test.go, which evaluate worlds directly.
-VERDICT_TESTS="^($(cd "$root/cloner" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go reasons_table_test.go cdi_rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
+# The verdict rules live in cloner/verdict (pure); the tests of its
+# verdict_test.go, blocked_test.go, path_test.go, cdi_rules_test.go and rules_test.go judge them by
+# evaluating worlds directly (the package's tests that drive a pass over a
+# fake API stay with the Controller in cloner).
+VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go path_test.go cdi_rules_test.go rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
 
 # gremlins bounds each mutant's go test, its build included, by the coverage
 # run's time times a coefficient. A package whose tests run in a second
@@ -44,7 +45,7 @@ targets=(
 	"cdirules  cloner/cdirules 20 .             claim.go clone.go planner.go strategy.go"
 	"labels    metrics         3  .             clones.go metrics.go predict.go"
 	"tap       sidecar         3  $TAP_TESTS    call.go methods.go grpcstatus.go"
-	"verdicts  cloner          3  $VERDICT_TESTS verdict.go reasons.go cdi.go"
+	"verdicts  cloner/verdict  3  $VERDICT_TESTS verdict.go blocked.go path.go"
 )
 
 # main is one function so that the whole script is parsed before it runs:

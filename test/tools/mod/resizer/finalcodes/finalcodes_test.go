@@ -1,6 +1,6 @@
 // Package finalcodes holds the real external-resizer's rule of which driver
 // errors are final against the table the sidecar's verdicts follow
-// (cloner/testdata/kubernetes-csi-final-codes.txt, read by cloner's
+// (cloner/verdict/testdata/kubernetes-csi-final-codes.txt, read by cloner/verdict's
 // definiteCode test). It lives in the resizer's pinned module so that it
 // calls exactly the code the pinned csi-resizer runs.
 package finalcodes
@@ -21,7 +21,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the table from the real IsFinalError")
 
 // table is the sidecar's table, five directories up in the repository.
-var table = filepath.Join("..", "..", "..", "..", "..", "cloner", "testdata", "kubernetes-csi-final-codes.txt")
+var table = filepath.Join("..", "..", "..", "..", "..", "cloner", "verdict", "testdata", "kubernetes-csi-final-codes.txt")
 
 // TestTableIsTheResizersIsFinalError: every gRPC error code (1..16) has one
 // line in the table, and its word is what util.IsFinalError answers for an

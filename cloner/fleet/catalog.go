@@ -1,0 +1,217 @@
+package fleet
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+)
+
+// The platform's naming rules: both halves are interpolated into a
+// DataVolume name and an image URL, so anything else is not trusted.
+var (
+	schematicIDRe = regexp.MustCompile(`^[a-z0-9]+$`)
+	versionRe     = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
+)
+
+// Flavor is one Talos image: (schematicID, version).
+type Flavor struct {
+	SchematicID string `json:"schematicID"`
+	Version     string `json:"version"`
+}
+
+// Key is the flavor's ledger key, "<schematicID>/<version>".
+func (f Flavor) Key() string { return f.SchematicID + "/" + f.Version }
+
+// IsZero reports whether the flavor is unknown.
+func (f Flavor) IsZero() bool { return f.SchematicID == "" && f.Version == "" }
+
+// flavorProblems lists the naming rules the flavor breaks.
+func flavorProblems(f Flavor) []string {
+	var p []string
+	if !schematicIDRe.MatchString(f.SchematicID) {
+		p = append(p, fmt.Sprintf("schematic ID %q is not plain lowercase alphanumeric", Clip(f.SchematicID, 80)))
+	}
+	if !versionRe.MatchString(f.Version) {
+		p = append(p, fmt.Sprintf("version %q is not a vMAJOR.MINOR.PATCH release", Clip(f.Version, 40)))
+	}
+	return p
+}
+
+// Golden is one golden DataVolume of the catalog and the volume behind it.
+type Golden struct {
+	Namespace, Name string
+	UID             types.UID
+	Flavor          Flavor
+	// Problems lists the naming rules the golden breaks; a golden with
+	// problems is shown but not trusted: nothing is counted for its flavor.
+	Problems     []string
+	Phase        string
+	RestartCount int32
+	Created      time.Time
+	// ReadySince is when the import finished (zero while it has not).
+	ReadySince time.Time
+	// RequestedBytes is the DataVolume's size, CapacityBytes the bound
+	// claim's (0 until bound).
+	RequestedBytes, CapacityBytes int64
+	Class                         ClassResolution
+	PVCName, PVName, VolumeHandle string
+	VolumeMode                    string
+	// ClaimRequestBytes is its claim's request (a spec.storage Filesystem
+	// claim carries CDI's overhead), what CDI compares a clone's size with;
+	// 0 before the claim exists. ContentType and VirtualSize are what CDI
+	// recorded on the claim (see cdirules.Source).
+	ClaimRequestBytes int64
+	ContentType       string
+	VirtualSize       int64
+}
+
+// Trusted reports whether the golden follows the naming rules.
+func (g *Golden) Trusted() bool { return len(g.Problems) == 0 }
+
+// Ref is the golden's namespace/name.
+func (g *Golden) Ref() types.NamespacedName {
+	return types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
+}
+
+// SizeBytes is the golden's size as a clone source sees it: the bound
+// capacity, or the requested size before it is bound.
+func (g *Golden) SizeBytes() int64 {
+	if g.CapacityBytes > 0 {
+		return g.CapacityBytes
+	}
+	return g.RequestedBytes
+}
+
+// Imported reports whether the golden's import finished.
+func (g *Golden) Imported() bool { return g.Phase == string(cdiv1.Succeeded) }
+
+// isGoldenCandidate: a DataVolume of the golden namespace named like a golden
+// or carrying either flavor annotation.
+func isGoldenCandidate(dv *cdiv1.DataVolume, goldenNamespace string) bool {
+	if dv.Namespace != goldenNamespace {
+		return false
+	}
+	_, hasSID := dv.Annotations[AnnSchematicID]
+	_, hasVer := dv.Annotations[AnnTalosVersion]
+	return strings.HasPrefix(dv.Name, goldenNamePrefix) || hasSID || hasVer
+}
+
+// parseGoldenName splits talos-worker-<schematicID>-<version>; a schematic ID
+// has no dash, so the first dash after the prefix ends it.
+func parseGoldenName(name string) (Flavor, bool) {
+	rest, ok := strings.CutPrefix(name, goldenNamePrefix)
+	if !ok {
+		return Flavor{}, false
+	}
+	sid, ver, ok := strings.Cut(rest, "-")
+	if !ok {
+		return Flavor{}, false
+	}
+	return Flavor{SchematicID: sid, Version: ver}, true
+}
+
+// goldenFlavor reads the flavor from the annotations, falling back to the
+// name, and lists every rule broken, including a name that does not match
+// the annotations (both sides build the name from the same fields).
+func GoldenFlavor(name string, ann map[string]string) (Flavor, []string) {
+	fromName, nameOK := parseGoldenName(name)
+	f := Flavor{SchematicID: ann[AnnSchematicID], Version: ann[AnnTalosVersion]}
+	if f.SchematicID == "" {
+		f.SchematicID = fromName.SchematicID
+	}
+	if f.Version == "" {
+		f.Version = fromName.Version
+	}
+	problems := flavorProblems(f)
+	if want := goldenNamePrefix + f.SchematicID + "-" + f.Version; !nameOK || name != want {
+		problems = append(problems, fmt.Sprintf("name %q is not %q", name, Clip(want, 120)))
+	}
+	return f, problems
+}
+
+// newGolden builds the golden of a candidate DataVolume and joins its claim,
+// volume and class.
+func newGolden(dv *cdiv1.DataVolume, inv *Inventory) *Golden {
+	f, problems := GoldenFlavor(dv.Name, dv.Annotations)
+	g := &Golden{
+		Namespace: dv.Namespace, Name: dv.Name, UID: dv.UID,
+		Flavor: f, Problems: problems,
+		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
+		Created:        dv.CreationTimestamp.Time,
+		ReadySince:     readySince(dv),
+		RequestedBytes: RequestedBytes(dv),
+		PVCName:        ClaimName(dv),
+	}
+	pvc := inv.ClaimOf(g.Namespace, g.PVCName)
+	pv := inv.BoundPV(pvc)
+	g.Class = inv.Classes.resolveClassFor(pvc, pv, requestedClass(dv), string(dv.Spec.ContentType),
+		dv.Spec.Storage == nil && dv.Spec.PVC != nil)
+	if pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
+		g.CapacityBytes = claimCapacity(pvc)
+	}
+	// The golden's volume mode: its PV's once bound; before that its claim's,
+	// and before CDI made the claim the DataVolume's own request. Left
+	// empty, the prediction would render a not-yet-imported Block golden as
+	// Filesystem and call every Block worker of it host-assisted.
+	g.VolumeMode, _ = requestedModes(dv)
+	if pvc != nil {
+		g.ClaimRequestBytes = ClaimRequest(pvc)
+		g.ContentType, g.VirtualSize = pvc.Annotations[cdirules.AnnContentType], recordedImageSize(pvc)
+		if pvc.Spec.VolumeMode != nil {
+			g.VolumeMode = string(*pvc.Spec.VolumeMode)
+		}
+	}
+	if pv != nil {
+		g.PVName = pv.Name
+		g.VolumeHandle = CsiHandle(pv)
+		if pv.Spec.VolumeMode != nil {
+			g.VolumeMode = string(*pv.Spec.VolumeMode)
+		}
+	}
+	return g
+}
+
+// readySince is when the import finished: the Ready condition's last
+// transition, or the creation time of a Succeeded DataVolume without one.
+func readySince(dv *cdiv1.DataVolume) time.Time {
+	if dv.Status.Phase != cdiv1.Succeeded {
+		return time.Time{}
+	}
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1.DataVolumeReady && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return dv.CreationTimestamp.Time
+}
+
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// recordedImageSize is the image size CDI recorded on a claim, valid while
+// the capacity it recorded with it is the claim's (pvc-clone-controller.go
+// getSizeFromAnnotations); 0 otherwise.
+func recordedImageSize(pvc *corev1.PersistentVolumeClaim) int64 {
+	size, err := strconv.ParseInt(pvc.Annotations[cdirules.AnnVirtualSize], 10, 64)
+	if err != nil {
+		return 0
+	}
+	recorded, err := resource.ParseQuantity(pvc.Annotations[cdirules.AnnSourceCapacity])
+	if err != nil || recorded.Value() != claimCapacity(pvc) {
+		return 0
+	}
+	return size
+}

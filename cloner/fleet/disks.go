@@ -1,0 +1,236 @@
+package fleet
+
+import (
+	"net/url"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// Kinds of worker disk.
+const (
+	DiskClone      = "clone"       // source.pvc names a golden (or the golden annotation is set)
+	DiskHTTPImport = "http-import" // source.http from a Factory URL of a known flavor
+)
+
+// WorkerDisk is one worker disk DataVolume and what CDI made of it.
+type WorkerDisk struct {
+	Namespace, Name string
+	UID             types.UID
+	Pool            string
+	Kind            string
+	// GoldenRef is the golden a clone disk names (source.pvc, else the
+	// golden annotation). Flavor is set for HTTP imports (from the URL).
+	GoldenRef    types.NamespacedName
+	Flavor       Flavor
+	Phase        string
+	RestartCount int32
+	Created      time.Time
+	// ReadySince is when CDI declared the disk ready (zero until then).
+	ReadySince time.Time
+	// FailMessage is CDI's message when the DataVolume failed.
+	FailMessage    string
+	RequestedBytes int64
+	// RequestedClass and ContentType are the DataVolume's own, before any
+	// resolution.
+	RequestedClass *string
+	ContentType    string
+	// FromPVCSpec: the DataVolume spells its claim as spec.pvc (CDI applies
+	// only the Kubernetes default class to it), not spec.storage.
+	FromPVCSpec bool
+	// VolumeMode and AccessModes are the DataVolume's own ("" / nil unset).
+	VolumeMode  string
+	AccessModes []string
+	ClaimName   string
+	// Conditions are CDI's Running, Ready and Bound conditions: their
+	// reasons and messages explain why a clone does not progress.
+	Conditions []CDICondition
+	// FromPVC: the DataVolume clones a PVC (source.pvc), the case CDI's
+	// clone planner and so the clone-path prediction cover.
+	FromPVC bool
+}
+
+// Ref is the disk's namespace/name.
+func (d *WorkerDisk) Ref() types.NamespacedName {
+	return types.NamespacedName{Namespace: d.Namespace, Name: d.Name}
+}
+
+// Finished reports whether CDI considers the DataVolume done.
+func (d *WorkerDisk) Finished() bool { return d.Phase == string(cdiv1.Succeeded) }
+
+// Failed reports whether CDI gave up on the DataVolume.
+func (d *WorkerDisk) Failed() bool { return d.Phase == string(cdiv1.Failed) }
+
+// classifyDisk decides whether a DataVolume is a worker disk. A clone disk
+// names a golden through source.pvc (a known golden, or a golden-shaped name
+// in the golden namespace) or carries the golden annotation; an HTTP-import
+// disk fetches a Factory URL of a flavor the catalog knows.
+func classifyDisk(dv *cdiv1.DataVolume, goldenNamespace string, known func(types.NamespacedName) bool,
+	knownFlavor func(Flavor) bool) (*WorkerDisk, bool) {
+	ann := dv.Annotations[AnnGolden]
+	src := dv.Spec.Source
+	d := newDisk(dv)
+	switch {
+	case src != nil && src.PVC != nil:
+		ref := types.NamespacedName{Namespace: src.PVC.Namespace, Name: src.PVC.Name}
+		if ref.Namespace == "" {
+			ref.Namespace = dv.Namespace
+		}
+		goldenShaped := ref.Namespace == goldenNamespace && strings.HasPrefix(ref.Name, goldenNamePrefix)
+		if !known(ref) && !goldenShaped && ann == "" {
+			return nil, false
+		}
+		d.Kind, d.GoldenRef = DiskClone, ref
+	case src != nil && src.HTTP != nil:
+		f, ok := FactoryFlavor(src.HTTP.URL)
+		if !ok || !knownFlavor(f) {
+			return nil, false
+		}
+		d.Kind, d.Flavor = DiskHTTPImport, f
+	case ann != "":
+		d.Kind, d.GoldenRef = DiskClone, GoldenAnnotationRef(ann, goldenNamespace)
+	default:
+		return nil, false
+	}
+	return d, true
+}
+
+func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
+	d := &WorkerDisk{
+		Namespace: dv.Namespace, Name: dv.Name, UID: dv.UID,
+		Pool:  dv.Annotations[AnnPool],
+		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
+		Created:        dv.CreationTimestamp.Time,
+		ReadySince:     readySince(dv),
+		RequestedBytes: RequestedBytes(dv),
+		RequestedClass: requestedClass(dv),
+		ContentType:    string(dv.Spec.ContentType),
+		FromPVCSpec:    dv.Spec.Storage == nil && dv.Spec.PVC != nil,
+		ClaimName:      ClaimName(dv),
+		Conditions:     cdiConditions(dv),
+		FromPVC:        dv.Spec.Source != nil && dv.Spec.Source.PVC != nil,
+	}
+	if dv.Status.Phase == cdiv1.Failed {
+		d.FailMessage = conditionMessage(dv)
+	}
+	d.VolumeMode, d.AccessModes = requestedModes(dv)
+	return d
+}
+
+// goldenAnnotationRef reads the golden annotation: "<name>" (in the golden
+// namespace) or "<namespace>/<name>".
+func GoldenAnnotationRef(v, goldenNamespace string) types.NamespacedName {
+	if ns, name, ok := strings.Cut(v, "/"); ok {
+		return types.NamespacedName{Namespace: ns, Name: name}
+	}
+	return types.NamespacedName{Namespace: goldenNamespace, Name: v}
+}
+
+// factoryFlavor reads (schematicID, version) from an Image Factory URL,
+// <factory>/image/<schematicID>/<version>/<file>. Only well-formed flavors are
+// returned: the URL is user input.
+func FactoryFlavor(raw string) (Flavor, bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Flavor{}, false
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	for i := 0; i+2 < len(parts); i++ {
+		if parts[i] != "image" {
+			continue
+		}
+		f := Flavor{SchematicID: parts[i+1], Version: parts[i+2]}
+		if len(flavorProblems(f)) == 0 {
+			return f, true
+		}
+	}
+	return Flavor{}, false
+}
+
+// requestedBytes is the DataVolume's requested size (spec.storage, else spec.pvc).
+func RequestedBytes(dv *cdiv1.DataVolume) int64 {
+	var rl corev1.ResourceList
+	switch {
+	case dv.Spec.Storage != nil:
+		rl = dv.Spec.Storage.Resources.Requests
+	case dv.Spec.PVC != nil:
+		rl = dv.Spec.PVC.Resources.Requests
+	}
+	if q, ok := rl[corev1.ResourceStorage]; ok {
+		return q.Value()
+	}
+	return 0
+}
+
+// requestedModes are the DataVolume's own volume mode and access modes.
+func requestedModes(dv *cdiv1.DataVolume) (string, []string) {
+	var mode *corev1.PersistentVolumeMode
+	var ams []corev1.PersistentVolumeAccessMode
+	switch {
+	case dv.Spec.Storage != nil:
+		mode, ams = dv.Spec.Storage.VolumeMode, dv.Spec.Storage.AccessModes
+	case dv.Spec.PVC != nil:
+		mode, ams = dv.Spec.PVC.VolumeMode, dv.Spec.PVC.AccessModes
+	}
+	var out []string
+	for _, am := range ams {
+		out = append(out, string(am))
+	}
+	if mode == nil {
+		return "", out
+	}
+	return string(*mode), out
+}
+
+func requestedClass(dv *cdiv1.DataVolume) *string {
+	switch {
+	case dv.Spec.Storage != nil:
+		return dv.Spec.Storage.StorageClassName
+	case dv.Spec.PVC != nil:
+		return dv.Spec.PVC.StorageClassName
+	}
+	return nil
+}
+
+func ClaimName(dv *cdiv1.DataVolume) string {
+	if dv.Status.ClaimName != "" {
+		return dv.Status.ClaimName
+	}
+	return dv.Name
+}
+
+// conditionMessage is the most telling condition message CDI left.
+func conditionMessage(dv *cdiv1.DataVolume) string {
+	for _, t := range []cdiv1.DataVolumeConditionType{cdiv1.DataVolumeRunning, cdiv1.DataVolumeReady, cdiv1.DataVolumeBound} {
+		for _, c := range dv.Status.Conditions {
+			if c.Type == t && c.Message != "" {
+				return Clip(c.Message, 300)
+			}
+		}
+	}
+	return ""
+}
+
+func claimCapacity(pvc *corev1.PersistentVolumeClaim) int64 {
+	if q, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
+		return q.Value()
+	}
+	return 0
+}
+
+func ClaimRequest(pvc *corev1.PersistentVolumeClaim) int64 {
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		return q.Value()
+	}
+	return 0
+}
+
+func CsiHandle(pv *corev1.PersistentVolume) string {
+	if pv == nil || pv.Spec.CSI == nil {
+		return ""
+	}
+	return pv.Spec.CSI.VolumeHandle
+}

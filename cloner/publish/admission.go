@@ -1,0 +1,129 @@
+package publish
+
+import (
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
+)
+
+// AdmissionParamsName is the ConfigMap, in the sidecar's namespace, that the
+// admission guard (deploy/admission, a ValidatingAdmissionPolicy) reads as
+// its parameters. The leader keeps it current with --admission-params.
+const AdmissionParamsName = "csi-clone-sidecar-admission"
+
+// States of the admission parameters in the snapshot.
+const (
+	AdmissionParamsSynced = "synced"
+	AdmissionParamsFailed = "failed"
+)
+
+// Keys of the parameters. CEL reads a ConfigMap's data as a flat string map:
+//
+//	<golden>.phase, .class, .contentType      the golden's facts
+//	<golden>.<kind>.<mode>.<class>            "<min>:<fit>:<sizeless>:<small>:<atSize>:<larger>"
+//	<golden>.path.<class>                     the pool disk's path, larger than the golden (readable summary)
+//	class.<class>.provisioner                 the class exists
+//	class.<class>.mode                        the volume mode of its StorageProfile's claimPropertySets[0]
+//	class.<class>.modes                       the modes its claimPropertySets offer, comma-separated
+//	class.<class>.am.<accessMode>             "<index>:<mode>" of the first claimPropertySet with the access mode
+//	fix.<reason>                              each bad reason's fix
+//	dataSource.<namespace>.<name>             "<pvcNamespace>/<pvcName>" the DataSource clones ("" namespace: the DataVolume's)
+//
+// <kind> is pvc or storage, <mode> the claim's volume mode (Block or
+// Filesystem: the guard resolves a DataVolume's as CDI does, from the class
+// keys), each path "<path>/<reason>". A DataVolume's size b picks one: no
+// size: sizeless; b < min: small (CDI refuses the size); b <= fit: atSize
+// (the claim fits the golden); else larger (predict.Regions).
+const (
+	paramGoldenNamespace = "goldenNamespace"
+	// paramDefaultStorage is what an empty class of a spec.storage
+	// DataVolume of content kubevirt resolves to, paramDefaultPVC that of a
+	// spec.pvc one or an archive (the Kubernetes default).
+	paramDefaultStorage = "defaultClass.storage"
+	paramDefaultPVC     = "defaultClass.pvc"
+)
+
+// guardKinds and guardModes are the claim shapes the guard's keys cover.
+var (
+	guardKinds = []cdirules.SpecKind{cdirules.KindPVC, cdirules.KindStorage}
+	guardModes = []string{cdirules.Block, cdirules.Filesystem}
+)
+
+// admissionData renders the prediction as the guard's parameters. A key
+// that would break ConfigMap key rules is left out: the guard then checks
+// nothing for it (fail open).
+func AdmissionData(p *verdict.Predictor, goldenNamespace string) map[string]string {
+	d := map[string]string{paramGoldenNamespace: goldenNamespace}
+	put := func(k, v string) {
+		if len(validation.IsConfigMapKey(k)) == 0 {
+			d[k] = v
+		}
+	}
+	if p.StorageDefault.Resolved() {
+		put(paramDefaultStorage, p.StorageDefault.Name)
+	}
+	if p.PvcDefault.Resolved() {
+		put(paramDefaultPVC, p.PvcDefault.Name)
+	}
+	classes := p.State.ClassNames()
+	for _, c := range classes {
+		for k, v := range p.State.ClassModes(c) {
+			put("class."+c+"."+k, v)
+		}
+	}
+	bad := map[string]bool{}
+	for ref, g := range p.Goldens {
+		if ref.Namespace != goldenNamespace {
+			continue
+		}
+		put(g.Name+".phase", g.Phase)
+		if g.Class != "" {
+			put(g.Name+".class", g.Class)
+		}
+		put(g.Name+".contentType", cdirules.ContentType(g.ContentType))
+		for _, c := range classes {
+			for _, kind := range guardKinds {
+				for _, mode := range guardModes {
+					r := p.State.Regions(g, predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"},
+						ContentType: g.ContentType})
+					put(g.Name+"."+string(kind)+"."+mode+"."+c, regionsValue(r))
+					for _, pr := range []predict.Prediction{r.Sizeless, r.Small, r.AtSize, r.Larger} {
+						if pr.Bad() {
+							bad[pr.Reason] = true
+						}
+					}
+					if kind == cdirules.KindStorage && mode == resolvedGoldenMode(g) {
+						put(g.Name+".path."+c, pathValue(r.Larger))
+					}
+				}
+			}
+		}
+	}
+	for r := range bad {
+		put("fix."+r, predict.Fix(r))
+	}
+	for _, ds := range p.DataSources {
+		if pvc := cdirules.DataSourcePVC(ds); pvc != nil {
+			put("dataSource."+ds.Namespace+"."+ds.Name, pvc.Namespace+"/"+pvc.Name)
+		}
+	}
+	return d
+}
+
+func regionsValue(r predict.Regions) string {
+	return strconv.FormatInt(r.MinBytes, 10) + ":" + strconv.FormatInt(r.FitBytes, 10) + ":" + pathValue(r.Sizeless) + ":" +
+		pathValue(r.Small) + ":" + pathValue(r.AtSize) + ":" + pathValue(r.Larger)
+}
+
+func pathValue(p predict.Prediction) string { return p.Path + "/" + p.Reason }
+
+func resolvedGoldenMode(g predict.Golden) string {
+	if g.VolumeMode == cdirules.Block {
+		return cdirules.Block
+	}
+	return cdirules.Filesystem
+}
