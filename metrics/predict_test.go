@@ -50,7 +50,7 @@ csi_clone_admission_params_synced 1
 // repeated one still are.
 func TestPredictedPathsAreOneSeriesPerFlavorAndClass(t *testing.T) {
 	s := leaderSnapshot()
-	s.Paths = []cloner.ClonePathReport{
+	s.Paths = []verdict.ClonePathReport{
 		{Golden: "a", SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated", Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride}},
 		{Golden: "b", SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
 		{Golden: "a", SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated-fixed", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
