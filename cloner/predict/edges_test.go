@@ -115,9 +115,14 @@ func TestFilesystemOverheadUncertainty(t *testing.T) {
 		{"Filesystem disk, CDIConfig read", withConfig, fs, fs.CapacityBytes, false},
 		{"Filesystem sizeless disk", baseInputs("csi-clone"), fs, 0, false},
 		{"Block disk of the golden's size", baseInputs("csi-clone"), golden, golden.CapacityBytes, false},
+		{"Filesystem larger disk on another driver's class: host-assisted whatever its claim", baseInputs("csi-clone"), fs, 2 * fs.CapacityBytes, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := NewState(tc.in).Predict(tc.g, Target{Class: "replicated", VolumeMode: tc.g.VolumeMode, Bytes: tc.bytes, AccessModes: poolAccessModes})
+			class := "replicated"
+			if strings.Contains(tc.name, "another driver") {
+				class = "ceph"
+			}
+			p := NewState(tc.in).Predict(tc.g, Target{Class: class, VolumeMode: tc.g.VolumeMode, Bytes: tc.bytes, AccessModes: poolAccessModes})
 			got := slices.ContainsFunc(p.Uncertain, func(u string) bool { return strings.HasPrefix(u, overheadUncertainty) })
 			if got != tc.want {
 				t.Errorf("%s/%s, uncertain %q: overhead named %v, want %v", p.Path, p.Reason, p.Uncertain, got, tc.want)
