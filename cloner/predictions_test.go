@@ -294,39 +294,6 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 	}
 }
 
-// TestTooSmallIsWhatCDIRefuses: too-small is the CDI model's verdict on the
-// claims CDI renders (validateClone compares the target claim with the
-// source's capacity), not a comparison of the DataVolumes' requests. A
-// spec.storage Filesystem disk of 9.5Gi renders a claim of 9.5Gi/0.94, more
-// than a spec.pvc golden's 10Gi; a 4Gi one stays smaller.
-func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
-	var w clonertest.World
-	w.Class(clonertest.TestClass, nil, clonertest.T0)
-	fs := corev1.PersistentVolumeFilesystem
-	g := w.DataVolume(config.DefaultGoldenNamespace, clonertest.GoldenName(clonertest.TestSID, clonertest.TestVer), 10*clonertest.Gi, nil)
-	g.Annotations[fleet.AnnSchematicID], g.Annotations[fleet.AnnTalosVersion] = clonertest.TestSID, clonertest.TestVer
-	g.Spec.Storage = nil
-	g.Spec.PVC = &corev1.PersistentVolumeClaimSpec{StorageClassName: publish.PtrTo(clonertest.TestClass), VolumeMode: &fs,
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: clonertest.Qty(10 * clonertest.Gi)}}}
-	g.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.talos.dev/image/" + clonertest.TestSID + "/" + clonertest.TestVer + "/openstack-amd64.raw.xz"}}
-	clonertest.Succeed(g, clonertest.T0.Add(-time.Hour))
-	gpvc, gpv := w.Claim(g, clonertest.TestClass, 10*clonertest.Gi, 10*clonertest.Gi, "golden-vol")
-	gpvc.Spec.VolumeMode, gpv.Spec.VolumeMode = &fs, &fs
-	for name, size := range map[string]int64{"within-overhead": 19 * clonertest.Gi / 2, "small": 4 * clonertest.Gi} {
-		d := w.Worker("tenant-a", name, "p", g, size, publish.PtrTo(clonertest.TestClass))
-		d.Spec.Storage.VolumeMode = &fs
-		d.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-	}
-	recs := w.JudgeWithCDI(t, clonertest.T0)
-	if r := recs["within-overhead"]; clonertest.ReasonsOf(r)[record.ReasonTooSmall] || r.Predicted != predict.PathCSIClone {
-		t.Errorf("within-overhead: predicted %s (%s), reasons %v; want csi-clone and not too-small", r.Predicted, r.PredictedReason, r.BadReasons())
-	}
-	if r := recs["small"]; !clonertest.ReasonsOf(r)[record.ReasonTooSmall] || r.PredictedReason != predict.ReasonTargetTooSmall {
-		t.Errorf("small: predicted %s (%s), reasons %v; want target-too-small and too-small", r.Predicted, r.PredictedReason, r.BadReasons())
-	}
-}
-
 // TestPendingDiskOnABadPathIsFlaggedBeforeItIsMade: a disk CDI has not made
 // yet whose prediction is host-assisted or blocked is what the admission
 // guard warns about; a DataVolume made by a controller never shows that

@@ -282,6 +282,22 @@ func TestGoldenBreakingTheNamingRulesIsNotTrusted(t *testing.T) {
 	if r := recs["d"]; !clonertest.ReasonsOf(r)[record.ReasonInvalidGolden] {
 		t.Fatalf("got %v", r.BadReasons())
 	}
+	p := ev.Inv.Goldens[0].Problems
+	if msg := recs["d"].MessageFor(record.ReasonInvalidGolden); !strings.HasSuffix(msg, "naming rules: "+p[0]+"; "+p[1]) {
+		t.Errorf("message %q does not end with both problems, in order", msg)
+	}
+}
+
+// A disk whose class resolves to nothing (no class named, no default) is
+// not a class mismatch: there is no class to compare.
+func TestUnresolvedClassIsNoMismatch(t *testing.T) {
+	var w clonertest.World
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	w.Worker("tenant-a", "d", "p", g, 20*clonertest.Gi, nil)
+	recs, _ := w.JudgeAll(t, clonertest.TestConfig(), clonertest.T0.Add(time.Minute))
+	if r := recs["d"]; r.Class != "" || clonertest.ReasonsOf(r)[record.ReasonClassMismatch] {
+		t.Fatalf("class %q, reasons %v; want no class and no class-mismatch", r.Class, r.BadReasons())
+	}
 }
 
 func TestClassMismatchIsFlaggedBeforeAndAfterTheClone(t *testing.T) {

@@ -32,7 +32,7 @@ TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOut
 # verdict_test.go, blocked_test.go, path_test.go, cdi_rules_test.go and rules_test.go judge them by
 # evaluating worlds directly (the package's tests that drive a pass over a
 # fake API stay with the Controller in cloner).
-VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go path_test.go cdi_rules_test.go rules_test.go | sed 's/^func //' | paste -sd'|'))\$"
+VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go path_test.go cdi_rules_test.go rules_test.go toosmall_test.go | sed 's/^func //' | paste -sd'|'))\$"
 
 # gremlins bounds each mutant's go test, its build included, by the coverage
 # run's time times a coefficient. A package whose tests run in a second
