@@ -190,16 +190,28 @@ func GuardRefuses(path string) bool { return slices.Contains(GuardedPaths, path)
 // warning; for one a controller made (virt-controller, Helm) this finding's
 // Warning event and csi_clone_bad_disks are what an operator sees before
 // CDI copies. Once the verdict is decided it speaks instead.
-func badPathPredicted(r *record.Record, f DiskFacts) string {
+func badPathPredicted(r *record.Record, f DiskFacts, found []record.Finding) string {
 	p := f.predicted
 	if r.Verdict != record.VerdictPending || p == nil || !GuardRefuses(p.Path) {
 		return ""
+	}
+	for _, x := range found {
+		if x.Reason == findingOfPrediction[p.Reason] {
+			return "" // that finding already says it, with its fix
+		}
 	}
 	msg := fmt.Sprintf("CDI will take path %s (reason %s) for golden %s, not a CSI clone", p.Path, p.Reason, r.Golden)
 	if p.Message != "" {
 		msg += ": " + p.Message
 	}
 	return msg + ". The prediction's fix: " + predict.Fix(p.Reason)
+}
+
+// findingOfPrediction: the prediction reasons a finding of its own already
+// reports on a pending disk.
+var findingOfPrediction = map[string]string{
+	predict.ReasonGoldenFailed:   record.ReasonFailedGolden,
+	predict.ReasonTargetTooSmall: record.ReasonTooSmall,
 }
 
 // PredictionCheck counts decided worker disks whose verdict matched the

@@ -51,3 +51,27 @@ func TestTooSmallIsWhatCDIRefuses(t *testing.T) {
 		t.Errorf("small: too-small says %q, not the prediction's words (CDI refuses the clone: CloneValidationFailed)", msg)
 	}
 }
+
+// A pending disk whose predicted path has a finding of its own (a golden
+// that failed to import: failed-golden; a disk smaller than the golden:
+// too-small) carries that finding alone: bad-path-predicted would say the
+// same thing twice (TestVerdictsOnTheLoopbackStack's failed-a carried both).
+func TestBadPathPredictedNeverRepeatsAFinding(t *testing.T) {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	g.Status.Phase = cdiv1.Failed
+	block := corev1.PersistentVolumeBlock
+	d := w.Worker("tenant-a", "of-failed", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	d.Spec.Storage.AccessModes, d.Spec.Storage.VolumeMode = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, &block
+	good, _ := w.Golden(clonertest.TestSID, "v1.13.3")
+	s := w.Worker("tenant-a", "small", "p", good, 2*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	s.Spec.Storage.AccessModes, s.Spec.Storage.VolumeMode = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, &block
+	recs := w.JudgeWithCDI(t, clonertest.T0.Add(time.Minute))
+	for name, want := range map[string]string{"of-failed": record.ReasonFailedGolden, "small": record.ReasonTooSmall} {
+		r := recs[name]
+		if got := strings.Join(r.BadReasons(), ","); got != want || r.Verdict != record.VerdictPending {
+			t.Errorf("%s: %s, predicted %s (%s), reasons %q; want pending and %q alone", name, r.Verdict, r.Predicted, r.PredictedReason, got, want)
+		}
+	}
+}

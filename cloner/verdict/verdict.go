@@ -296,7 +296,7 @@ func findings(r *record.Record, f DiskFacts, snapshotOf map[string]string) []rec
 	if msg := predictionWrong(r); msg != "" {
 		add(record.ReasonPredictionWrong, msg)
 	}
-	if msg := badPathPredicted(r, f); msg != "" {
+	if msg := badPathPredicted(r, f, out); msg != "" {
 		add(record.ReasonBadPathPredicted, msg)
 	}
 	return out
