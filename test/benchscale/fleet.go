@@ -80,6 +80,12 @@ func (f *fleet) build(ctx context.Context, parallel int) error {
 			return err
 		}
 	}
+	return inParallel(ctx, f.disks, parallel, func(i int) error { return f.worker(ctx, i) })
+}
+
+// inParallel runs do(0..n-1) on `parallel` goroutines and returns the first
+// error, after which no new index starts.
+func inParallel(ctx context.Context, n, parallel int, do func(i int) error) error {
 	work := make(chan int)
 	errs := make(chan error, parallel)
 	var wg sync.WaitGroup
@@ -88,20 +94,24 @@ func (f *fleet) build(ctx context.Context, parallel int) error {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				if err := f.worker(ctx, i); err != nil {
+				if err := do(i); err != nil {
 					errs <- err
 					return
 				}
 			}
 		}()
 	}
-	for i := range f.disks {
+	for i := range n {
 		select {
 		case work <- i:
 		case err := <-errs:
 			close(work)
 			wg.Wait()
 			return err
+		case <-ctx.Done():
+			close(work)
+			wg.Wait()
+			return ctx.Err()
 		}
 	}
 	close(work)

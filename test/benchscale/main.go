@@ -8,6 +8,10 @@
 // steady state, its API requests by verb and resource (kube-apiserver's
 // audit log), /metrics latency and series, and the ledger's size.
 //
+// With -baseline OLD it measures two binaries on the same fleet, taking
+// turns (OLD, new, OLD, new, ... -rounds times), and prints each figure's
+// ratio: a change's cost measured side by side in one run.
+//
 // It is a benchmark: it measures and asserts nothing. It must run in a
 // private network namespace (`make bench-scale` runs it that way).
 package main
@@ -31,7 +35,8 @@ import (
 
 type options struct {
 	disks, goldens, namespaces, badEvery, parallel int
-	sidecar, profile, extraArgs                    string
+	rounds                                         int
+	sidecar, baseline, profile, extraArgs          string
 	steady, timeout                                time.Duration
 	keep                                           bool
 }
@@ -44,6 +49,8 @@ func main() {
 	flag.IntVar(&o.badEvery, "bad-every", 100, "Every n-th disk was copied host-assisted (a bad verdict); 0: none.")
 	flag.IntVar(&o.parallel, "parallel", 16, "Concurrent writers building the fleet.")
 	flag.StringVar(&o.sidecar, "sidecar", "bin/csi-clone-sidecar", "The csi-clone-sidecar binary (make build).")
+	flag.StringVar(&o.baseline, "baseline", "", "Another csi-clone-sidecar binary (e.g. one built at an older commit) measured on the same fleet, taking turns with -sidecar, baseline first; the figures' ratios are printed at the end.")
+	flag.IntVar(&o.rounds, "rounds", 2, "With -baseline: how many times each binary runs.")
 	flag.DurationVar(&o.steady, "steady", 2*time.Minute, "How long steady state is measured after every verdict is written.")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "Give up waiting for the verdicts after this long.")
 	flag.StringVar(&o.profile, "profile", "", "Run the sidecar with --enable-pprof and write its heap profile after every verdict (heap.pb.gz), as of the collection before its peak RSS (heap-peak.pb.gz), a CPU profile of the steady state (cpu.pb.gz) and of the start until every verdict (cpu-burst-NN.pb.gz, 20 s each) into this directory.")
@@ -61,12 +68,8 @@ func run(o options) error {
 		return fmt.Errorf("%w\n(`make bench-scale` runs it that way)", err)
 	}
 	defer cluster.RemoveBuilds()
-	bin, err := filepath.Abs(o.sidecar)
-	if err != nil {
+	if err := o.check(); err != nil {
 		return err
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("-sidecar: %w (run `make build`)", err)
 	}
 	args, env, err := shippedSidecar()
 	if err != nil {
@@ -84,7 +87,7 @@ func run(o options) error {
 	args = append(args, strings.Fields(o.extraArgs)...)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, err := cluster.New(cluster.Options{NoCDI: true, SidecarBinary: bin, SidecarArgs: args, SidecarEnv: env,
+	c, err := cluster.New(cluster.Options{NoCDI: true, SidecarBinary: o.sidecar, SidecarArgs: args, SidecarEnv: env,
 		Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }})
 	if c != nil {
 		defer func() {
@@ -111,5 +114,50 @@ func run(o options) error {
 	}
 	fmt.Printf("fleet: %d disks (%d bad), %d goldens, %d namespaces, built in %s\n",
 		o.disks, len(f.bad), o.goldens, o.namespaces, time.Since(t0).Round(time.Second))
-	return measure(ctx, c, f, o, args, env)
+	clock, err := watchClaims(ctx, f, o)
+	if err != nil {
+		return err
+	}
+	var runs []figures
+	for i, bin := range runOrder(o) {
+		if i > 0 {
+			if err := f.forgetVerdicts(ctx, o.parallel); err != nil {
+				return err
+			}
+		}
+		fig, err := measure(ctx, c, f, clock, o, bin, args, env)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, fig)
+	}
+	printComparison(o, runs)
+	return nil
+}
+
+// check makes the binaries' paths absolute and refuses what cannot run.
+func (o *options) check() error {
+	for _, b := range []struct {
+		flag string
+		path *string
+	}{{"-sidecar", &o.sidecar}, {"-baseline", &o.baseline}} {
+		if *b.path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*b.path)
+		if err == nil {
+			_, err = os.Stat(abs)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w (run `make build`)", b.flag, err)
+		}
+		*b.path = abs
+	}
+	if o.baseline != "" && o.rounds < 1 {
+		return fmt.Errorf("-rounds=%d: must be at least 1", o.rounds)
+	}
+	if o.baseline != "" && o.profile != "" {
+		return fmt.Errorf("-profile with -baseline: the profiles of both binaries would overwrite each other; profile one binary at a time")
+	}
+	return nil
 }

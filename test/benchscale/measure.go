@@ -113,30 +113,58 @@ func (v *verdictClock) observe(obj any) {
 	}
 }
 
-func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args, env []string) error {
-	period, err := resyncPeriod(args)
-	if err != nil {
-		return err
-	}
-	clock := &verdictClock{bad: f.bad, seen: map[string]time.Time{}, want: o.disks, allWritten: make(chan struct{})}
+// begin starts the clock for one sidecar's run: nothing seen yet.
+func (v *verdictClock) begin() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.seen, v.firstBad, v.start = map[string]time.Time{}, time.Time{}, time.Now()
+	v.allWritten = make(chan struct{})
+}
+
+// stop makes the clock ignore PVC changes until the next begin.
+func (v *verdictClock) stop() {
+	v.mu.Lock()
+	v.start = time.Time{}
+	v.mu.Unlock()
+}
+
+// watchClaims starts the clock's PVC informer.
+func watchClaims(ctx context.Context, f *fleet, o options) (*verdictClock, error) {
+	clock := &verdictClock{bad: f.bad, want: o.disks}
 	fac := informers.NewSharedInformerFactory(f.kube, 0)
 	inf := fac.Core().V1().PersistentVolumeClaims().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: clock.observe, UpdateFunc: func(_, n any) { clock.observe(n) }}); err != nil {
-		return err
+		return nil, err
 	}
 	fac.Start(ctx.Done())
 	fac.WaitForCacheSync(ctx.Done())
+	return clock, nil
+}
 
+// measure starts the sidecar binary bin on the settled fleet, waits for
+// every verdict and for steady state, prints what it cost and stops it.
+func measure(ctx context.Context, c *cluster.Cluster, f *fleet, clock *verdictClock, o options, bin string, args, env []string) (figures, error) {
+	fig := figures{binary: bin}
+	period, err := resyncPeriod(args)
+	if err != nil {
+		return fig, err
+	}
 	// Start on a settled cluster: kube-controller-manager writes each new
 	// PVC's status at its own rate limit long after the fleet is created.
 	clock.waitQuiet(30*time.Second, o.timeout)
-	fmt.Printf("sidecar: %s %s %s\n", strings.Join(env, " "), o.sidecar, strings.Join(args, " "))
-	clock.mu.Lock()
-	clock.start = time.Now()
-	clock.mu.Unlock()
+	fmt.Printf("sidecar: %s %s %s\n", strings.Join(env, " "), bin, strings.Join(args, " "))
+	c.UseSidecarBinary(bin)
+	clock.begin()
+	defer clock.stop()
+	start := clock.start
 	if err := c.StartSidecar(nil); err != nil {
-		return err
+		return fig, err
 	}
+	defer func() {
+		if err := c.StopSidecar(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the sidecar: %v\n", err)
+		}
+	}()
 	pid := c.Pid("csi-clone-sidecar")
 	rss := &rssSampler{pid: pid}
 	if o.profile != "" {
@@ -145,7 +173,9 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args,
 		// Quiet: the endpoint may not serve yet at the first peaks.
 		rss.onPeak = func() { _ = fetchProfile(c, filepath.Join(o.profile, "heap-peak.pb.gz"), "heap") }
 	}
-	go rss.run(ctx)
+	sampling, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go rss.run(sampling)
 	if o.profile != "" {
 		go profileBurst(c, o.profile, clock.allWritten)
 	}
@@ -155,13 +185,15 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args,
 		clock.mu.Lock()
 		n := len(clock.seen)
 		clock.mu.Unlock()
-		return fmt.Errorf("only %d of %d verdicts after %s (logs: %s)", n, o.disks, o.timeout, c.LogPath("csi-clone-sidecar"))
+		return fig, fmt.Errorf("only %d of %d verdicts after %s (logs: %s)", n, o.disks, o.timeout, c.LogPath("csi-clone-sidecar"))
 	case <-ctx.Done():
-		return ctx.Err()
+		return fig, ctx.Err()
 	}
 	tAll := time.Now()
-	cpuAll := cpuSeconds(pid)
-	synced := logTime(c.LogPath("csi-clone-sidecar"), "Verdict caches synced")
+	fig.cpuAll = cpuSeconds(pid)
+	// The log holds every process the stack started; this one's lines
+	// are those from its start on.
+	synced := logTime(c.LogPath("csi-clone-sidecar"), "Verdict caches synced", start)
 	// Steady state: let the echo of the verdict writes pass (after each
 	// patch kube-controller-manager rewrites the PVC's status conditions, at
 	// its own rate limit), then measure.
@@ -171,26 +203,30 @@ func measure(ctx context.Context, c *cluster.Cluster, f *fleet, o options, args,
 	saveProfile(c, o.profile, "heap.txt", "heap?debug=1")
 	tSteady, tEnd, steady, err := measureSteady(ctx, c, o, pid, synced, period)
 	if err != nil {
-		return err
+		return fig, err
 	}
+	fig.steadyPerMinute = steady.perMinute + steady.spread()
+	fig.betweenPasses, fig.fullPass = steady.perMinute, steady.perPass
 
-	start := clock.start
-	fmt.Printf("\n== csi-clone-sidecar at %d disks / %d namespaces / %d flavors (%d bad) ==\n", o.disks, o.namespaces, o.goldens, len(f.bad))
+	fmt.Printf("\n== csi-clone-sidecar at %d disks / %d namespaces / %d flavors (%d bad): %s ==\n", o.disks, o.namespaces, o.goldens, len(f.bad), bin)
 	if !synced.IsZero() {
-		fmt.Printf("informers synced (and lease held)   %6.1f s after start\n", synced.Sub(start).Seconds())
-		fmt.Printf("first bad verdict written           %6.1f s after sync\n", clock.firstBad.Sub(synced).Seconds())
-		fmt.Printf("every verdict written               %6.1f s after sync (%.1f s after start)\n", tAll.Sub(synced).Seconds(), tAll.Sub(start).Seconds())
+		fig.syncAfterStart = synced.Sub(start).Seconds()
+		fig.firstBad, fig.allVerdicts = clock.firstBad.Sub(synced).Seconds(), tAll.Sub(synced).Seconds()
+		fmt.Printf("informers synced (and lease held)   %6.1f s after start\n", fig.syncAfterStart)
+		fmt.Printf("first bad verdict written           %6.1f s after sync\n", fig.firstBad)
+		fmt.Printf("every verdict written               %6.1f s after sync (%.1f s after start)\n", fig.allVerdicts, tAll.Sub(start).Seconds())
 	}
-	fmt.Printf("CPU until every verdict             %6.1f s\n", cpuAll)
+	fmt.Printf("CPU until every verdict             %6.1f s\n", fig.cpuAll)
 	steady.print(tEnd.Sub(tSteady))
 	peak, peakAnon, peakAt := rss.peak()
-	fmt.Printf("peak RSS                            %6.1f MiB (VmHWM %.1f MiB; RSS now %.1f MiB), %.1f s after sync\n", float64(peak)/(1<<20),
+	fig.peakRSS, fig.peakAnon = float64(peak)/(1<<20), float64(peakAnon)/(1<<20)
+	fmt.Printf("peak RSS                            %6.1f MiB (VmHWM %.1f MiB; RSS now %.1f MiB), %.1f s after sync\n", fig.peakRSS,
 		float64(procKB(pid, "VmHWM"))/1024, float64(procKB(pid, "VmRSS"))/1024, peakAt.Sub(synced).Seconds())
-	fmt.Printf("peak anonymous RSS                  %6.1f MiB (RssAnon; now %.1f MiB, and %.1f MiB of the executable's file pages)\n", float64(peakAnon)/(1<<20),
+	fmt.Printf("peak anonymous RSS                  %6.1f MiB (RssAnon; now %.1f MiB, and %.1f MiB of the executable's file pages)\n", fig.peakAnon,
 		float64(procKB(pid, "RssAnon"))/1024, float64(procKB(pid, "RssFile"))/1024)
 	printMetrics(c)
 	printLedger(ctx, f)
-	return printRequests(c, start, tAll, tSteady, tEnd)
+	return fig, printRequests(c, start, tAll, tSteady, tEnd)
 }
 
 // waitQuiet waits until no PVC has changed for d (at most limit) and
@@ -333,8 +369,9 @@ func cpuSeconds(pid int) float64 {
 	return (ut + st) / 100
 }
 
-// logTime is the time of the first klog line containing what.
-func logTime(path, what string) time.Time {
+// logTime is the time of the first klog line containing what, at or
+// after from (to the microsecond klog writes).
+func logTime(path, what string, from time.Time) time.Time {
 	f, err := os.Open(path)
 	if err != nil {
 		return time.Time{}
@@ -353,7 +390,9 @@ func logTime(path, what string) time.Time {
 		if err != nil {
 			continue
 		}
-		return t.AddDate(now.Year(), 0, 0)
+		if t = t.AddDate(now.Year(), 0, 0); !t.Before(from.Truncate(time.Microsecond)) {
+			return t
+		}
 	}
 	return time.Time{}
 }

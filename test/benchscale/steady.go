@@ -73,15 +73,23 @@ type steadyCost struct {
 	passMeasured       bool
 }
 
+// spread is one full pass's CPU spread over its period, per minute (0 when
+// the pass was not measured).
+func (s steadyCost) spread() float64 {
+	if !s.passMeasured {
+		return 0
+	}
+	return s.perPass / s.period.Minutes()
+}
+
 func (s steadyCost) print(window time.Duration) {
 	fmt.Printf("CPU in steady state between passes  %6.2f s per minute (over %s, clear of the full passes)\n", s.perMinute, window.Round(time.Second))
 	if !s.passMeasured {
 		fmt.Printf("CPU of a full pass                  not measured (the window cannot fit between passes every %s)\n", s.period)
 		return
 	}
-	spread := s.perPass / s.period.Minutes()
-	fmt.Printf("CPU of a full pass (every %s)     %6.2f s (%.2f s per minute spread over the period)\n", s.period, s.perPass, spread)
-	fmt.Printf("CPU in steady state, passes included %5.2f s per minute\n", s.perMinute+spread)
+	fmt.Printf("CPU of a full pass (every %s)     %6.2f s (%.2f s per minute spread over the period)\n", s.period, s.perPass, s.spread())
+	fmt.Printf("CPU in steady state, passes included %5.2f s per minute\n", s.perMinute+s.spread())
 }
 
 // measureSteady measures steady state's CPU between passes over a window

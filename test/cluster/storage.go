@@ -208,6 +208,14 @@ func (c *Cluster) sidecarEnv() []string {
 	return append([]string{"POD_NAMESPACE=" + NamespaceCSI}, c.opts.SidecarEnv...)
 }
 
+// UseSidecarBinary makes the next StartSidecar run the binary at path (a
+// benchmark comparing two builds on one stack).
+func (c *Cluster) UseSidecarBinary(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opts.SidecarBinary = path
+}
+
 // sidecarBinary is the csi-clone-sidecar binary every replica runs: the
 // one built for the tests, or Options.SidecarBinary.
 func (c *Cluster) sidecarBinary(bins string) string {
