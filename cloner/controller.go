@@ -68,11 +68,12 @@ type Controller struct {
 	finish          chan finishRequest
 	evidenceRunning atomic.Bool
 
+	// writer sends the verdict writes and keeps what this process wrote.
+	writer *publish.Writer
+
 	mu        sync.Mutex
 	snap      *ledger.Snapshot
-	malformed *publish.MalformedTracker
-	emitted   map[string]bool // event keys emitted by this process
-	recheckAt time.Time       // see evaluation.recheckAt
+	recheckAt time.Time // see evaluation.recheckAt
 
 	// ledger is the leader's copy of the ledger; only the goroutine running
 	// passes touches it.
@@ -83,10 +84,8 @@ type Controller struct {
 	heldPrune bool
 	// writing is the chunk whose verdict writes are still going while the
 	// next chunk is judged (writeBehind); only the goroutine running passes
-	// touches it. writeSlots bounds the writes of every chunk in flight
-	// together (publishWriters).
-	writing    *chunkWrites
-	writeSlots chan struct{}
+	// touches it.
+	writing *chunkWrites
 
 	// Incremental judging (incremental.go), under mu.
 	dirty    map[string]bool // DataVolume keys due for judging
@@ -95,12 +94,6 @@ type Controller struct {
 	judged   map[string]ledger.JudgedDisk
 	tally    *ledger.FleetTally   // judged, summed (tally.go)
 	rechecks map[string]time.Time // per disk, see assessment.recheckAt
-	// progressWritten is when each pending disk's record was last written
-	// (progress.go).
-	progressWritten map[string]time.Time
-	// echoes are the records written whose echo the claim cache has not
-	// shown yet (echo.go).
-	echoes map[string]publish.PendingEcho
 	// heard holds CDI's Warning events on each disk stuck by age
 	// (cdiwords.go).
 	heard map[string]verdict.HeardWords
@@ -121,27 +114,24 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	if err := clients.Validate(); err != nil {
 		return nil, err
 	}
-	return &Controller{
+	c := &Controller{
 		cfg: cfg, clients: clients,
 		obs:       make(chan sidecar.Observation, cfg.EvidenceQueue),
 		book:      fleet.NewEvidenceBook(cfg.EvidenceTTL),
 		dvReady:   make(chan struct{}),
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
-		wake:            make(chan struct{}, 1),
-		flush:           make(chan struct{}, 1),
-		finish:          make(chan finishRequest),
-		malformed:       publish.NewMalformedTracker(),
-		emitted:         map[string]bool{},
-		dirty:           map[string]bool{},
-		chunk:           passChunk,
-		writeSlots:      make(chan struct{}, publishWriters),
-		judged:          map[string]ledger.JudgedDisk{},
-		tally:           ledger.NewFleetTally(),
-		rechecks:        map[string]time.Time{},
-		progressWritten: map[string]time.Time{},
-		echoes:          map[string]publish.PendingEcho{},
-		heard:           map[string]verdict.HeardWords{},
-	}, nil
+		wake:     make(chan struct{}, 1),
+		flush:    make(chan struct{}, 1),
+		finish:   make(chan finishRequest),
+		dirty:    map[string]bool{},
+		chunk:    passChunk,
+		judged:   map[string]ledger.JudgedDisk{},
+		tally:    ledger.NewFleetTally(),
+		rechecks: map[string]time.Time{},
+		heard:    map[string]verdict.HeardWords{},
+	}
+	c.writer = publish.NewWriter(clients.Kube, cfg.Clock, c.recheck)
+	return c, nil
 }
 
 // Observe takes one finished CSI call. It never blocks: when the queue is

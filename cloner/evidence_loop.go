@@ -139,7 +139,7 @@ func (c *Controller) flushEvidence(ctx context.Context) {
 		if pvc == nil {
 			continue
 		}
-		if err := c.patchPVC(ctx, pvc, "", map[string]*string{fleet.AnnDriverError: publish.PtrTo(record.MustJSON(pe.Err))}); err != nil {
+		if err := publish.PatchPVC(ctx, c.clients.Kube, pvc, "", map[string]*string{fleet.AnnDriverError: publish.PtrTo(record.MustJSON(pe.Err))}); err != nil {
 			klog.V(2).InfoS("Driver error not written yet, will retry", "claim", claim, "err", err)
 			continue
 		}
@@ -166,7 +166,7 @@ func (c *Controller) clearDriverErrors(ctx context.Context) {
 			delete(c.book.Cleared, claim)
 			continue
 		}
-		if err := c.patchPVC(ctx, pvc, "", map[string]*string{fleet.AnnDriverError: nil}); err != nil {
+		if err := publish.PatchPVC(ctx, c.clients.Kube, pvc, "", map[string]*string{fleet.AnnDriverError: nil}); err != nil {
 			klog.V(2).InfoS("Void driver error not removed yet, will retry", "claim", claim, "err", err)
 			continue
 		}
@@ -193,7 +193,7 @@ func (c *Controller) persistVolumeEvidence(ctx context.Context, pv *corev1.Persi
 	if pv.Annotations[fleet.AnnCSIEvidence] == val {
 		return nil
 	}
-	return c.patchPV(ctx, pv, map[string]*string{fleet.AnnCSIEvidence: &val})
+	return publish.PatchPV(ctx, c.clients.Kube, pv, map[string]*string{fleet.AnnCSIEvidence: &val})
 }
 
 func (c *Controller) pvByHandle(handle string) *corev1.PersistentVolume {

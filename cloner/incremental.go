@@ -166,6 +166,18 @@ func (c *Controller) markFull() {
 	nudge(c.wake)
 }
 
+// recheck makes a disk due again at a time, unless it is due sooner.
+func (c *Controller) recheck(key string, due time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.rechecks[key]; !ok || due.Before(at) {
+		c.rechecks[key] = due
+	}
+	if c.recheckAt.IsZero() || due.Before(c.recheckAt) {
+		c.recheckAt = due
+	}
+}
+
 // passChunk bounds the disks one pass judges. A full pass over a 10,000-disk
 // fleet held every disk's decoded DataVolume, record and assessment at once,
 // which made the process's peak memory (README, Scale); in chunks the rest
@@ -277,8 +289,7 @@ func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
 	}
 	for _, k := range keys {
 		if _, ok := c.judged[k]; !ok {
-			delete(c.progressWritten, k) // the disk is gone
-			delete(c.echoes, k)
+			c.writer.Forget(k) // the disk is gone
 			delete(c.heard, k)
 		}
 	}

@@ -24,11 +24,11 @@ func (c *Controller) Snapshot() *ledger.Snapshot {
 }
 
 func (c *Controller) setSnapshot(s *ledger.Snapshot) {
+	if s != nil {
+		s.Malformed = c.writer.Malformed()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s != nil {
-		s.Malformed = c.malformed.Snapshot()
-	}
 	c.snap = s
 }
 

@@ -268,7 +268,7 @@ func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 		if len(ev.Assessments) != 1 {
 			t.Fatalf("%d assessments, want 1", len(ev.Assessments))
 		}
-		if err := c.publish(ctx, ev.Assessments[0], inv); err != nil {
+		if err := c.writer.Publish(ctx, ev.Assessments[0], inv); err != nil {
 			t.Fatal(err)
 		}
 	}
