@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/evidence"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
@@ -27,14 +28,6 @@ const (
 	indexBySnapshot = "snapshotHandle"
 	// minPassInterval spaces verdict passes under a burst of object changes.
 	minPassInterval = time.Second
-	// flushInterval bounds how long evidence waits when no PV event comes.
-	flushInterval = 2 * time.Second
-	// finishRetry is the same at shutdown, when every PV counts;
-	// finishFresh is how recent the evidence a shutdown waits for is: a
-	// CreateVolume answered that long ago has its PV by now or will not
-	// get it from this replica's provisioner.
-	finishRetry = 100 * time.Millisecond
-	finishFresh = 30 * time.Second
 )
 
 // Controller is the cloner: every replica feeds it observations (Observe)
@@ -43,10 +36,8 @@ type Controller struct {
 	cfg     config.Config
 	clients config.Clients
 
-	obs     chan sidecar.Observation
-	dropped atomic.Int64
-	expired atomic.Int64
-	book    *fleet.EvidenceBook
+	// evidence is this replica's evidence loop.
+	evidence *evidence.Loop
 
 	started  atomic.Bool
 	coreSync []cache.InformerSynced
@@ -61,12 +52,7 @@ type Controller struct {
 	// predIn holds the clone-path prediction's informers (predict_inputs.go).
 	predIn atomic.Pointer[fleet.PredictionInputs]
 
-	wake  chan struct{} // a verdict pass is due
-	flush chan struct{} // an evidence flush is due
-	// finish carries FinishEvidence's request to the evidence loop, which
-	// sets evidenceRunning while it takes requests.
-	finish          chan finishRequest
-	evidenceRunning atomic.Bool
+	wake chan struct{} // a verdict pass is due
 
 	// writer sends the verdict writes and keeps what this process wrote.
 	writer *publish.Writer
@@ -116,13 +102,9 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	}
 	c := &Controller{
 		cfg: cfg, clients: clients,
-		obs:       make(chan sidecar.Observation, cfg.EvidenceQueue),
-		book:      fleet.NewEvidenceBook(cfg.EvidenceTTL),
 		dvReady:   make(chan struct{}),
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
 		wake:     make(chan struct{}, 1),
-		flush:    make(chan struct{}, 1),
-		finish:   make(chan finishRequest),
 		dirty:    map[string]bool{},
 		chunk:    passChunk,
 		judged:   map[string]ledger.JudgedDisk{},
@@ -131,19 +113,34 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 		heard:    map[string]verdict.HeardWords{},
 	}
 	c.writer = publish.NewWriter(clients.Kube, cfg.Clock, c.recheck)
+	c.evidence = evidence.New(clients.Kube, cfg.Clock, cfg.EvidenceQueue, cfg.EvidenceTTL,
+		evidence.Lookup{VolumeByHandle: c.pvByHandle, TargetClaim: c.targetClaim, ContentSource: c.contentSource})
 	return c, nil
 }
 
 // Observe takes one finished CSI call. It never blocks: when the queue is
 // full the observation is dropped and counted
 // (csi_clone_evidence_dropped_total).
-func (c *Controller) Observe(o sidecar.Observation) {
-	select {
-	case c.obs <- o:
-	default:
-		c.dropped.Add(1)
+func (c *Controller) Observe(o sidecar.Observation) { c.evidence.Observe(o) }
+
+// RunEvidence turns observations into annotations until ctx ends or
+// FinishEvidence asks it to persist what it holds and stop. Every replica
+// runs it: the CSI calls reach whichever replica's relay the active
+// csi-provisioner uses, not necessarily the leader's.
+func (c *Controller) RunEvidence(ctx context.Context) error {
+	if err := c.waitCore(ctx); err != nil {
+		return err
 	}
+	return c.evidence.Run(ctx)
 }
+
+// FinishEvidence is for shutdown, once nothing feeds Observe any more (the
+// relay has closed and handed over what its tap had queued): RunEvidence
+// applies every queued observation, writes the evidence onto the PVs,
+// waiting for the PVs the provisioner is still creating, and returns. It
+// waits at most until ctx ends and then says what was not written. The
+// informers must run until it returns.
+func (c *Controller) FinishEvidence(ctx context.Context) error { return c.evidence.Finish(ctx) }
 
 // Observes implements sidecar.MethodSelector: the evidence is made of the
 // calls whose fields the tap decodes; the rest need not be queued.

@@ -85,7 +85,7 @@ func (c *Controller) watchForVerdicts() {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
 			c.claimChanged(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
 		}
-		nudge(c.flush)
+		c.evidence.Nudge()
 	})
 	onEvent(c.scInf, func(any) { c.markFull() })
 }

@@ -19,7 +19,7 @@ func (c *Controller) Snapshot() *ledger.Snapshot {
 		cp := *c.snap
 		s = &cp
 	}
-	s.EvidenceDropped, s.EvidenceExpired = c.dropped.Load(), c.expired.Load()
+	s.EvidenceDropped, s.EvidenceExpired = c.evidence.Dropped(), c.evidence.Expired()
 	return s
 }
 
