@@ -19,6 +19,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/schedule"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -57,9 +58,8 @@ type Controller struct {
 	// writer sends the verdict writes and keeps what this process wrote.
 	writer *publish.Writer
 
-	mu        sync.Mutex
-	snap      *ledger.Snapshot
-	recheckAt time.Time // see evaluation.recheckAt
+	mu   sync.Mutex
+	snap *ledger.Snapshot
 
 	// ledger is the leader's copy of the ledger; only the goroutine running
 	// passes touches it.
@@ -73,13 +73,9 @@ type Controller struct {
 	// touches it.
 	writing *chunkWrites
 
-	// Incremental judging (incremental.go), under mu.
-	dirty    map[string]bool // DataVolume keys due for judging
-	fullDue  bool
-	chunk    int // disks judged per pass at most (passChunk)
-	judged   map[string]ledger.JudgedDisk
-	tally    *ledger.FleetTally   // judged, summed (tally.go)
-	rechecks map[string]time.Time // per disk, see assessment.recheckAt
+	// due is which disks are judged next and what each was last judged
+	// (incremental.go).
+	due *schedule.Queue
 	// heard holds CDI's Warning events on each disk stuck by age
 	// (cdiwords.go).
 	heard map[string]verdict.HeardWords
@@ -104,15 +100,11 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 		cfg: cfg, clients: clients,
 		dvReady:   make(chan struct{}),
 		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
-		wake:     make(chan struct{}, 1),
-		dirty:    map[string]bool{},
-		chunk:    passChunk,
-		judged:   map[string]ledger.JudgedDisk{},
-		tally:    ledger.NewFleetTally(),
-		rechecks: map[string]time.Time{},
-		heard:    map[string]verdict.HeardWords{},
+		wake:  make(chan struct{}, 1),
+		due:   schedule.New(passChunk),
+		heard: map[string]verdict.HeardWords{},
 	}
-	c.writer = publish.NewWriter(clients.Kube, cfg.Clock, c.recheck)
+	c.writer = publish.NewWriter(clients.Kube, cfg.Clock, c.due.Recheck)
 	c.evidence = evidence.New(clients.Kube, cfg.Clock, cfg.EvidenceQueue, cfg.EvidenceTTL,
 		evidence.Lookup{VolumeByHandle: c.pvByHandle, TargetClaim: c.targetClaim, ContentSource: c.contentSource})
 	return c, nil

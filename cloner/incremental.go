@@ -2,7 +2,6 @@ package cloner
 
 import (
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -150,32 +148,14 @@ func (c *Controller) dataVolumeChanged(obj any) {
 			keys = append(append(keys, users...), imports...)
 		}
 	}
-	c.mu.Lock()
-	for _, k := range keys {
-		c.dirty[k] = true
-	}
-	c.mu.Unlock()
+	c.due.Mark(keys...)
 	nudge(c.wake)
 }
 
 // markFull asks for a pass over every disk.
 func (c *Controller) markFull() {
-	c.mu.Lock()
-	c.fullDue = true
-	c.mu.Unlock()
+	c.due.MarkFull()
 	nudge(c.wake)
-}
-
-// recheck makes a disk due again at a time, unless it is due sooner.
-func (c *Controller) recheck(key string, due time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if at, ok := c.rechecks[key]; !ok || due.Before(at) {
-		c.rechecks[key] = due
-	}
-	if c.recheckAt.IsZero() || due.Before(c.recheckAt) {
-		c.recheckAt = due
-	}
 }
 
 // passChunk bounds the disks one pass judges. A full pass over a 10,000-disk
@@ -183,34 +163,6 @@ func (c *Controller) recheck(key string, due time.Time) {
 // which made the process's peak memory (README, Scale); in chunks the rest
 // stays due and the next pass follows at once.
 const passChunk = 1000
-
-// takeDue returns at most c.chunk DataVolume keys due for judging and
-// forgets them (a full pass makes every key due), whether a full pass began,
-// and whether keys are left due.
-func (c *Controller) takeDue(now time.Time) (keys []string, full, more bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, at := range c.rechecks {
-		if !at.After(now) {
-			c.dirty[k] = true
-			delete(c.rechecks, k)
-		}
-	}
-	full, c.fullDue = c.fullDue, false
-	if full {
-		for _, k := range (*c.dvInf.Load()).GetStore().ListKeys() {
-			c.dirty[k] = true
-		}
-	}
-	for k := range c.dirty {
-		if len(keys) == c.chunk {
-			break
-		}
-		keys = append(keys, k)
-		delete(c.dirty, k)
-	}
-	return keys, full, len(c.dirty) > 0
-}
 
 // storeInventory is the catalog and the given DataVolumes, joined through
 // the informers' stores.
@@ -256,48 +208,17 @@ func (c *Controller) dataVolumeLive(uid types.UID) bool {
 	return ok
 }
 
-// remember records what the pass judged of the given keys: a key judged
-// no longer (deleted, or no longer a worker disk) is forgotten.
+// remember records what the pass judged of the given keys and forgets
+// what this process kept of the disks gone.
 func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
+	gone := c.due.Remember(keys, ev)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, k := range keys {
-		if old, ok := c.judged[k]; ok {
-			c.tally.Add(old, -1)
-			delete(c.judged, k)
-		}
-		delete(c.rechecks, k)
+	for _, k := range gone {
+		delete(c.heard, k)
 	}
-	for _, a := range ev.Assessments {
-		d := a.Disk
-		k := d.Namespace + "/" + d.Name
-		j := ledger.JudgedDisk{Namespace: d.Namespace, Pool: d.Pool, Kind: d.Kind, GoldenRef: d.GoldenRef,
-			Flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, Verdict: a.Record.Verdict,
-			BadReasons: a.Record.BadReasons()}
-		if d.Kind == fleet.DiskClone {
-			j.Class = a.Record.Class
-		}
-		j.PredictionChecked, j.PredictionRight = verdict.CheckPrediction(a.Record)
-		if old, ok := c.judged[k]; ok {
-			c.tally.Add(old, -1) // judged twice in one pass
-		}
-		c.judged[k] = j
-		c.tally.Add(j, 1)
-		if !a.RecheckAt.IsZero() {
-			c.rechecks[k] = a.RecheckAt
-		}
-	}
-	for _, k := range keys {
-		if _, ok := c.judged[k]; !ok {
-			c.writer.Forget(k) // the disk is gone
-			delete(c.heard, k)
-		}
-	}
-	c.recheckAt = time.Time{}
-	for _, at := range c.rechecks {
-		if c.recheckAt.IsZero() || at.Before(c.recheckAt) {
-			c.recheckAt = at
-		}
+	c.mu.Unlock()
+	for _, k := range gone {
+		c.writer.Forget(k)
 	}
 }
 

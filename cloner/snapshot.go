@@ -2,7 +2,6 @@ package cloner
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -36,10 +35,7 @@ func (c *Controller) setSnapshot(s *ledger.Snapshot) {
 // ledger as last read or written.
 func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *ledger.Ledger) *ledger.Snapshot {
 	s := &ledger.Snapshot{Leader: true, Taken: c.cfg.Clock()}
-	c.mu.Lock()
-	c.tally.Fill(s)
-	cons := maps.Clone(c.tally.Consumers)
-	c.mu.Unlock()
+	cons := c.due.Tally(s)
 	for _, g := range inv.Goldens {
 		if !g.Trusted() {
 			continue // not a flavor anywhere: its consumers carry invalid-golden

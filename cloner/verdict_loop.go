@@ -85,7 +85,7 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		// claims and golden: never do it.
 		return false, errors.New("cloner: informers not synced yet")
 	}
-	keys, full, more := c.takeDue(c.cfg.Clock())
+	keys, full, more := c.due.Take(c.cfg.Clock(), (*c.dvInf.Load()).GetStore().ListKeys)
 	if !full && len(keys) == 0 && c.ledger != nil {
 		return more, c.awaitWrites()
 	}
@@ -204,19 +204,13 @@ func (c *Controller) redo(keys []string, full bool) {
 		c.markFull()
 		return
 	}
-	c.mu.Lock()
-	for _, k := range keys {
-		c.dirty[k] = true
-	}
-	c.mu.Unlock()
+	c.due.Mark(keys...)
 }
 
 // recheckTimer fires when the last pass said a verdict may change with no
 // object changing (an evidence grace ending); nil, never firing, otherwise.
 func (c *Controller) recheckTimer() <-chan time.Time {
-	c.mu.Lock()
-	at := c.recheckAt
-	c.mu.Unlock()
+	at := c.due.RecheckAt()
 	if at.IsZero() {
 		return nil
 	}

@@ -48,7 +48,7 @@ func chunkedFleetWith(t *testing.T, n, chunk int, gate func(name string)) (*fake
 		clients.Kube = gatedClaims{fc.kube, gate}
 	}
 	c := fc.controllerWith(t, t.Context(), clonertest.ConfigAt(clonertest.T0.Add(time.Hour)), clients)
-	c.chunk = chunk
+	c.due.SetChunk(chunk)
 	return fc, c
 }
 
@@ -234,10 +234,7 @@ func TestAFailedChunkWriteIsRetried(t *testing.T) {
 	if _, err := c.passDue(ctx); err == nil {
 		t.Fatal("the pass after a chunk whose writes failed reported no error")
 	}
-	c.mu.Lock()
-	full := c.fullDue
-	c.mu.Unlock()
-	if !full {
+	if !c.due.FullDue() {
 		t.Fatal("a full pass's failed chunk did not make the full pass due again")
 	}
 	_ = c.awaitWrites() // the second chunk's writes, failed too
