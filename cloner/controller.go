@@ -49,7 +49,7 @@ type Controller struct {
 	vscInf   atomic.Pointer[cache.SharedIndexInformer]
 	dvReady  chan struct{}
 	// claimUIDs and dataVolumeUIDs find a PVC and a DataVolume by UID.
-	claimUIDs, dataVolumeUIDs *uidKeys
+	claimUIDs, dataVolumeUIDs *fleet.UIDKeys
 	// predIn holds the clone-path prediction's informers (predict_inputs.go).
 	predIn atomic.Pointer[fleet.PredictionInputs]
 
@@ -99,7 +99,7 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	c := &Controller{
 		cfg: cfg, clients: clients,
 		dvReady:   make(chan struct{}),
-		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
+		claimUIDs: fleet.NewUIDKeys(), dataVolumeUIDs: fleet.NewUIDKeys(),
 		wake:  make(chan struct{}, 1),
 		due:   schedule.New(passChunk),
 		heard: map[string]verdict.HeardWords{},
@@ -160,7 +160,7 @@ func (c *Controller) Start(ctx context.Context) {
 	must(c.pvcInf.SetTransform(record.CacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
 	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespace)))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: fleet.PvHandleIndex}))
-	c.claimUIDs.track(c.pvcInf)
+	must(c.claimUIDs.Track(c.pvcInf))
 	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
 	f.Start(ctx.Done())
@@ -197,9 +197,9 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 		if c.dvInf.Load() == nil && c.served(fleet.DataVolumeGVR) {
 			inf := f.ForResource(fleet.DataVolumeGVR).Informer()
 			must(inf.SetTransform(fleet.CacheDataVolume))
-			must(inf.AddIndexers(c.dataVolumeIndexers()))
+			must(inf.AddIndexers(fleet.DataVolumeIndexers(c.cfg.GoldenNamespace)))
 			onEvent(inf, c.dataVolumeChanged)
-			c.dataVolumeUIDs.track(inf)
+			must(c.dataVolumeUIDs.Track(inf))
 			_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { c.dataVolumesDeleted.Store(true) }})
 			must(err)
 			f.Start(ctx.Done())

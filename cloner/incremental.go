@@ -14,63 +14,12 @@ import (
 )
 
 // Incremental judging: an object change re-judges only the worker disks it
-// touches. The informers' events name the DataVolumes that are due (dirty);
-// a pass judges those against the catalog and the stores, and keeps what
-// each disk was judged (judged) so the metrics need no pass over the fleet.
+// touches. The informers' events, joined through fleet.DataVolumeIndexers,
+// name the DataVolumes that are due (c.due); a pass judges those against
+// the catalog and the stores, and c.due keeps what each disk was judged so
+// the metrics need no pass over the fleet.
 // A full pass runs at the start of a leadership term, when a StorageClass
 // changes, and every --resync-period as a safety net.
-
-const (
-	indexByClaim  = "claim"  // DataVolume by the namespace/name of its PVC
-	indexByGolden = "golden" // worker DataVolume by the golden it names
-	indexByFlavor = "flavor" // HTTP-import DataVolume by its Factory flavor
-)
-
-// dataVolumeIndexers index the DataVolume cache for the joins from a
-// changed PVC, PV or golden back to the disks it touches.
-func (c *Controller) dataVolumeIndexers() cache.Indexers {
-	one := func(f func(*fleet.CachedDataVolume) string) cache.IndexFunc {
-		return func(obj any) ([]string, error) {
-			if dv, ok := obj.(*fleet.CachedDataVolume); ok && dv.ReadErr == "" {
-				if k := f(dv); k != "" {
-					return []string{k}, nil
-				}
-			}
-			return nil, nil
-		}
-	}
-	return cache.Indexers{
-		// Sparse: CDI names a DataVolume's PVC after it, and a store
-		// lookup finds those; only the others are indexed (dataVolumesOf).
-		indexByClaim: one(func(dv *fleet.CachedDataVolume) string {
-			if claim := fleet.ClaimName(&dv.DataVolume); claim != dv.Name {
-				return dv.Namespace + "/" + claim
-			}
-			return ""
-		}),
-		indexByGolden: one(func(dv *fleet.CachedDataVolume) string {
-			if src := dv.Spec.Source; src != nil && src.PVC != nil {
-				ns := src.PVC.Namespace
-				if ns == "" {
-					ns = dv.Namespace
-				}
-				return ns + "/" + src.PVC.Name
-			}
-			if ann := dv.Annotations[fleet.AnnGolden]; ann != "" {
-				return fleet.GoldenAnnotationRef(ann, c.cfg.GoldenNamespace).String()
-			}
-			return ""
-		}),
-		indexByFlavor: one(func(dv *fleet.CachedDataVolume) string {
-			if src := dv.Spec.Source; src != nil && src.HTTP != nil {
-				if f, ok := fleet.FactoryFlavor(src.HTTP.URL); ok {
-					return f.Key()
-				}
-			}
-			return ""
-		}),
-	}
-}
 
 // watchForVerdicts turns the informers' events into dirty disks.
 func (c *Controller) watchForVerdicts() {
@@ -99,22 +48,9 @@ func (c *Controller) claimChanged(key string) {
 	if target, ok := c.cloneTarget(key); ok {
 		key = target
 	}
-	for _, o := range dataVolumesOf((*p).GetIndexer(), key) {
+	for _, o := range fleet.DataVolumesOf((*p).GetIndexer(), key) {
 		c.dataVolumeChanged(o)
 	}
-}
-
-// dataVolumesOf returns the readable DataVolumes whose PVC is the claim
-// key: the one of the same name, unless its PVC is another, and those the
-// sparse claim index holds.
-func dataVolumesOf(idx cache.Indexer, key string) []any {
-	objs, _ := idx.ByIndex(indexByClaim, key)
-	if o, ok, _ := idx.GetByKey(key); ok {
-		if dv := o.(*fleet.CachedDataVolume); dv.ReadErr == "" && fleet.ClaimName(&dv.DataVolume) == dv.Name {
-			objs = append(objs, o)
-		}
-	}
-	return objs
 }
 
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
@@ -124,7 +60,7 @@ func (c *Controller) cloneTarget(key string) (string, bool) {
 	if !ok || uid == "" {
 		return "", false
 	}
-	ref, ok := c.claimUIDs.get(types.UID(uid))
+	ref, ok := c.claimUIDs.Get(types.UID(uid))
 	if !ok {
 		return "", false
 	}
@@ -142,9 +78,9 @@ func (c *Controller) dataVolumeChanged(obj any) {
 	if m.GetNamespace() == c.cfg.GoldenNamespace {
 		if p := c.dvInf.Load(); p != nil {
 			idx := (*p).GetIndexer()
-			users, _ := idx.IndexKeys(indexByGolden, keys[0])
+			users, _ := idx.IndexKeys(fleet.IndexByGolden, keys[0])
 			f, _ := fleet.GoldenFlavor(m.GetName(), m.GetAnnotations())
-			imports, _ := idx.IndexKeys(indexByFlavor, f.Key())
+			imports, _ := idx.IndexKeys(fleet.IndexByFlavor, f.Key())
 			keys = append(append(keys, users...), imports...)
 		}
 	}
@@ -204,7 +140,7 @@ func (c *Controller) volume(name string) *corev1.PersistentVolume {
 
 // dataVolumeLive reports whether the cache holds a DataVolume of that UID.
 func (c *Controller) dataVolumeLive(uid types.UID) bool {
-	_, ok := c.dataVolumeUIDs.get(uid)
+	_, ok := c.dataVolumeUIDs.Get(uid)
 	return ok
 }
 

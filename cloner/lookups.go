@@ -26,7 +26,7 @@ func (c *Controller) pvByHandle(handle string) *corev1.PersistentVolume {
 func (c *Controller) targetClaim(claim string) *corev1.PersistentVolumeClaim {
 	uid, ref := fleet.TargetOfClaim(claim)
 	if uid != "" {
-		ref, ok := c.claimUIDs.get(uid)
+		ref, ok := c.claimUIDs.Get(uid)
 		if pvc := c.claim(ref); ok && pvc != nil && pvc.UID == uid {
 			return pvc
 		}
