@@ -58,6 +58,7 @@ type Controller struct {
 	// writer sends the verdict writes and keeps what this process wrote.
 	writer *publish.Writer
 
+	// mu guards snap and heard; the other state has its own owner.
 	mu   sync.Mutex
 	snap *ledger.Snapshot
 
@@ -77,7 +78,7 @@ type Controller struct {
 	// (incremental.go).
 	due *schedule.Queue
 	// heard holds CDI's Warning events on each disk stuck by age
-	// (cdiwords.go).
+	// (hearing.go), under mu.
 	heard map[string]verdict.HeardWords
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
