@@ -72,7 +72,7 @@ type Controller struct {
 	// writing is the chunk whose verdict writes are still going while the
 	// next chunk is judged (writeBehind); only the goroutine running passes
 	// touches it.
-	writing *chunkWrites
+	writing *publish.Chunk
 
 	// due is which disks are judged next and what each was last judged
 	// (incremental.go).

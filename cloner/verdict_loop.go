@@ -13,6 +13,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -153,13 +154,6 @@ func firstKey(keys []string) string {
 	return keys[0]
 }
 
-// chunkWrites is one chunk's verdict writes in flight.
-type chunkWrites struct {
-	keys []string
-	full bool
-	done chan error
-}
-
 // writeBehind starts writing a chunk's records and returns once the chunks
 // before it are written, so the loop judges the next chunk while this one
 // is written. Judged one after the other, each chunk's judging left the
@@ -170,8 +164,7 @@ type chunkWrites struct {
 // once: the one being written and the one being judged, or, while this
 // waits, the one it started and the tail of the one before.
 func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []verdict.Assessment, inv *fleet.Inventory) error {
-	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
-	go func() { w.done <- c.writer.PublishAll(ctx, as, inv) }()
+	w := c.writer.Start(ctx, keys, full, as, inv)
 	before := c.writing
 	c.writing = w
 	return c.settle(before)
@@ -187,13 +180,13 @@ func (c *Controller) awaitWrites() error {
 
 // settle waits for one chunk's writes, if any, and makes its disks due
 // again if they failed.
-func (c *Controller) settle(w *chunkWrites) error {
+func (c *Controller) settle(w *publish.Chunk) error {
 	if w == nil {
 		return nil
 	}
-	err := <-w.done
+	err := w.Wait()
 	if err != nil {
-		c.redo(w.keys, w.full)
+		c.redo(w.Keys, w.Full)
 	}
 	return err
 }

@@ -191,7 +191,7 @@ func TestTheNextChunksWritesFillTheLastChunksTail(t *testing.T) {
 	if r := <-passAsync(ctx, c); r.err != nil || !r.more {
 		t.Fatalf("first chunk: more %v, err %v", r.more, r.err)
 	}
-	for _, k := range c.writing.keys {
+	for _, k := range c.writing.Keys {
 		_, name, _ := strings.Cut(k, "/") // the claim is named as its DataVolume
 		first[name] = true
 	}

@@ -71,11 +71,31 @@ func (w *Writer) Malformed() map[string]int64 {
 // limit, not this, bounds the load.
 const publishWriters = 32
 
-// PublishAll persists the pass's records, the bad and the never written
+// Chunk is one chunk's verdict writes in flight: the DataVolume keys it
+// judged and whether it was part of a full pass, for redoing it if a write
+// failed.
+type Chunk struct {
+	Keys []string
+	Full bool
+	done chan error
+}
+
+// Start writes a chunk's records (publishAll) and returns at once.
+func (w *Writer) Start(ctx context.Context, keys []string, full bool, as []verdict.Assessment, inv *fleet.Inventory) *Chunk {
+	ch := &Chunk{Keys: keys, Full: full, done: make(chan error, 1)}
+	go func() { ch.done <- w.publishAll(ctx, as, inv) }()
+	return ch
+}
+
+// Wait waits for the chunk's writes; an error is the first write's that
+// failed.
+func (ch *Chunk) Wait() error { return <-ch.done }
+
+// publishAll persists the pass's records, the bad and the never written
 // first (an upgrade that changes every record must not make a bad disk wait
 // behind thousands of good ones), each write holding one of the shared
 // writer slots.
-func (w *Writer) PublishAll(ctx context.Context, as []verdict.Assessment, inv *fleet.Inventory) error {
+func (w *Writer) publishAll(ctx context.Context, as []verdict.Assessment, inv *fleet.Inventory) error {
 	work := make(chan verdict.Assessment)
 	errs := make(chan error, publishWriters)
 	var wg sync.WaitGroup
