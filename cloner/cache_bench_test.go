@@ -103,9 +103,9 @@ func mustMarshal(b *testing.B, m interface{ Marshal() ([]byte, error) }) []byte 
 // hold.
 func cachedBytes(b *testing.B, wire []wireDisk) float64 {
 	c := &Controller{cfg: clonertest.TestConfig()}
-	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, c.dataVolumeIndexers())
+	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, fleet.DataVolumeIndexers(c.cfg.GoldenNamespace))
 	pvcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	claimUIDs, dataVolumeUIDs := newUIDKeys(), newUIDKeys()
+	claimUIDs, dataVolumeUIDs := fleet.NewUIDKeys(), fleet.NewUIDKeys()
 	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexByHandle: fleet.PvHandleIndex})
 	before := liveHeap()
 	for _, d := range wire {
@@ -123,13 +123,13 @@ func cachedBytes(b *testing.B, wire []wireDisk) float64 {
 		cachedDV, cachedPVC := mustTransform(fleet.CacheDataVolume(u)), mustTransform(record.CacheClaim(pvc))
 		mustAdd(b, dvs, cachedDV)
 		mustAdd(b, pvcs, cachedPVC)
-		dataVolumeUIDs.set(cachedDV, true)
-		claimUIDs.set(cachedPVC, true)
+		dataVolumeUIDs.Set(cachedDV, true)
+		claimUIDs.Set(cachedPVC, true)
 		mustAdd(b, pvs, mustTransform(fleet.CacheVolume(pv)))
 	}
 	held := liveHeap() - before
 	runtime.KeepAlive([]cache.Indexer{dvs, pvcs, pvs})
-	runtime.KeepAlive([]*uidKeys{claimUIDs, dataVolumeUIDs})
+	runtime.KeepAlive([]*fleet.UIDKeys{claimUIDs, dataVolumeUIDs})
 	return held
 }
 

@@ -14,10 +14,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/evidence"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/schedule"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -27,14 +29,6 @@ const (
 	indexBySnapshot = "snapshotHandle"
 	// minPassInterval spaces verdict passes under a burst of object changes.
 	minPassInterval = time.Second
-	// flushInterval bounds how long evidence waits when no PV event comes.
-	flushInterval = 2 * time.Second
-	// finishRetry is the same at shutdown, when every PV counts;
-	// finishFresh is how recent the evidence a shutdown waits for is: a
-	// CreateVolume answered that long ago has its PV by now or will not
-	// get it from this replica's provisioner.
-	finishRetry = 100 * time.Millisecond
-	finishFresh = 30 * time.Second
 )
 
 // Controller is the cloner: every replica feeds it observations (Observe)
@@ -43,10 +37,8 @@ type Controller struct {
 	cfg     config.Config
 	clients config.Clients
 
-	obs     chan sidecar.Observation
-	dropped atomic.Int64
-	expired atomic.Int64
-	book    *fleet.EvidenceBook
+	// evidence is this replica's evidence loop.
+	evidence *evidence.Loop
 
 	started  atomic.Bool
 	coreSync []cache.InformerSynced
@@ -57,22 +49,18 @@ type Controller struct {
 	vscInf   atomic.Pointer[cache.SharedIndexInformer]
 	dvReady  chan struct{}
 	// claimUIDs and dataVolumeUIDs find a PVC and a DataVolume by UID.
-	claimUIDs, dataVolumeUIDs *uidKeys
+	claimUIDs, dataVolumeUIDs *fleet.UIDKeys
 	// predIn holds the clone-path prediction's informers (predict_inputs.go).
 	predIn atomic.Pointer[fleet.PredictionInputs]
 
-	wake  chan struct{} // a verdict pass is due
-	flush chan struct{} // an evidence flush is due
-	// finish carries FinishEvidence's request to the evidence loop, which
-	// sets evidenceRunning while it takes requests.
-	finish          chan finishRequest
-	evidenceRunning atomic.Bool
+	wake chan struct{} // a verdict pass is due
 
-	mu        sync.Mutex
-	snap      *ledger.Snapshot
-	malformed *publish.MalformedTracker
-	emitted   map[string]bool // event keys emitted by this process
-	recheckAt time.Time       // see evaluation.recheckAt
+	// writer sends the verdict writes and keeps what this process wrote.
+	writer *publish.Writer
+
+	// mu guards snap and heard; the other state has its own owner.
+	mu   sync.Mutex
+	snap *ledger.Snapshot
 
 	// ledger is the leader's copy of the ledger; only the goroutine running
 	// passes touches it.
@@ -83,26 +71,14 @@ type Controller struct {
 	heldPrune bool
 	// writing is the chunk whose verdict writes are still going while the
 	// next chunk is judged (writeBehind); only the goroutine running passes
-	// touches it. writeSlots bounds the writes of every chunk in flight
-	// together (publishWriters).
-	writing    *chunkWrites
-	writeSlots chan struct{}
+	// touches it.
+	writing *publish.Chunk
 
-	// Incremental judging (incremental.go), under mu.
-	dirty    map[string]bool // DataVolume keys due for judging
-	fullDue  bool
-	chunk    int // disks judged per pass at most (passChunk)
-	judged   map[string]ledger.JudgedDisk
-	tally    *ledger.FleetTally   // judged, summed (tally.go)
-	rechecks map[string]time.Time // per disk, see assessment.recheckAt
-	// progressWritten is when each pending disk's record was last written
-	// (progress.go).
-	progressWritten map[string]time.Time
-	// echoes are the records written whose echo the claim cache has not
-	// shown yet (echo.go).
-	echoes map[string]publish.PendingEcho
+	// due is which disks are judged next and what each was last judged
+	// (incremental.go).
+	due *schedule.Queue
 	// heard holds CDI's Warning events on each disk stuck by age
-	// (cdiwords.go).
+	// (hearing.go), under mu.
 	heard map[string]verdict.HeardWords
 	// judgedCount counts disk judgements, for tests of how much a change costs.
 	judgedCount atomic.Int64
@@ -121,39 +97,43 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	if err := clients.Validate(); err != nil {
 		return nil, err
 	}
-	return &Controller{
+	c := &Controller{
 		cfg: cfg, clients: clients,
-		obs:       make(chan sidecar.Observation, cfg.EvidenceQueue),
-		book:      fleet.NewEvidenceBook(cfg.EvidenceTTL),
 		dvReady:   make(chan struct{}),
-		claimUIDs: newUIDKeys(), dataVolumeUIDs: newUIDKeys(),
-		wake:            make(chan struct{}, 1),
-		flush:           make(chan struct{}, 1),
-		finish:          make(chan finishRequest),
-		malformed:       publish.NewMalformedTracker(),
-		emitted:         map[string]bool{},
-		dirty:           map[string]bool{},
-		chunk:           passChunk,
-		writeSlots:      make(chan struct{}, publishWriters),
-		judged:          map[string]ledger.JudgedDisk{},
-		tally:           ledger.NewFleetTally(),
-		rechecks:        map[string]time.Time{},
-		progressWritten: map[string]time.Time{},
-		echoes:          map[string]publish.PendingEcho{},
-		heard:           map[string]verdict.HeardWords{},
-	}, nil
+		claimUIDs: fleet.NewUIDKeys(), dataVolumeUIDs: fleet.NewUIDKeys(),
+		wake:  make(chan struct{}, 1),
+		due:   schedule.New(passChunk),
+		heard: map[string]verdict.HeardWords{},
+	}
+	c.writer = publish.NewWriter(clients.Kube, cfg.Clock, c.due.Recheck)
+	c.evidence = evidence.New(clients.Kube, cfg.Clock, cfg.EvidenceQueue, cfg.EvidenceTTL,
+		evidence.Lookup{VolumeByHandle: c.pvByHandle, TargetClaim: c.targetClaim, ContentSource: c.contentSource})
+	return c, nil
 }
 
 // Observe takes one finished CSI call. It never blocks: when the queue is
 // full the observation is dropped and counted
 // (csi_clone_evidence_dropped_total).
-func (c *Controller) Observe(o sidecar.Observation) {
-	select {
-	case c.obs <- o:
-	default:
-		c.dropped.Add(1)
+func (c *Controller) Observe(o sidecar.Observation) { c.evidence.Observe(o) }
+
+// RunEvidence turns observations into annotations until ctx ends or
+// FinishEvidence asks it to persist what it holds and stop. Every replica
+// runs it: the CSI calls reach whichever replica's relay the active
+// csi-provisioner uses, not necessarily the leader's.
+func (c *Controller) RunEvidence(ctx context.Context) error {
+	if err := c.waitCore(ctx); err != nil {
+		return err
 	}
+	return c.evidence.Run(ctx)
 }
+
+// FinishEvidence is for shutdown, once nothing feeds Observe any more (the
+// relay has closed and handed over what its tap had queued): RunEvidence
+// applies every queued observation, writes the evidence onto the PVs,
+// waiting for the PVs the provisioner is still creating, and returns. It
+// waits at most until ctx ends and then says what was not written. The
+// informers must run until it returns.
+func (c *Controller) FinishEvidence(ctx context.Context) error { return c.evidence.Finish(ctx) }
 
 // Observes implements sidecar.MethodSelector: the evidence is made of the
 // calls whose fields the tap decodes; the rest need not be queued.
@@ -181,7 +161,7 @@ func (c *Controller) Start(ctx context.Context) {
 	must(c.pvcInf.SetTransform(record.CacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
 	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespace)))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: fleet.PvHandleIndex}))
-	c.claimUIDs.track(c.pvcInf)
+	must(c.claimUIDs.Track(c.pvcInf))
 	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}
 	f.Start(ctx.Done())
@@ -218,9 +198,9 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 		if c.dvInf.Load() == nil && c.served(fleet.DataVolumeGVR) {
 			inf := f.ForResource(fleet.DataVolumeGVR).Informer()
 			must(inf.SetTransform(fleet.CacheDataVolume))
-			must(inf.AddIndexers(c.dataVolumeIndexers()))
+			must(inf.AddIndexers(fleet.DataVolumeIndexers(c.cfg.GoldenNamespace)))
 			onEvent(inf, c.dataVolumeChanged)
-			c.dataVolumeUIDs.track(inf)
+			must(c.dataVolumeUIDs.Track(inf))
 			_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { c.dataVolumesDeleted.Store(true) }})
 			must(err)
 			f.Start(ctx.Done())

@@ -22,6 +22,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
+	"github.com/cozystack/csi-clone-sidecar/cloner/schedule"
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
@@ -273,7 +274,7 @@ func TestUntrustedGoldenIsNotAFlavorAnywhere(t *testing.T) {
 	if r.SchematicID != "" || r.Version != "" || !clonertest.ReasonsOf(r)[record.ReasonInvalidGolden] || r.Golden != config.DefaultGoldenNamespace+"/"+g.Name {
 		t.Fatalf("record %+v: the disk must name the golden but carry no flavor", r)
 	}
-	c := &Controller{cfg: clonertest.TestConfig(), judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: clonertest.TestConfig(), due: schedule.New(passChunk)}
 	c.remember(nil, ev)
 	if s := c.buildSnapshot(ev.Inv, ledger.NewLedger()); len(s.Goldens) != 0 || len(s.Disks) != 1 || !s.Disks[0].Flavor.IsZero() {
 		t.Fatalf("snapshot goldens %+v disks %+v: an untrusted golden is not a flavor", s.Goldens, s.Disks)

@@ -13,6 +13,8 @@
 //     that decides; pure)
 //   - record   the persisted Record and its digest
 //   - ledger   counters that survive restarts and replicas, the running tally
-//   - publish  what a write is made of and when it is due
+//   - publish  the verdict writes: what a write is made of and when it is due
+//   - schedule which disks are judged next and what each was last judged
+//   - evidence each replica's loop from the tap's calls to annotations
 //   - report   the `report` subcommand
 package cloner

@@ -161,7 +161,7 @@ func TestMalformedObjectsAreReportedNeverFatal(t *testing.T) {
 	if r := fc.record(t, "tenant-a", "good"); r.Verdict != record.VerdictCSIClone || r.Source != record.SourceCDI {
 		t.Fatalf("the readable disk must still be judged (from CDI, its evidence being unreadable): %+v", r)
 	}
-	if n := countReason(fc.warnings(t), "broken", ReasonMalformedObject); n != 1 {
+	if n := countReason(fc.warnings(t), "broken", publish.ReasonMalformedObject); n != 1 {
 		t.Fatalf("%d MalformedObject events on the broken DataVolume, want 1", n)
 	}
 	m := c.Snapshot().Malformed

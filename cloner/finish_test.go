@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/evidence"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 )
 
@@ -30,7 +31,7 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 	}
 	loop := make(chan error, 1)
 	go func() { loop <- c.RunEvidence(ctx) }()
-	eventually(t, "evidence loop running", c.evidenceRunning.Load)
+	eventually(t, "evidence loop running", c.evidence.Running)
 
 	c.Observe(createVolume("pvc-late", "ns/late", "", clonertest.Gi, "vol-late", now))
 	finished := make(chan error, 1)
@@ -60,7 +61,7 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 	// A second run: the PV never comes, FinishEvidence gives up at its
 	// deadline and says what was left.
 	go func() { loop <- c.RunEvidence(ctx) }()
-	eventually(t, "evidence loop running again", c.evidenceRunning.Load)
+	eventually(t, "evidence loop running again", c.evidence.Running)
 	c.Observe(createVolume("pvc-never", "ns/never", "", clonertest.Gi, "vol-never", now.Add(-time.Second)))
 	fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer fcancel()
@@ -70,7 +71,7 @@ func TestFinishEvidenceWaitsForThePVs(t *testing.T) {
 }
 
 // TestFinishEvidenceDoesNotWaitForStaleEvidence: evidence that has waited
-// for its PV longer than finishFresh will not get it from this replica's
+// for its PV longer than FinishFresh will not get it from this replica's
 // provisioner now; it does not hold the shutdown up.
 func TestFinishEvidenceDoesNotWaitForStaleEvidence(t *testing.T) {
 	fc := newFakeCluster(t, &clonertest.World{})
@@ -81,15 +82,15 @@ func TestFinishEvidenceDoesNotWaitForStaleEvidence(t *testing.T) {
 	cfg.Now = clonertest.NewClock(now).Now
 	c := fc.controller(t, ctx, cfg)
 	go func() { _ = c.RunEvidence(ctx) }()
-	eventually(t, "evidence loop running", c.evidenceRunning.Load)
-	// Observed (End = at + 1s) just over finishFresh ago.
-	c.Observe(createVolume("pvc-stale", "ns/stale", "", clonertest.Gi, "vol-stale", now.Add(-finishFresh-2*time.Second)))
+	eventually(t, "evidence loop running", c.evidence.Running)
+	// Observed (End = at + 1s) just over FinishFresh ago.
+	c.Observe(createVolume("pvc-stale", "ns/stale", "", clonertest.Gi, "vol-stale", now.Add(-evidence.FinishFresh-2*time.Second)))
 	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer fcancel()
 	if err := c.FinishEvidence(fctx); err != nil {
 		t.Fatalf("FinishEvidence with only stale evidence waiting = %v; want nil at once", err)
 	}
-	if n := c.book.VolumesSeenSince(time.Time{}); n != 1 {
+	if n := c.evidence.VolumesWaiting(); n != 1 {
 		t.Fatalf("volumes waiting for a PV after the finish: %d, want the stale one kept (1)", n)
 	}
 }

@@ -2,7 +2,6 @@ package cloner
 
 import (
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -11,68 +10,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // Incremental judging: an object change re-judges only the worker disks it
-// touches. The informers' events name the DataVolumes that are due (dirty);
-// a pass judges those against the catalog and the stores, and keeps what
-// each disk was judged (judged) so the metrics need no pass over the fleet.
+// touches. The informers' events, joined through fleet.DataVolumeIndexers,
+// name the DataVolumes that are due (c.due); a pass judges those against
+// the catalog and the stores, and c.due keeps what each disk was judged so
+// the metrics need no pass over the fleet.
 // A full pass runs at the start of a leadership term, when a StorageClass
 // changes, and every --resync-period as a safety net.
-
-const (
-	indexByClaim  = "claim"  // DataVolume by the namespace/name of its PVC
-	indexByGolden = "golden" // worker DataVolume by the golden it names
-	indexByFlavor = "flavor" // HTTP-import DataVolume by its Factory flavor
-)
-
-// dataVolumeIndexers index the DataVolume cache for the joins from a
-// changed PVC, PV or golden back to the disks it touches.
-func (c *Controller) dataVolumeIndexers() cache.Indexers {
-	one := func(f func(*fleet.CachedDataVolume) string) cache.IndexFunc {
-		return func(obj any) ([]string, error) {
-			if dv, ok := obj.(*fleet.CachedDataVolume); ok && dv.ReadErr == "" {
-				if k := f(dv); k != "" {
-					return []string{k}, nil
-				}
-			}
-			return nil, nil
-		}
-	}
-	return cache.Indexers{
-		// Sparse: CDI names a DataVolume's PVC after it, and a store
-		// lookup finds those; only the others are indexed (dataVolumesOf).
-		indexByClaim: one(func(dv *fleet.CachedDataVolume) string {
-			if claim := fleet.ClaimName(&dv.DataVolume); claim != dv.Name {
-				return dv.Namespace + "/" + claim
-			}
-			return ""
-		}),
-		indexByGolden: one(func(dv *fleet.CachedDataVolume) string {
-			if src := dv.Spec.Source; src != nil && src.PVC != nil {
-				ns := src.PVC.Namespace
-				if ns == "" {
-					ns = dv.Namespace
-				}
-				return ns + "/" + src.PVC.Name
-			}
-			if ann := dv.Annotations[fleet.AnnGolden]; ann != "" {
-				return fleet.GoldenAnnotationRef(ann, c.cfg.GoldenNamespace).String()
-			}
-			return ""
-		}),
-		indexByFlavor: one(func(dv *fleet.CachedDataVolume) string {
-			if src := dv.Spec.Source; src != nil && src.HTTP != nil {
-				if f, ok := fleet.FactoryFlavor(src.HTTP.URL); ok {
-					return f.Key()
-				}
-			}
-			return ""
-		}),
-	}
-}
 
 // watchForVerdicts turns the informers' events into dirty disks.
 func (c *Controller) watchForVerdicts() {
@@ -85,7 +32,7 @@ func (c *Controller) watchForVerdicts() {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
 			c.claimChanged(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
 		}
-		nudge(c.flush)
+		c.evidence.Nudge()
 	})
 	onEvent(c.scInf, func(any) { c.markFull() })
 }
@@ -101,22 +48,9 @@ func (c *Controller) claimChanged(key string) {
 	if target, ok := c.cloneTarget(key); ok {
 		key = target
 	}
-	for _, o := range dataVolumesOf((*p).GetIndexer(), key) {
+	for _, o := range fleet.DataVolumesOf((*p).GetIndexer(), key) {
 		c.dataVolumeChanged(o)
 	}
-}
-
-// dataVolumesOf returns the readable DataVolumes whose PVC is the claim
-// key: the one of the same name, unless its PVC is another, and those the
-// sparse claim index holds.
-func dataVolumesOf(idx cache.Indexer, key string) []any {
-	objs, _ := idx.ByIndex(indexByClaim, key)
-	if o, ok, _ := idx.GetByKey(key); ok {
-		if dv := o.(*fleet.CachedDataVolume); dv.ReadErr == "" && fleet.ClaimName(&dv.DataVolume) == dv.Name {
-			objs = append(objs, o)
-		}
-	}
-	return objs
 }
 
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
@@ -126,7 +60,7 @@ func (c *Controller) cloneTarget(key string) (string, bool) {
 	if !ok || uid == "" {
 		return "", false
 	}
-	ref, ok := c.claimUIDs.get(types.UID(uid))
+	ref, ok := c.claimUIDs.Get(types.UID(uid))
 	if !ok {
 		return "", false
 	}
@@ -144,25 +78,19 @@ func (c *Controller) dataVolumeChanged(obj any) {
 	if m.GetNamespace() == c.cfg.GoldenNamespace {
 		if p := c.dvInf.Load(); p != nil {
 			idx := (*p).GetIndexer()
-			users, _ := idx.IndexKeys(indexByGolden, keys[0])
+			users, _ := idx.IndexKeys(fleet.IndexByGolden, keys[0])
 			f, _ := fleet.GoldenFlavor(m.GetName(), m.GetAnnotations())
-			imports, _ := idx.IndexKeys(indexByFlavor, f.Key())
+			imports, _ := idx.IndexKeys(fleet.IndexByFlavor, f.Key())
 			keys = append(append(keys, users...), imports...)
 		}
 	}
-	c.mu.Lock()
-	for _, k := range keys {
-		c.dirty[k] = true
-	}
-	c.mu.Unlock()
+	c.due.Mark(keys...)
 	nudge(c.wake)
 }
 
 // markFull asks for a pass over every disk.
 func (c *Controller) markFull() {
-	c.mu.Lock()
-	c.fullDue = true
-	c.mu.Unlock()
+	c.due.MarkFull()
 	nudge(c.wake)
 }
 
@@ -171,34 +99,6 @@ func (c *Controller) markFull() {
 // which made the process's peak memory (README, Scale); in chunks the rest
 // stays due and the next pass follows at once.
 const passChunk = 1000
-
-// takeDue returns at most c.chunk DataVolume keys due for judging and
-// forgets them (a full pass makes every key due), whether a full pass began,
-// and whether keys are left due.
-func (c *Controller) takeDue(now time.Time) (keys []string, full, more bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, at := range c.rechecks {
-		if !at.After(now) {
-			c.dirty[k] = true
-			delete(c.rechecks, k)
-		}
-	}
-	full, c.fullDue = c.fullDue, false
-	if full {
-		for _, k := range (*c.dvInf.Load()).GetStore().ListKeys() {
-			c.dirty[k] = true
-		}
-	}
-	for k := range c.dirty {
-		if len(keys) == c.chunk {
-			break
-		}
-		keys = append(keys, k)
-		delete(c.dirty, k)
-	}
-	return keys, full, len(c.dirty) > 0
-}
 
 // storeInventory is the catalog and the given DataVolumes, joined through
 // the informers' stores.
@@ -240,53 +140,21 @@ func (c *Controller) volume(name string) *corev1.PersistentVolume {
 
 // dataVolumeLive reports whether the cache holds a DataVolume of that UID.
 func (c *Controller) dataVolumeLive(uid types.UID) bool {
-	_, ok := c.dataVolumeUIDs.get(uid)
+	_, ok := c.dataVolumeUIDs.Get(uid)
 	return ok
 }
 
-// remember records what the pass judged of the given keys: a key judged
-// no longer (deleted, or no longer a worker disk) is forgotten.
+// remember records what the pass judged of the given keys and forgets
+// what this process kept of the disks gone.
 func (c *Controller) remember(keys []string, ev *verdict.Evaluation) {
+	gone := c.due.Remember(keys, ev)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, k := range keys {
-		if old, ok := c.judged[k]; ok {
-			c.tally.Add(old, -1)
-			delete(c.judged, k)
-		}
-		delete(c.rechecks, k)
+	for _, k := range gone {
+		delete(c.heard, k)
 	}
-	for _, a := range ev.Assessments {
-		d := a.Disk
-		k := d.Namespace + "/" + d.Name
-		j := ledger.JudgedDisk{Namespace: d.Namespace, Pool: d.Pool, Kind: d.Kind, GoldenRef: d.GoldenRef,
-			Flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, Verdict: a.Record.Verdict,
-			BadReasons: a.Record.BadReasons()}
-		if d.Kind == fleet.DiskClone {
-			j.Class = a.Record.Class
-		}
-		j.PredictionChecked, j.PredictionRight = verdict.CheckPrediction(a.Record)
-		if old, ok := c.judged[k]; ok {
-			c.tally.Add(old, -1) // judged twice in one pass
-		}
-		c.judged[k] = j
-		c.tally.Add(j, 1)
-		if !a.RecheckAt.IsZero() {
-			c.rechecks[k] = a.RecheckAt
-		}
-	}
-	for _, k := range keys {
-		if _, ok := c.judged[k]; !ok {
-			delete(c.progressWritten, k) // the disk is gone
-			delete(c.echoes, k)
-			delete(c.heard, k)
-		}
-	}
-	c.recheckAt = time.Time{}
-	for _, at := range c.rechecks {
-		if c.recheckAt.IsZero() || at.Before(c.recheckAt) {
-			c.recheckAt = at
-		}
+	c.mu.Unlock()
+	for _, k := range gone {
+		c.writer.Forget(k)
 	}
 }
 

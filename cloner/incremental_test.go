@@ -95,7 +95,7 @@ func TestAFullPassGoesInChunks(t *testing.T) {
 	fc := newFakeCluster(t, &w)
 	ctx := t.Context()
 	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
-	c.chunk = chunk
+	c.due.SetChunk(chunk)
 	c.markFull()
 	var passes []int64
 	for {
@@ -209,10 +209,6 @@ func barrier(t *testing.T, ctx context.Context, fc *fakeCluster, c *Controller, 
 func takeDue(t *testing.T, c *Controller, key, kind string) {
 	t.Helper()
 	eventually(t, "the "+kind+" handler marked "+key+" due", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		due := c.dirty[key]
-		delete(c.dirty, key)
-		return due
+		return c.due.Unmark(key)
 	})
 }

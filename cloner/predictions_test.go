@@ -24,6 +24,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
+	"github.com/cozystack/csi-clone-sidecar/cloner/schedule"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -45,7 +46,7 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	if r := recs["same-a"]; r.Predicted != predict.PathCSIClone || !clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Errorf("same-a: predicted %s, reasons %v; want csi-clone and prediction-wrong", r.Predicted, r.BadReasons())
 	}
-	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, due: schedule.New(passChunk)}
 	c.remember(nil, ev)
 	s := c.buildSnapshot(inv, nil)
 	ledger.AddPredictions(s, ev.Pred)
@@ -86,7 +87,7 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
 		t.Fatalf("verdict %s, predicted %s (%s), reasons %v; want failed, csi-clone, prediction-wrong", r.Verdict, r.Predicted, r.PredictedReason, r.BadReasons())
 	}
-	c := &Controller{cfg: cfg, judged: map[string]ledger.JudgedDisk{}, tally: ledger.NewFleetTally(), rechecks: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, due: schedule.New(passChunk)}
 	c.remember(nil, ev)
 	if s := c.buildSnapshot(inv, nil); s.PredictionChecks != (verdict.PredictionCheck{Wrong: 1}) {
 		t.Errorf("checks %+v, want one wrong", s.PredictionChecks)

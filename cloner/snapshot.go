@@ -2,7 +2,6 @@ package cloner
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -19,16 +18,16 @@ func (c *Controller) Snapshot() *ledger.Snapshot {
 		cp := *c.snap
 		s = &cp
 	}
-	s.EvidenceDropped, s.EvidenceExpired = c.dropped.Load(), c.expired.Load()
+	s.EvidenceDropped, s.EvidenceExpired = c.evidence.Dropped(), c.evidence.Expired()
 	return s
 }
 
 func (c *Controller) setSnapshot(s *ledger.Snapshot) {
+	if s != nil {
+		s.Malformed = c.writer.Malformed()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s != nil {
-		s.Malformed = c.malformed.Snapshot()
-	}
 	c.snap = s
 }
 
@@ -36,10 +35,7 @@ func (c *Controller) setSnapshot(s *ledger.Snapshot) {
 // ledger as last read or written.
 func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *ledger.Ledger) *ledger.Snapshot {
 	s := &ledger.Snapshot{Leader: true, Taken: c.cfg.Clock()}
-	c.mu.Lock()
-	c.tally.Fill(s)
-	cons := maps.Clone(c.tally.Consumers)
-	c.mu.Unlock()
+	cons := c.due.Tally(s)
 	for _, g := range inv.Goldens {
 		if !g.Trusted() {
 			continue // not a flavor anywhere: its consumers carry invalid-golden

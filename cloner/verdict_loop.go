@@ -3,9 +3,7 @@ package cloner
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +14,6 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
-	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -89,7 +86,7 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		// claims and golden: never do it.
 		return false, errors.New("cloner: informers not synced yet")
 	}
-	keys, full, more := c.takeDue(c.cfg.Clock())
+	keys, full, more := c.due.Take(c.cfg.Clock(), (*c.dvInf.Load()).GetStore().ListKeys)
 	if !full && len(keys) == 0 && c.ledger != nil {
 		return more, c.awaitWrites()
 	}
@@ -108,7 +105,7 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 			firstErr = err
 		}
 	}
-	keep(c.reportMalformed(ctx, ev.Malformed))
+	keep(c.writer.ReportMalformed(ctx, ev.Malformed))
 	keep(c.writeBehind(ctx, keys, full, ev.Assessments, inv))
 	if !more {
 		keep(c.awaitWrites()) // the ledger counts what was written
@@ -157,25 +154,17 @@ func firstKey(keys []string) string {
 	return keys[0]
 }
 
-// chunkWrites is one chunk's verdict writes in flight.
-type chunkWrites struct {
-	keys []string
-	full bool
-	done chan error
-}
-
 // writeBehind starts writing a chunk's records and returns once the chunks
 // before it are written, so the loop judges the next chunk while this one
 // is written. Judged one after the other, each chunk's judging left the
 // client's rate limit idle; and waiting for a chunk's last writes before
 // starting the next chunk's left the writers idle through every chunk's
 // tail (README, Scale). The writers of all chunks in flight share
-// publishWriters slots, and at most two chunks' assessments are held at
+// publish.Writer's slots, and at most two chunks' assessments are held at
 // once: the one being written and the one being judged, or, while this
 // waits, the one it started and the tail of the one before.
 func (c *Controller) writeBehind(ctx context.Context, keys []string, full bool, as []verdict.Assessment, inv *fleet.Inventory) error {
-	w := &chunkWrites{keys: keys, full: full, done: make(chan error, 1)}
-	go func() { w.done <- c.publishAll(ctx, as, inv) }()
+	w := c.writer.Start(ctx, keys, full, as, inv)
 	before := c.writing
 	c.writing = w
 	return c.settle(before)
@@ -191,13 +180,13 @@ func (c *Controller) awaitWrites() error {
 
 // settle waits for one chunk's writes, if any, and makes its disks due
 // again if they failed.
-func (c *Controller) settle(w *chunkWrites) error {
+func (c *Controller) settle(w *publish.Chunk) error {
 	if w == nil {
 		return nil
 	}
-	err := <-w.done
+	err := w.Wait()
 	if err != nil {
-		c.redo(w.keys, w.full)
+		c.redo(w.Keys, w.Full)
 	}
 	return err
 }
@@ -208,171 +197,17 @@ func (c *Controller) redo(keys []string, full bool) {
 		c.markFull()
 		return
 	}
-	c.mu.Lock()
-	for _, k := range keys {
-		c.dirty[k] = true
-	}
-	c.mu.Unlock()
-}
-
-// publishWriters is how many disks' records are written at once, across
-// the chunks in flight: enough to reach the client's --kube-api-qps
-// (200/s) when a busy API server takes 150 ms a patch (16 writers made
-// about 60 patches/s on this 2-core machine under load); the client's rate
-// limit, not this, bounds the load.
-const publishWriters = 32
-
-// publishAll persists the pass's records, the bad and the never written
-// first (an upgrade that changes every record must not make a bad disk wait
-// behind thousands of good ones), each write holding one of the shared
-// writer slots.
-func (c *Controller) publishAll(ctx context.Context, as []verdict.Assessment, inv *fleet.Inventory) error {
-	work := make(chan verdict.Assessment)
-	errs := make(chan error, publishWriters)
-	var wg sync.WaitGroup
-	for range publishWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var first error
-			for a := range work {
-				c.writeSlots <- struct{}{}
-				err := c.publish(ctx, a, inv)
-				<-c.writeSlots
-				if err != nil && first == nil {
-					first = err
-				}
-			}
-			errs <- first
-		}()
-	}
-	for _, a := range writeOrder(as, inv) {
-		work <- a
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// writeOrder ranks a pass's assessments for writing: bad verdicts, then
-// disks whose claim has no record yet, then the rest.
-func writeOrder(as []verdict.Assessment, inv *fleet.Inventory) []verdict.Assessment {
-	rank := make([]int, len(as))
-	order := make([]int, len(as))
-	for i, a := range as {
-		order[i], rank[i] = i, 2
-		if len(a.Record.BadReasons()) > 0 {
-			rank[i] = 0
-		} else if pvc := inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName); pvc == nil || pvc.Annotations[fleet.AnnCloneVerdict] == "" {
-			rank[i] = 1
-		}
-	}
-	sort.SliceStable(order, func(i, j int) bool { return rank[order[i]] < rank[order[j]] })
-	out := make([]verdict.Assessment, len(as))
-	for i, k := range order {
-		out[i] = as[k]
-	}
-	return out
+	c.due.Mark(keys...)
 }
 
 // recheckTimer fires when the last pass said a verdict may change with no
 // object changing (an evidence grace ending); nil, never firing, otherwise.
 func (c *Controller) recheckTimer() <-chan time.Time {
-	c.mu.Lock()
-	at := c.recheckAt
-	c.mu.Unlock()
+	at := c.due.RecheckAt()
 	if at.IsZero() {
 		return nil
 	}
 	return time.After(at.Sub(c.cfg.Clock()))
-}
-
-// publish persists one disk's record and emits a Warning for each bad
-// reason the persisted record did not already carry: a resync that finds
-// nothing new writes nothing and emits nothing.
-func (c *Controller) publish(ctx context.Context, a verdict.Assessment, inv *fleet.Inventory) error {
-	rec := a.Record
-	pvc := inv.ClaimOf(a.Disk.Namespace, a.Disk.ClaimName)
-	old, err := record.PersistedRecord(pvc)
-	if err != nil {
-		c.noteMalformed(verdict.MalformedAnnotation(pvc, "PersistentVolumeClaim", err))
-		old = nil
-	}
-	digest := record.DigestRecord(rec)
-	key := a.Disk.Namespace + "/" + a.Disk.Name
-	if old.SameAs(digest) {
-		c.echoSeen(key)
-		return nil
-	}
-	if c.awaitingEcho(key, pvc, digest) || c.deferProgress(key, digest, old) {
-		return nil
-	}
-	rec.Since = c.cfg.Clock().UTC().Truncate(time.Second)
-	if old != nil && old.Verdict == rec.Verdict && !old.Since.IsZero() {
-		rec.Since = old.Since
-	}
-	already := map[string]bool{}
-	if old != nil {
-		for _, r := range old.BadReasons {
-			already[r] = true
-		}
-	}
-	for _, reason := range rec.BadReasons() {
-		if already[reason] {
-			continue
-		}
-		if err := c.warn(ctx, publish.DataVolumeTarget(a.Disk), record.EventReason(reason), "", publish.WarningMessage(rec, reason)); err != nil {
-			return err
-		}
-	}
-	if pvc == nil {
-		return nil // CDI has not created the claim yet; the next pass writes it
-	}
-	err = c.patchPVC(ctx, pvc, "", map[string]*string{
-		fleet.AnnCloneVerdict:  publish.PtrTo(rec.Verdict),
-		fleet.AnnCloneEvidence: publish.PtrTo(record.MustJSON(rec)),
-	})
-	if err == nil {
-		c.noteWritten(key, rec)
-		c.expectEcho(key, pvc, digest)
-	}
-	return err
-}
-
-// reportMalformed emits one Warning per newly seen unreadable object.
-func (c *Controller) reportMalformed(ctx context.Context, ms []fleet.MalformedObject) error {
-	var firstErr error
-	for _, m := range ms {
-		if !c.noteMalformed(m) {
-			continue
-		}
-		t := publish.EventTarget{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
-		err := c.warn(ctx, t, ReasonMalformedObject, m.ResourceVersion, "csi-clone-sidecar cannot read this object and skips it: "+m.Err+
-			". Fix: correct the object (or delete it); nothing else is affected")
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	return firstErr
-}
-
-func (c *Controller) noteMalformed(m fleet.MalformedObject) bool {
-	if m.Kind == "" {
-		m.Kind = "DataVolume"
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	isNew := c.malformed.Add(m)
-	if isNew {
-		klog.InfoS("Skipping an object that cannot be read", "kind", m.Kind, "namespace", m.Namespace, "name", m.Name, "err", m.Err)
-	}
-	return isNew
 }
 
 // countLedger adds one pass's facts to the ledger and forgets the marks of

@@ -48,7 +48,7 @@ func chunkedFleetWith(t *testing.T, n, chunk int, gate func(name string)) (*fake
 		clients.Kube = gatedClaims{fc.kube, gate}
 	}
 	c := fc.controllerWith(t, t.Context(), clonertest.ConfigAt(clonertest.T0.Add(time.Hour)), clients)
-	c.chunk = chunk
+	c.due.SetChunk(chunk)
 	return fc, c
 }
 
@@ -191,7 +191,7 @@ func TestTheNextChunksWritesFillTheLastChunksTail(t *testing.T) {
 	if r := <-passAsync(ctx, c); r.err != nil || !r.more {
 		t.Fatalf("first chunk: more %v, err %v", r.more, r.err)
 	}
-	for _, k := range c.writing.keys {
+	for _, k := range c.writing.Keys {
 		_, name, _ := strings.Cut(k, "/") // the claim is named as its DataVolume
 		first[name] = true
 	}
@@ -234,10 +234,7 @@ func TestAFailedChunkWriteIsRetried(t *testing.T) {
 	if _, err := c.passDue(ctx); err == nil {
 		t.Fatal("the pass after a chunk whose writes failed reported no error")
 	}
-	c.mu.Lock()
-	full := c.fullDue
-	c.mu.Unlock()
-	if !full {
+	if !c.due.FullDue() {
 		t.Fatal("a full pass's failed chunk did not make the full pass due again")
 	}
 	_ = c.awaitWrites() // the second chunk's writes, failed too
@@ -268,7 +265,7 @@ func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 		if len(ev.Assessments) != 1 {
 			t.Fatalf("%d assessments, want 1", len(ev.Assessments))
 		}
-		if err := c.publish(ctx, ev.Assessments[0], inv); err != nil {
+		if err := c.writer.Publish(ctx, ev.Assessments[0], inv); err != nil {
 			t.Fatal(err)
 		}
 	}

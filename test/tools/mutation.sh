@@ -41,7 +41,7 @@ VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]
 #
 # name     package dir     coefficient tests (-run)  files mutated (the package's others are excluded)
 targets=(
-	"predict   cloner/predict  20 .             predict.go reasons.go pairs.go"
+	"predict   cloner/predict  20 .             predict.go outcome.go classes.go reasons.go pairs.go"
 	"cdirules  cloner/cdirules 20 .             claim.go clone.go planner.go strategy.go"
 	"labels    metrics         3  .             clones.go metrics.go predict.go"
 	"tap       sidecar         3  $TAP_TESTS    call.go methods.go grpcstatus.go"

@@ -1,9 +1,8 @@
-package cloner
+package publish
 
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
@@ -14,30 +13,30 @@ import (
 // watch lags the writes by seconds) would otherwise be written twice. Once
 // the cache shows the claim changed, it is the truth again: whoever changed
 // it since, the disk is judged against what it says.
-func (c *Controller) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.echoes[key]
+func (w *Writer) awaitingEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.echoes[key]
 	if !ok {
 		return false
 	}
 	if pvc == nil || pvc.ResourceVersion != e.Base {
-		delete(c.echoes, key)
+		delete(w.echoes, key)
 		return false
 	}
 	return e.Same == d.Same
 }
 
 // expectEcho notes a record written to a claim as the cache showed it.
-func (c *Controller) expectEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) {
-	c.mu.Lock()
-	c.echoes[key] = publish.PendingEcho{Base: pvc.ResourceVersion, Same: d.Same}
-	c.mu.Unlock()
+func (w *Writer) expectEcho(key string, pvc *corev1.PersistentVolumeClaim, d *record.RecordDigest) {
+	w.mu.Lock()
+	w.echoes[key] = PendingEcho{Base: pvc.ResourceVersion, Same: d.Same}
+	w.mu.Unlock()
 }
 
 // echoSeen forgets a disk's pending write once the cache shows its record.
-func (c *Controller) echoSeen(key string) {
-	c.mu.Lock()
-	delete(c.echoes, key)
-	c.mu.Unlock()
+func (w *Writer) echoSeen(key string) {
+	w.mu.Lock()
+	delete(w.echoes, key)
+	w.mu.Unlock()
 }

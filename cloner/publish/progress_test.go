@@ -1,12 +1,10 @@
-package cloner
+package publish
 
 import (
 	"testing"
 	"time"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
@@ -15,10 +13,10 @@ import (
 // the disk is re-judged when the wait ends; a new verdict, a driver error,
 // CDI's clone type or a new bad reason is written at once.
 func TestProgressRewritesAreSpaced(t *testing.T) {
-	clk := clonertest.NewClock(clonertest.T0)
-	cfg := clonertest.TestConfig()
-	cfg.Now = clk.Now
-	c := &Controller{cfg: cfg, rechecks: map[string]time.Time{}, progressWritten: map[string]time.Time{}}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := t0
+	rechecks := map[string]time.Time{}
+	c := NewWriter(nil, func() time.Time { return now }, func(key string, at time.Time) { rechecks[key] = at })
 	const key = "tenant-a/d0"
 	written := &record.Record{Verdict: record.VerdictPending, Source: record.SourceNone, Message: "clone in progress (phase CloneScheduled)"}
 	if c.deferProgress(key, record.DigestRecord(written), nil) {
@@ -28,12 +26,12 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 
 	moved := *written
 	moved.Message, moved.Volume, moved.CloneClaim, moved.CapacityBytes = "clone in progress (phase CSICloneInProgress)", "pvc-1", "cozy-public/tmp-pvc-1", 5<<30
-	clk.Set(clonertest.T0.Add(publish.ProgressRewriteAfter - time.Second))
+	now = t0.Add(ProgressRewriteAfter - time.Second)
 	if !c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress within the spacing was written at once")
 	}
-	if got, want := c.rechecks[key], clonertest.T0.Add(publish.ProgressRewriteAfter); !got.Equal(want) || !c.recheckAt.Equal(want) {
-		t.Fatalf("re-judging due at %v (controller %v), want %v", got, c.recheckAt, want)
+	if got, want := rechecks[key], t0.Add(ProgressRewriteAfter); !got.Equal(want) {
+		t.Fatalf("re-judging due at %v, want %v", got, want)
 	}
 	for what, change := range map[string]func(r *record.Record){
 		"a verdict":        func(r *record.Record) { r.Verdict, r.Message = record.VerdictStuck, "stuck" },
@@ -48,7 +46,7 @@ func TestProgressRewritesAreSpaced(t *testing.T) {
 			t.Errorf("%s waited for the progress spacing", what)
 		}
 	}
-	clk.Set(clonertest.T0.Add(publish.ProgressRewriteAfter))
+	now = t0.Add(ProgressRewriteAfter)
 	if c.deferProgress(key, record.DigestRecord(&moved), record.DigestRecord(written)) {
 		t.Fatal("progress still waits once the spacing has passed")
 	}

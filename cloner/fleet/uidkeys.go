@@ -1,4 +1,4 @@
-package cloner
+package fleet
 
 import (
 	"sync"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// uidKeys finds a cached object by its UID. An informer index would do it,
+// UIDKeys finds a cached object by its UID. An informer index would do it,
 // but an index keeps a set per value: about 300 bytes per object for a
 // value only one object has, against about 50 here (the map's slot, whose
 // strings are the object's own). It is kept by the informer's event
@@ -16,37 +16,39 @@ import (
 // tolerate that (a clone's tmp-pvc names a claim made long before; a
 // DataVolume not yet seen live is confirmed gone with the API server before
 // the ledger forgets it).
-type uidKeys struct {
+type UIDKeys struct {
 	mu sync.RWMutex
 	m  map[types.UID]types.NamespacedName
 }
 
-func newUIDKeys() *uidKeys { return &uidKeys{m: map[types.UID]types.NamespacedName{}} }
+// NewUIDKeys returns an empty UIDKeys.
+func NewUIDKeys() *UIDKeys { return &UIDKeys{m: map[types.UID]types.NamespacedName{}} }
 
-// get returns the namespace/name of the object with the UID.
-func (u *uidKeys) get(uid types.UID) (types.NamespacedName, bool) {
+// Get returns the namespace/name of the object with the UID.
+func (u *UIDKeys) Get(uid types.UID) (types.NamespacedName, bool) {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
 	ref, ok := u.m[uid]
 	return ref, ok
 }
 
-// track keeps u current from an informer's events.
-func (u *uidKeys) track(inf cache.SharedIndexInformer) {
+// Track keeps u current from an informer's events.
+func (u *UIDKeys) Track(inf cache.SharedIndexInformer) error {
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { u.set(obj, true) },
-		UpdateFunc: func(old, cur any) { u.set(old, false); u.set(cur, true) },
+		AddFunc:    func(obj any) { u.Set(obj, true) },
+		UpdateFunc: func(old, cur any) { u.Set(old, false); u.Set(cur, true) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			u.set(obj, false)
+			u.Set(obj, false)
 		},
 	})
-	must(err)
+	return err
 }
 
-func (u *uidKeys) set(obj any, present bool) {
+// Set adds (present) or removes the object's UID.
+func (u *UIDKeys) Set(obj any, present bool) {
 	m, err := meta.Accessor(obj)
 	if err != nil || m.GetUID() == "" {
 		return

@@ -1,4 +1,4 @@
-package cloner
+package publish
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
-	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 )
 
 const (
@@ -20,23 +19,23 @@ const (
 	ReasonMalformedObject = "MalformedObject"
 )
 
-// warn emits one Warning Event. Its name is derived from the object, the
+// Warn emits one Warning Event. Its name is derived from the object, the
 // reason and occasion (what makes it a new warning), never from the message:
 // a message that gains detail as the disk progresses (its class resolved
 // from the claim, then the bound PV) is still the same warning. Emitting it
 // twice (a restart between the event and the verdict write, two leaders
 // overlapping, a claim that did not exist yet to persist on) creates it once.
-func (c *Controller) warn(ctx context.Context, t publish.EventTarget, reason, occasion, message string) error {
+func (w *Writer) Warn(ctx context.Context, t EventTarget, reason, occasion, message string) error {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%s", t.UID, reason, occasion)
-	key := fmt.Sprintf("%s.%016x", publish.ClipName(t.Name), h.Sum64())
-	c.mu.Lock()
-	done := c.emitted[t.Namespace+"/"+key]
-	c.mu.Unlock()
+	key := fmt.Sprintf("%s.%016x", ClipName(t.Name), h.Sum64())
+	w.mu.Lock()
+	done := w.emitted[t.Namespace+"/"+key]
+	w.mu.Unlock()
 	if done {
 		return nil
 	}
-	now := metav1.NewTime(c.cfg.Clock())
+	now := metav1.NewTime(w.clock())
 	ns := t.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault // where Kubernetes puts events of cluster-scoped objects
@@ -49,12 +48,12 @@ func (c *Controller) warn(ctx context.Context, t publish.EventTarget, reason, oc
 		Source:         corev1.EventSource{Component: fleet.EventSourceComponent},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	_, err := c.clients.Kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
+	_, err := w.kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("emitting %s event on %s %s/%s: %w", reason, t.Kind, t.Namespace, t.Name, err)
 	}
-	c.mu.Lock()
-	c.emitted[t.Namespace+"/"+key] = true
-	c.mu.Unlock()
+	w.mu.Lock()
+	w.emitted[t.Namespace+"/"+key] = true
+	w.mu.Unlock()
 	return nil
 }
