@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -326,6 +328,60 @@ func TestClaimTextNamesWhereTheDriverSpoke(t *testing.T) {
 		}
 		if got := claimText(f); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestFollowClonePathFindsCDIsTmpClaim: while the disk's claim has no
+// volume, CDI makes it on tmp-pvc-<target claim UID> in the golden's
+// namespace (CDI v1.65 pkg/controller/clone/planner.go, prep-claim.go); its
+// PV is the disk's volume until the rebind. A bound disk, an HTTP import
+// and a claim without a UID are left alone.
+func TestFollowClonePathFindsCDIsTmpClaim(t *testing.T) {
+	tmp := rulesClaim("cozy-public", "tmp-pvc-u1", 0, nil)
+	tmp.Spec.VolumeName = "pvc-tmp"
+	unbound := rulesClaim("cozy-public", "tmp-pvc-u2", 0, nil)
+	claims := map[types.NamespacedName]*corev1.PersistentVolumeClaim{
+		{Namespace: "cozy-public", Name: "tmp-pvc-u1"}: tmp, {Namespace: "cozy-public", Name: "tmp-pvc-u2"}: unbound}
+	inv := fleet.NewInventory(nil, nil, func(ref types.NamespacedName) *corev1.PersistentVolumeClaim { return claims[ref] },
+		func(name string) *corev1.PersistentVolume {
+			if name == "pvc-tmp" {
+				return rulesPV("pvc-tmp", t0, 0)
+			}
+			return nil
+		})
+	ev := &Evaluation{Inv: inv}
+	for _, tc := range []struct {
+		name          string
+		uid           types.UID
+		ownPV, http   bool
+		wantClaim, pv string
+	}{
+		{"bound tmp claim", "u1", false, false, "tmp-pvc-u1", "pvc-tmp"},
+		{"unbound tmp claim", "u2", false, false, "tmp-pvc-u2", ""},
+		{"no tmp claim yet", "u3", false, false, "", ""},
+		{"claim without a UID", "", false, false, "", ""},
+		{"the disk's own volume", "u1", true, false, "", ""},
+		{"an HTTP import", "u1", false, true, "", ""},
+	} {
+		f := rulesFacts(cdiv1.CSICloneInProgress)
+		f.Pvc.UID = tc.uid
+		if tc.ownPV {
+			f.pv = rulesPV("pvc-d", t0, 0)
+		}
+		if tc.http {
+			f.Disk.Kind = fleet.DiskHTTPImport
+		}
+		ev.followClonePath(&f)
+		gotClaim, gotPV := "", ""
+		if f.ClonePVC != nil {
+			gotClaim = f.ClonePVC.Name
+		}
+		if f.clonePV != nil {
+			gotPV = f.clonePV.Name
+		}
+		if gotClaim != tc.wantClaim || gotPV != tc.pv {
+			t.Errorf("%s: claim %q volume %q, want %q %q", tc.name, gotClaim, gotPV, tc.wantClaim, tc.pv)
 		}
 	}
 }

@@ -11,41 +11,54 @@ package verdict
 // fields are unexported; clonertest imports this package, so the tables
 // build their facts here (rulesFacts).
 //
-//	rule                                   test
-//	Judge: which case decides               TestJudgeAppliesItsCasesInOrder (rules_test.go)
-//	evidenceDue                             TestJudgeAppliesItsCasesInOrder (grace boundary rows)
+//	rule (file)                             test (file; rules_ omitted)
+//	Judge: which case decides (verdict.go)  TestJudgeAppliesItsCasesInOrder (_test.go)
+//	evidenceDue                             TestJudgeAppliesItsCasesInOrder (grace rows)
+//	stuck: hear again when stale            TestStuckHearsAgainOnlyWhenTheWordsAreStale
 //	cloneRequestedAt                        TestCloneRequestedAtIsTheLaterOfDiskAndGoldenReady
-//	describeGolden                          TestDescribeGoldenCopiesOnlyATrustedGolden (rules_mechanism_test.go)
-//	describeVolume (driver error text)      TestDescribeVolumeDriverErrorText
-//	judgeMechanism                          TestJudgeMechanismFollowsTheTapElseCDI
-//	verdictOfCloneType                      TestVerdictOfCloneTypeCoversCDIsCloneTypes (rules_test.go)
+//	verdictOfCloneType                      TestVerdictOfCloneTypeCoversCDIsCloneTypes
+//	describeGolden                          TestDescribeGoldenCopiesOnlyATrustedGolden (mechanism_test.go)
+//	describeVolume (driver error, claim)    TestDescribeVolumeDriverErrorText
+//	judgeMechanism, snapshotSource          TestJudgeMechanismFollowsTheTapElseCDI
+//	judgeMechanism: capacity                TestJudgeMechanismCapacityIsTheLarger
 //	cloneDuration                           TestCloneDurationBoundaries
 //	judgeHTTP                               TestJudgeHTTPCoversEveryPhaseKind
-//	ImportFetches                           TestImportFetchesOverCDIsPhases
-//	judgeBlocked: which block decides       TestJudgeBlockedAppliesItsBlocksInOrder (rules_blocked_test.go)
+//	ImportFetches (assess.go)               TestImportFetchesOverCDIsPhases
+//	judgeBlocked: which block (blocked.go)  TestJudgeBlockedAppliesItsBlocksInOrder (blocked_test.go)
 //	judgeBlocked: clone-error grace         TestJudgeBlockedCloneErrorGrace
 //	goldenGone                              TestGoldenGoneOverEveryFact
-//	DefiniteCode                            TestDefiniteCodeIsTheSidecarsFinalError (path_test.go) and
-//	                                        TestDefiniteCodeOverEveryGRPCCode (rules_blocked_test.go)
+//	claimText                               TestClaimTextNamesWhereTheDriverSpoke
+//	DefiniteCode (path.go)                  TestDefiniteCodeOverEveryGRPCCode, and against the
+//	                                        sidecars' own answers TestDefiniteCodeIsTheSidecarsFinalError (path_test.go)
 //	failedExpansion                         TestFailedExpansionIsTheLastUnansweredCall
 //	staleDriverError                        TestStaleDriverErrorBoundaries
 //	volumeOf, evidenceOf                    TestVolumeAndEvidenceOfPreferTheDisksOwn
-//	claimText                               TestClaimTextNamesWhereTheDriverSpoke
-//	findings: which findings, unknown alone TestFindingsOverTheGoldensFacts (rules_findings_test.go)
+//	followClonePath                         TestFollowClonePathFindsCDIsTmpClaim
+//	findings: golden facts, unknown alone   TestFindingsOverTheGoldensFacts (findings_test.go)
 //	findings: class-mismatch                TestClassMismatchNeedsTwoResolvedDifferentClasses
 //	findings: resize-failed                 TestResizeFailedOverCodeAndVerdict
 //	tooSmall                                TestTooSmallOnlyFromTheTargetTooSmallPrediction
 //	resizeMissing                           TestResizeMissingBoundaries
 //	cdiDisagrees                            TestCDIDisagreesOverCloneTypeAndVerdict
-//	wrongSource, snapshotSource             TestWrongSourceOverTheTapsSources
-//	pathOfVerdict                           TestPathOfVerdictCoversEveryVerdict (rules_test.go)
-//	CheckPrediction, predictionWrong        TestCheckPredictionOverEveryVerdictAndPath (rules_findings_test.go)
+//	wrongSource                             TestWrongSourceOverTheTapsSources
+//	pathOfVerdict (predictions.go)          TestPathOfVerdictCoversEveryVerdict (_test.go)
+//	CheckPrediction, predictionWrong        TestCheckPredictionOverEveryVerdictAndPath (findings_test.go)
 //	GuardRefuses                            TestGuardRefusesOverEveryPath
-//	badPathPredicted (which finding wins)   TestBadPathPredictedOverVerdictPathAndFindings
-//	withoutCopyPrefix                       TestWithoutCopyPrefixOnlyCDIsCopyPrefix (rules_words_test.go)
+//	badPathPredicted: which finding wins    TestBadPathPredictedOverVerdictPathAndFindings
+//	recordedPrediction                      TestRecordedPredictionIsThePersistedOne (predictions_test.go)
+//	forDisk: which disks are predicted      TestForDiskPredictsOnlyPVCClonesOfAKnownGolden
+//	pinnedTo                                TestPinnedToListsTheRequiredInTerms
+//	withoutCopyPrefix (cdiwords.go)         TestWithoutCopyPrefixOnlyCDIsCopyPrefix (words_test.go)
 //	lastSeen                                TestLastSeenTakesTheFieldItsReporterFilled
 //	LatestDistinct                          TestLatestDistinctNewestDistinctAtMostThree
 //	heardText                               TestHeardTextJoinsReasonAndMessage
+//	OwnEvent                                TestOwnEventBySourceOrReportingController
+//
+// Not here: the fleet rules Judge calls are fleet's (fleet.CdiRefusal and
+// CdiWaitsForSource are exercised by the order tables above, CdiCloneError
+// and CdiExplanation have tables in cdi_rules_test.go); too-small's and bad-path-predicted's interplay with the real
+// prediction is toosmall_test.go's; the scenarios (verdict_test.go,
+// blocked_test.go, path_test.go) prove the rules together on a World.
 
 import (
 	"strings"
