@@ -385,3 +385,27 @@ func TestFollowClonePathFindsCDIsTmpClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestGoldenGoneMessageQuotesCDIsWait: a disk stuck on a golden that is gone
+// names the golden, and adds CDI's CloneWithoutSource words when CDI said
+// them (the claim exists in both rows, so the block applies either way).
+func TestGoldenGoneMessageQuotesCDIsWait(t *testing.T) {
+	for _, waits := range []bool{false, true} {
+		f := rulesFacts(cdiv1.CSICloneInProgress)
+		f.golden = nil
+		if waits {
+			f.Disk.Conditions = []fleet.CDICondition{{Type: string(cdiv1.DataVolumeBound), Status: "False",
+				Reason: fleet.CdiReasonWithoutSource, Message: "source PVC cozy-public/g not found"}}
+		}
+		r := &record.Record{Verdict: record.VerdictPending, Golden: "cozy-public/g"}
+		var a Assessment
+		if !judgeBlocked(r, f, &a, rulesConfig(), t0) || r.Verdict != record.VerdictStuck {
+			t.Fatalf("waits=%v: %s %q, want stuck", waits, r.Verdict, r.Message)
+		}
+		named := strings.HasPrefix(r.Message, "golden cozy-public/g does not exist")
+		quoted := strings.HasSuffix(r.Message, "(CloneWithoutSource: source PVC cozy-public/g not found)")
+		if !named || quoted != waits {
+			t.Errorf("waits=%v: %q, want the golden named and CDI quoted=%v", waits, r.Message, waits)
+		}
+	}
+}

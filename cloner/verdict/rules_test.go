@@ -27,6 +27,7 @@ package verdict
 //	judgeBlocked: which block (blocked.go)  TestJudgeBlockedAppliesItsBlocksInOrder (blocked_test.go)
 //	judgeBlocked: clone-error grace         TestJudgeBlockedCloneErrorGrace
 //	goldenGone                              TestGoldenGoneOverEveryFact
+//	goldenGone's message (CDI's wait)       TestGoldenGoneMessageQuotesCDIsWait
 //	claimText                               TestClaimTextNamesWhereTheDriverSpoke
 //	DefiniteCode (path.go)                  TestDefiniteCodeOverEveryGRPCCode, and against the
 //	                                        sidecars' own answers TestDefiniteCodeIsTheSidecarsFinalError (path_test.go)
