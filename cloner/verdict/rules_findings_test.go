@@ -359,3 +359,22 @@ func TestBadPathPredictedOverVerdictPathAndFindings(t *testing.T) {
 		}
 	}
 }
+
+// TestFindingsAllAtOnceInTheRecordsOrder: every finding a finished disk can
+// carry at once, each independent of the others, in the order records have
+// always listed them (the record format stays byte for byte, issue 27).
+func TestFindingsAllAtOnceInTheRecordsOrder(t *testing.T) {
+	f := rulesFacts(cdiv1.Succeeded)
+	f.golden.Problems, f.golden.Phase = []string{"bad name"}, string(cdiv1.Failed)
+	f.class = fleet.ClassResolution{Name: "local", How: fleet.ClassFromClaim}
+	f.predicted = &predict.Prediction{Path: predict.PathBlocked, Reason: predict.ReasonTargetTooSmall}
+	f.tap = &fleet.VolumeEvidence{Created: t0, SourceVolume: "other",
+		Expansions: []fleet.Expansion{{RequiredBytes: 20 << 30, Code: codes.OutOfRange.String()}}}
+	r := &record.Record{Verdict: record.VerdictCSIClone, Source: record.SourceCSITap, CDICloneType: string(cdiv1.CloneStrategySnapshot),
+		CapacityBytes: 6 << 30, Predicted: predict.PathBlocked}
+	want := []string{record.ReasonInvalidGolden, record.ReasonFailedGolden, record.ReasonClassMismatch, record.ReasonTooSmall,
+		record.ReasonResizeMissing, record.ReasonResizeFailed, record.ReasonCDIDisagrees, record.ReasonWrongSource, record.ReasonPredictionWrong}
+	if got := reasonsOf(findings(r, f, nil)); !slices.Equal(got, want) {
+		t.Errorf("findings %v, want %v", got, want)
+	}
+}

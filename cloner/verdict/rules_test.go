@@ -36,6 +36,7 @@ package verdict
 //	volumeOf, evidenceOf                    TestVolumeAndEvidenceOfPreferTheDisksOwn
 //	followClonePath                         TestFollowClonePathFindsCDIsTmpClaim
 //	findings: golden facts, unknown alone   TestFindingsOverTheGoldensFacts (findings_test.go)
+//	findings: their order in the record     TestFindingsAllAtOnceInTheRecordsOrder
 //	findings: class-mismatch                TestClassMismatchNeedsTwoResolvedDifferentClasses
 //	findings: resize-failed                 TestResizeFailedOverCodeAndVerdict
 //	tooSmall                                TestTooSmallOnlyFromTheTargetTooSmallPrediction
