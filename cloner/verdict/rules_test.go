@@ -305,8 +305,9 @@ func TestStuckHearsAgainOnlyWhenTheWordsAreStale(t *testing.T) {
 		if a.Record.Verdict != record.VerdictStuck || a.Hear != stale {
 			t.Errorf("stale=%v: %s hear=%v", stale, a.Record.Verdict, a.Hear)
 		}
-		if !strings.Contains(a.Record.Message, "CDI's Warning events: CloneSourceInUse: pod x using golden") {
-			t.Errorf("stale=%v: message %q does not quote the event", stale, a.Record.Message)
+		if m := a.Record.Message; !strings.HasPrefix(m, "clone requested at 2026-11-08T12:00:00Z and not finished after 10m0s") ||
+			!strings.HasSuffix(m, "; CDI's Warning events: CloneSourceInUse: pod x using golden") {
+			t.Errorf("stale=%v: message %q does not say when and quote the event", stale, m)
 		}
 	}
 }
