@@ -180,12 +180,13 @@ func TestTooSmallOnlyFromTheTargetTooSmallPrediction(t *testing.T) {
 // snapshot-clone; every other verdict is not a clone) whose volume is below
 // its claim's request, on each side of the request, with what the tap saw
 // of the expansion: a failure quoted, none reaching the driver said, a
-// success to the size (the capacity not updated yet) adding nothing; the
-// tap's CreateVolume record before expansions alone.
+// success to the size (the capacity not updated yet) or short of it adding
+// nothing; the tap's CreateVolume record before expansions alone.
 func TestResizeMissingBoundaries(t *testing.T) {
 	const want = 20 << 30
 	failed := []fleet.Expansion{{RequiredBytes: want, Code: "OutOfRange", Message: "too big"}}
 	grown := []fleet.Expansion{{RequiredBytes: want, Code: "OK"}}
+	short := []fleet.Expansion{{RequiredBytes: want - 1, Code: "OK"}}
 	for _, verdict := range recordConsts(t, "Verdict") {
 		isClone := verdict == record.VerdictCSIClone || verdict == record.VerdictSnapshotClone
 		for _, tc := range []struct {
@@ -204,6 +205,7 @@ func TestResizeMissingBoundaries(t *testing.T) {
 			{"below, no expansion reached the driver", want, want - 1, []fleet.Expansion{}, nil, true, "; no ControllerExpandVolume reached the driver"},
 			{"below, the expansion failed", want, want - 1, failed, nil, true, "; ControllerExpandVolume failed: OutOfRange too big"},
 			{"below, grown but not shown", want, want - 1, grown, nil, true, "the claim asks"},
+			{"below, grown short of the request", want, want - 1, short, nil, true, "the claim asks"},
 			{"below, failed on the partial record", want, want - 1, nil, failed, true, "; ControllerExpandVolume failed: OutOfRange too big"},
 			{"below, the tap's record wins over the partial", want, want - 1, []fleet.Expansion{}, failed, true, "; no ControllerExpandVolume reached the driver"},
 		} {
