@@ -381,3 +381,21 @@ func TestFindingsAllAtOnceInTheRecordsOrder(t *testing.T) {
 		t.Errorf("findings %v, want %v", got, want)
 	}
 }
+
+// TestBadPathPredictedQuotesThePrediction: the finding names the path,
+// reason and golden, adds the prediction's own words when it has them, and
+// ends with the prediction's fix.
+func TestBadPathPredictedQuotesThePrediction(t *testing.T) {
+	for _, msg := range []string{"", "class local has no allowVolumeExpansion"} {
+		f := rulesFacts(cdiv1.CSICloneInProgress)
+		f.predicted = &predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion, Message: msg}
+		got := badPathPredicted(&record.Record{Verdict: record.VerdictPending, Golden: "cozy-public/g"}, f, nil)
+		head := "CDI will take path host-assisted (reason no-volume-expansion) for golden cozy-public/g, not a CSI clone"
+		if msg != "" {
+			head += ": " + msg
+		}
+		if want := head + ". The prediction's fix: " + predict.Fix(predict.ReasonNoVolumeExpansion); got != want {
+			t.Errorf("message %q: %q, want %q", msg, got, want)
+		}
+	}
+}

@@ -47,6 +47,7 @@ package verdict
 //	CheckPrediction, predictionWrong        TestCheckPredictionOverEveryVerdictAndPath (findings_test.go)
 //	GuardRefuses                            TestGuardRefusesOverEveryPath
 //	badPathPredicted: which finding wins    TestBadPathPredictedOverVerdictPathAndFindings
+//	badPathPredicted: its message           TestBadPathPredictedQuotesThePrediction
 //	recordedPrediction                      TestRecordedPredictionIsThePersistedOne (predictions_test.go)
 //	forDisk: which disks are predicted      TestForDiskPredictsOnlyPVCClonesOfAKnownGolden
 //	pinnedTo                                TestPinnedToListsTheRequiredInTerms
