@@ -1,0 +1,105 @@
+package verdict
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+)
+
+// TestRecordedPredictionIsThePersistedOne: the prediction a disk's
+// persisted record carries is the one checked against its verdict; none
+// without a claim, a record, a readable record or a prediction in it.
+func TestRecordedPredictionIsThePersistedOne(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pvc  *corev1.PersistentVolumeClaim
+		want *predict.Prediction
+	}{
+		{"no claim", nil, nil},
+		{"no record", rulesClaim("tenant-a", "d", 0, nil), nil},
+		{"unreadable record", rulesClaim("tenant-a", "d", 0, map[string]string{fleet.AnnCloneEvidence: "{"}), nil},
+		{"record without a prediction", rulesClaim("tenant-a", "d", 0, map[string]string{fleet.AnnCloneEvidence: `{"verdict":"pending"}`}), nil},
+		{"record with a prediction", rulesClaim("tenant-a", "d", 0, map[string]string{fleet.AnnCloneEvidence: `{"verdict":"pending","predicted":"host-assisted","predictedReason":"no-volume-expansion"}`}),
+			&predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
+	} {
+		got := recordedPrediction(tc.pvc)
+		if (got == nil) != (tc.want == nil) || (got != nil && (got.Path != tc.want.Path || got.Reason != tc.want.Reason)) {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestForDiskPredictsOnlyPVCClonesOfAKnownGolden: the prediction covers
+// what CDI's clone planner covers: a clone disk whose DataVolume clones a
+// PVC (source.pvc) of a golden the predictor knows; every other
+// combination, and no predictor, has none.
+func TestForDiskPredictsOnlyPVCClonesOfAKnownGolden(t *testing.T) {
+	g := rulesGolden()
+	p := &Predictor{State: predict.NewState(predict.Inputs{}), Goldens: map[types.NamespacedName]predict.Golden{g.Ref(): {Namespace: g.Namespace, Name: g.Name}}}
+	for bits := 0; bits < 16; bits++ {
+		withPredictor, withGolden, clone, fromPVC := bits&1 != 0, bits&2 != 0, bits&4 != 0, bits&8 != 0
+		for _, known := range []bool{false, true} {
+			f := rulesFacts(cdiv1.CSICloneInProgress)
+			f.Disk.FromPVC = fromPVC
+			if !clone {
+				f.Disk.Kind = fleet.DiskHTTPImport
+			}
+			if !withGolden {
+				f.golden = nil
+			} else if !known {
+				f.golden.Name = "talos-worker-unknown"
+			}
+			var pred *Predictor
+			if withPredictor {
+				pred = p
+			}
+			want := withPredictor && withGolden && known && clone && fromPVC
+			if got := pred.forDisk(f); (got != nil) != want {
+				t.Errorf("predictor=%v golden=%v known=%v clone=%v fromPVC=%v: %+v, want one=%v",
+					withPredictor, withGolden, known, clone, fromPVC, got, want)
+			}
+		}
+	}
+}
+
+// TestPinnedToListsTheRequiredInTerms: a PV's required node affinity as
+// key=value for every In expression; none without affinity; other
+// operators name no node set.
+func TestPinnedToListsTheRequiredInTerms(t *testing.T) {
+	expr := func(op corev1.NodeSelectorOperator, values ...string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: "node", Operator: op, Values: values}
+	}
+	affinity := func(terms ...corev1.NodeSelectorTerm) *corev1.VolumeNodeAffinity {
+		return &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: terms}}
+	}
+	for _, tc := range []struct {
+		name     string
+		affinity *corev1.VolumeNodeAffinity
+		want     []string
+	}{
+		{"no affinity", nil, nil},
+		{"nothing required", &corev1.VolumeNodeAffinity{}, nil},
+		{"one In", affinity(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{expr(corev1.NodeSelectorOpIn, "a", "b")}}), []string{"node=a", "node=b"}},
+		{"NotIn names none", affinity(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{expr(corev1.NodeSelectorOpNotIn, "a")}}), nil},
+		{"two terms", affinity(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{expr(corev1.NodeSelectorOpIn, "a")}},
+			corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{expr(corev1.NodeSelectorOpIn, "c")}}), []string{"node=a", "node=c"}},
+	} {
+		pv := rulesPV("pv", t0, 0)
+		pv.Spec.NodeAffinity = tc.affinity
+		got := pinnedTo(pv)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+			}
+		}
+	}
+}
