@@ -28,12 +28,6 @@ TAP_TESTS='^(TestResetCodesAsGRPCGoReportsThem|TestRepliesBeforeRequestsNeverOut
 
 [ -x "$gremlins" ] || { echo "mutation: $gremlins missing: run make tools (or test/tools/build.sh gremlins)" >&2; exit 1; }
 
-# The verdict rules live in cloner/verdict (pure); the tests of its
-# verdict_test.go, blocked_test.go, path_test.go, cdi_rules_test.go and rules_test.go judge them by
-# evaluating worlds directly (the package's tests that drive a pass over a
-# fake API stay with the Controller in cloner).
-VERDICT_TESTS="^($(cd "$root/cloner/verdict" && grep -ho '^func Test[A-Za-z0-9_]*' verdict_test.go blocked_test.go path_test.go cdi_rules_test.go rules_test.go toosmall_test.go | sed 's/^func //' | paste -sd'|'))\$"
-
 # gremlins bounds each mutant's go test, its build included, by the coverage
 # run's time times a coefficient. A package whose tests run in a second
 # needs a larger one, or a busy machine's link time alone times its mutants
@@ -45,7 +39,7 @@ targets=(
 	"cdirules  cloner/cdirules 20 .             claim.go clone.go planner.go strategy.go"
 	"labels    metrics         3  .             clones.go metrics.go predict.go"
 	"tap       sidecar         3  $TAP_TESTS    call.go methods.go grpcstatus.go"
-	"verdicts  cloner/verdict  3  $VERDICT_TESTS verdict.go blocked.go path.go"
+	"verdicts  cloner/verdict  20 .             verdict.go blocked.go path.go predictions.go assess.go cdiwords.go"
 )
 
 # main is one function so that the whole script is parsed before it runs:
