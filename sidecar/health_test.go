@@ -2,7 +2,10 @@ package sidecar_test
 
 import (
 	"context"
+	"net"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,4 +124,54 @@ func TestCheckListenerNeedsTheServeLoop(t *testing.T) {
 	if err := check(10 * time.Second); err == nil {
 		t.Error("check after Close passed")
 	}
+}
+
+// TestCheckListenerCostsNoDriverConnection: a frozen driver (its socket
+// listens, nobody accepts or answers) must cost the health checks nothing.
+// Were each check's connection paired with a driver connection like any
+// client's, the reply direction would wait on the frozen driver for ever:
+// two descriptors and a goroutine per probe (300 probes: 600 descriptors).
+func TestCheckListenerCostsNoDriverConnection(t *testing.T) {
+	dir := t.TempDir()
+	cfg := relayAt(filepath.Join(dir, "relay.sock"))
+	frozen, err := net.Listen("unix", cfg.DriverPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
+	r, err := sidecar.NewRelay(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(context.Background())
+	defer r.Close()
+	check := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.CheckListener(ctx); err != nil {
+			t.Fatalf("check: %v", err)
+		}
+	}
+	check() // the first check and the goroutines Serve starts once
+	fdsBefore, goroutinesBefore := openFDs(t), runtime.NumGoroutine()
+	for range 300 {
+		check()
+	}
+	// A handled check returns a moment after the accept it waited for.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && (openFDs(t) > fdsBefore+4 || runtime.NumGoroutine() > goroutinesBefore+4) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fds, g := openFDs(t), runtime.NumGoroutine(); fds > fdsBefore+4 || g > goroutinesBefore+4 {
+		t.Errorf("after 300 checks against a frozen driver: %d descriptors (was %d), %d goroutines (was %d); want both flat", fds, fdsBefore, g, goroutinesBefore)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }

@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -232,13 +235,16 @@ func (r *Relay) untrack(c net.Conn) {
 // successful connect alone would prove little: the kernel completes it into
 // the listen backlog even while the loop is stuck or gone. The accept it
 // sees may be another client's, which proves the loop runs just as well.
-// The relay pairs the check's connection with a driver connection like any
-// other; both close at once, without a byte.
+//
+// The check's connection is bound to an abstract address of this process
+// (selfCheckAddr), by which handle knows it and closes it without dialling
+// the driver: paired like a client's, a check against a hung driver would
+// leave two descriptors and a goroutine behind per probe.
 func (r *Relay) CheckListener(ctx context.Context) error {
 	r.mu.Lock()
 	accepted := r.accepted
 	r.mu.Unlock()
-	var d net.Dialer
+	d := net.Dialer{LocalAddr: &net.UnixAddr{Name: selfCheckAddr(), Net: "unix"}}
 	c, err := d.DialContext(ctx, "unix", r.cfg.ListenPath)
 	if err != nil {
 		return fmt.Errorf("relay socket %s does not accept connections: %w", r.cfg.ListenPath, err)
@@ -254,9 +260,31 @@ func (r *Relay) CheckListener(ctx context.Context) error {
 	}
 }
 
+// selfCheckPrefix starts the abstract address of every health check's
+// connection in this process. Abstract addresses live in the network
+// namespace, so the pid keeps another process's from being taken for ours;
+// the sequence keeps concurrent checks (of one relay or of several) apart.
+var (
+	selfCheckPrefix = fmt.Sprintf("@csi-clone-sidecar-check/%d/", os.Getpid())
+	selfCheckSeq    atomic.Uint64
+)
+
+func selfCheckAddr() string {
+	return selfCheckPrefix + strconv.FormatUint(selfCheckSeq.Add(1), 10)
+}
+
+// isSelfCheck tells whether an accepted connection is CheckListener's.
+func isSelfCheck(c *net.UnixConn) bool {
+	a, ok := c.RemoteAddr().(*net.UnixAddr)
+	return ok && strings.HasPrefix(a.Name, selfCheckPrefix)
+}
+
 // handle pairs one client connection with one driver connection.
 func (r *Relay) handle(client *net.UnixConn) {
 	defer client.Close()
+	if isSelfCheck(client) {
+		return // accepted is what the check waits for; admit signalled it
+	}
 	d, err := net.DialTimeout("unix", r.cfg.DriverPath, r.cfg.DialTimeout)
 	if err != nil {
 		// The client would have got "connection refused" from the driver's
