@@ -47,12 +47,14 @@ type call struct {
 	// only if it succeeds.
 	replyUndecoded string
 	// What grpc-go's client keeps of the call to judge its status
-	// (grpcstatus.go): the request's grpc-timeout, whether response headers
-	// came and their grpc-encoding, and the reply's gRPC messages.
-	timeout      time.Duration
-	replyStarted bool
-	encoding     string
-	reply        replyFraming
+	// (grpcstatus.go): from the request's grpc-timeout, when a cancel is
+	// the deadline's; whether response headers came and their
+	// grpc-encoding, and the reply's gRPC messages.
+	deadlineAfter time.Duration
+	hasDeadline   bool
+	replyStarted  bool
+	encoding      string
+	reply         replyFraming
 }
 
 // complete tells whether everything needed to publish the call is known.
@@ -74,7 +76,7 @@ func (c *call) awaitsRequest() bool {
 // takes the method's calls.
 func (c *call) open(h *headerBlock, at time.Time, b *budget, wanted func(string) bool) {
 	c.method, c.start, c.early = CanonicalMethod(h.path), at, false
-	c.timeout, _ = grpcTimeout(h.timeout)
+	c.setDeadline(h.timeout)
 	c.req.method = c.method
 	c.requestDone = c.requestDone || h.endStream
 	if !decodes(c.method) || !wanted(c.method) {

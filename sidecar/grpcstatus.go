@@ -94,40 +94,70 @@ func reservedHeader(name string) bool {
 // grpcTimeout reads a grpc-timeout value as decodeTimeout does: 1 to 8
 // digits and a unit, hours beyond what a Duration holds clamped to the
 // longest one; ok is false for anything else (grpc-go's server would refuse
-// the call; the tap then knows no deadline).
-func grpcTimeout(s string) (time.Duration, bool) {
+// the call; the tap then knows no deadline). unit is the value's unit, the
+// precision the client wrote it with.
+func grpcTimeout(s string) (d, unit time.Duration, ok bool) {
 	if len(s) < 2 || len(s) > 9 {
-		return 0, false
+		return 0, 0, false
 	}
-	units := map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second,
-		'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}
-	unit, ok := units[s[len(s)-1]]
-	if !ok {
-		return 0, false
+	if unit = timeoutUnit(s[len(s)-1]); unit == 0 {
+		return 0, 0, false
 	}
 	n, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	if n > uint64(math.MaxInt64/unit) { // only hours get here: 8 digits of any other unit fit
-		return math.MaxInt64, true
+		return math.MaxInt64, unit, true
 	}
-	return time.Duration(n) * unit, true
+	return time.Duration(n) * unit, unit, true
+}
+
+// timeoutUnit is the duration of one of grpc-timeout's six units, 0 for
+// any other byte.
+func timeoutUnit(b byte) time.Duration {
+	switch b {
+	case 'H':
+		return time.Hour
+	case 'M':
+		return time.Minute
+	case 'S':
+		return time.Second
+	case 'm':
+		return time.Millisecond
+	case 'u':
+		return time.Microsecond
+	case 'n':
+		return time.Nanosecond
+	}
+	return 0
+}
+
+// deadlineTransit is how long the tap allows between grpc-go's client
+// reading its clock to write grpc-timeout and the request headers crossing
+// the relay: the deadline the tap dates from those headers is at most this
+// much later than the client's.
+const deadlineTransit = time.Millisecond
+
+// setDeadline keeps what deadlinePassed needs of a request's grpc-timeout.
+// grpc-go's client writes the time left rounded up to its unit
+// (encodeTimeout, http_util.go), and the tap dates it from when the headers
+// crossed the relay, up to deadlineTransit after the client read its clock:
+// a cancel earlier than one unit and that transit before the deadline so
+// dated was the caller's, not the deadline's. The slack does not grow with
+// the timeout: a cancel seconds before a long deadline stays Canceled.
+func (c *call) setDeadline(grpcTimeoutHeader string) {
+	timeout, unit, ok := grpcTimeout(grpcTimeoutHeader)
+	c.hasDeadline = ok
+	c.deadlineAfter = max(0, timeout-unit-deadlineTransit)
 }
 
 // deadlinePassed tells whether a stream cancelled at `at` was cancelled at
 // its deadline, which grpc-go's client reports as DeadlineExceeded (its own
 // RST_STREAM(CANCEL) when the deadline fires, handleRSTStream for the
-// server's). The tap dates the deadline from when the request headers
-// crossed the relay, somewhat after the client computed grpc-timeout (and
-// grpc-go rounds it up), so it allows a little slack: 1 ms, or 1/64 of the
-// timeout for long ones.
+// server's).
 func (c *call) deadlinePassed(at time.Time) bool {
-	if c.timeout <= 0 {
-		return false
-	}
-	slack := max(time.Millisecond, c.timeout/64)
-	return !at.Before(c.start.Add(c.timeout - slack))
+	return c.hasDeadline && !at.Before(c.start.Add(c.deadlineAfter))
 }
 
 // maxReceiveMessageBytes is grpc-go's default client limit on a received

@@ -36,7 +36,7 @@ func TestGRPCTimeoutFollowsDecodeTimeout(t *testing.T) {
 		{"+1S", 0, false},
 		{"1.5S", 0, false},
 	} {
-		if got, ok := grpcTimeout(tc.in); got != tc.want || ok != tc.ok {
+		if got, _, ok := grpcTimeout(tc.in); got != tc.want || ok != tc.ok {
 			t.Errorf("grpcTimeout(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
 		}
 	}
@@ -57,4 +57,51 @@ func TestAHugeTimeoutPutsNoDeadlineNear(t *testing.T) {
 		t.Fatalf("finished %s, want one Canceled", got)
 	}
 	u.close()
+}
+
+// cancelledAt is the code the tap gives a Probe whose request carries
+// grpc-timeout and which the client cancels `after` its headers crossed
+// the relay.
+func cancelledAt(t *testing.T, timeout string, after time.Duration) []codes.Code {
+	t.Helper()
+	w, u := newWire(t), newTapUnderTest()
+	defer u.close()
+	start := time.Now()
+	w.headers(true, 1, false, ":method", "POST", ":path", MethodProbe, "content-type", "application/grpc", "grpc-timeout", timeout)
+	w.check(w.cfr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
+	u.tc.FromClient().Feed(w.client.Bytes(), start)
+	w.client.Reset()
+	w.check(w.cfr.WriteRSTStream(1, http2.ErrCodeCancel))
+	u.tc.FromClient().Feed(w.client.Bytes(), start.Add(after))
+	return u.rec.finished
+}
+
+// A client's cancel is DeadlineExceeded only from one unit of its
+// grpc-timeout and deadlineTransit before the deadline on, for every unit
+// grpc-go writes: the slack is the header's precision, not a share of the
+// timeout (1/64 of a 300 s timeout took cancels 4.7 s early for the
+// deadline's).
+func TestCancelIsTheDeadlineOnlyAtTheDeadline(t *testing.T) {
+	for _, unit := range []struct {
+		letter string
+		d      time.Duration
+	}{{"n", time.Nanosecond}, {"u", time.Microsecond}, {"m", time.Millisecond}, {"S", time.Second}, {"M", time.Minute}, {"H", time.Hour}} {
+		timeout := 1000 * unit.d
+		from := max(0, timeout-unit.d-deadlineTransit)
+		header := "1000" + unit.letter
+		if got := cancelledAt(t, header, from); fmt.Sprint(got) != fmt.Sprint([]codes.Code{codes.DeadlineExceeded}) {
+			t.Errorf("grpc-timeout %s, cancelled %v after the headers: %v; want DeadlineExceeded", header, from, got)
+		}
+		if from == 0 {
+			continue // within the slack from the start: every cancel is the deadline's
+		}
+		if got := cancelledAt(t, header, from-time.Nanosecond); fmt.Sprint(got) != fmt.Sprint([]codes.Code{codes.Canceled}) {
+			t.Errorf("grpc-timeout %s, cancelled %v after the headers: %v; want Canceled", header, from-time.Nanosecond, got)
+		}
+	}
+	// grpc-go writes a 300 s timeout as 300000m: a cancel a second early
+	// is the caller's.
+	if got := cancelledAt(t, "300000m", 299*time.Second); fmt.Sprint(got) != fmt.Sprint([]codes.Code{codes.Canceled}) {
+		t.Errorf("300 s timeout cancelled at 299 s: %v; want Canceled", got)
+	}
 }
