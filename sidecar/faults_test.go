@@ -68,7 +68,15 @@ func startDriverProcess(t *testing.T, sock, marker string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+	// Not the socket file: it appears at bind, before listen, and a connect
+	// between the two is refused (seen on a loaded machine).
+	waitFor(t, func() bool {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	return cmd
 }
 
