@@ -13,9 +13,19 @@ const (
 	// together, including those waiting in the queue to be decoded.
 	maxBufferedBytes = 32 << 20
 	// maxConnBufferedBytes bounds what the messages of one connection hold
-	// of it (those waiting in the queue included), so that one connection
-	// cannot leave the others nothing: two messages of the largest size.
+	// of it (those waiting in the queue included): two messages of the
+	// largest size.
 	maxConnBufferedBytes = 2 * maxMessageBytes
+	// reservedBufferedBytes is the part of maxBufferedBytes kept for
+	// connections holding at most smallHoldingBytes, so that any number of
+	// connections stalled with large messages cannot leave the others
+	// nothing: large holdings together stop at the reserve, and it takes
+	// more than reservedBufferedBytes/smallHoldingBytes (64) other
+	// connections stalled at their small holding to spend it.
+	reservedBufferedBytes = maxBufferedBytes / 2
+	// smallHoldingBytes is what a connection may hold from the reserve:
+	// the CSI messages the tap decodes are a few KiB.
+	smallHoldingBytes = 256 << 10
 	// maxFrameBytes is the largest frame the tap follows. gRPC peers send
 	// 16 KiB frames; a peer sending larger ones than this is relayed
 	// untapped rather than buffered.
@@ -92,14 +102,20 @@ func newBudget(n int64) *budget {
 type share struct{ held atomic.Int64 }
 
 // take reserves n bytes for a message of the connection s, or reports
-// that they are not available: the budget is spent, or the connection
+// that they are not available: the budget is spent (down to its reserve
+// for a connection holding more than smallHoldingBytes), or the connection
 // holds its most already.
 func (b *budget) take(s *share, n int64) bool {
-	if s.held.Add(n) > maxConnBufferedBytes {
+	held := s.held.Add(n)
+	if held > maxConnBufferedBytes {
 		s.held.Add(-n)
 		return false
 	}
-	if b.left.Add(-n) >= 0 {
+	var floor int64
+	if held > smallHoldingBytes {
+		floor = reservedBufferedBytes
+	}
+	if b.left.Add(-n) >= floor {
 		return true
 	}
 	b.left.Add(n)

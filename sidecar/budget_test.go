@@ -119,3 +119,59 @@ func TestOneConnectionCannotStarveTheOthers(t *testing.T) {
 		t.Fatalf("budget used %d after every connection closed", got)
 	}
 }
+
+// stalledHogBytes is a client's side of a connection holding as much of
+// the budget as one connection may: two CreateVolumes, each stalled a byte
+// before the end of the largest message the tap buffers.
+func stalledHogBytes(t *testing.T) []byte {
+	hw := newWire(t)
+	for _, id := range []uint32{1, 3} {
+		hw.headers(true, id, false, ":path", MethodCreateVolume)
+		msg := stalledName(maxMessageBytes, 0)
+		msg = append(msg, bytes.Repeat([]byte{'n'}, maxMessageBytes-(len(msg)-5)-1)...)
+		for b := msg; len(b) > 0; b = b[min(len(b), 16<<10):] {
+			hw.check(hw.cfr.WriteData(id, false, b[:min(len(b), 16<<10)]))
+		}
+	}
+	return hw.client.Bytes()
+}
+
+// However many connections stall at their most, calls on another
+// connection are all decoded (issue 38: four connections of 8 MiB each
+// took the whole 32 MiB and left 0 of 100 calls elsewhere decoded).
+func TestStalledConnectionsCannotStarveTheOthers(t *testing.T) {
+	hog := stalledHogBytes(t)
+	for _, stalled := range []int{1, 4, 16} {
+		t.Run(strconv.Itoa(stalled), func(t *testing.T) {
+			u := newTapUnderTest()
+			var hogs []*TapConn
+			for range stalled {
+				tc := u.tap.NewConn()
+				tc.FromClient().Feed(hog, time.Now())
+				hogs = append(hogs, tc)
+			}
+			w := newWire(t)
+			for id := uint32(1); id < 200; id += 2 {
+				w.request(id, MethodCreateVolume, &csi.CreateVolumeRequest{Name: "pvc-" + strconv.Itoa(int(id))})
+				w.reply(id, &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "v"}}, codes.OK)
+			}
+			u.feed(w)
+			held := u.budgetUsed()
+			for _, tc := range hogs {
+				tc.Close()
+			}
+			decoded := 0
+			for _, o := range u.close() {
+				if o.Request.Name != "" && o.Response.VolumeID == "v" {
+					decoded++
+				}
+			}
+			if decoded != 100 {
+				t.Errorf("%d stalled connections holding %d bytes: %d of 100 calls elsewhere decoded (undecoded: %v)", stalled, held, decoded, u.rec.undecoded)
+			}
+			if got := u.budgetUsed(); got != 0 {
+				t.Errorf("budget used %d after every connection closed", got)
+			}
+		})
+	}
+}
