@@ -137,7 +137,7 @@ func TestLinstorClusterGainsTheSidecarBothWays(t *testing.T) {
 			t.Fatal("the linstor chart renders no LinstorCluster")
 			return nil
 		}
-		before := apply()
+		before := apply("csiCloneSidecar.enabled=false")
 		after := apply("csiCloneSidecar.enabled=true")
 		check("cozystack chart", before, after)
 		if again := apply("csiCloneSidecar.enabled=true"); again.GetResourceVersion() != after.GetResourceVersion() {
