@@ -24,6 +24,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 )
 
 // fakeCluster is client-go's fake clientsets holding a world's objects,
@@ -62,6 +63,7 @@ func newFakeCluster(t *testing.T, w *clonertest.World) *fakeCluster {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		fleet.DataVolumeGVR: "DataVolumeList", fleet.VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
 		fleet.StorageProfileGVR: "StorageProfileList", fleet.CDIGVR: "CDIList", fleet.CDIConfigGVR: "CDIConfigList", fleet.DataSourceGVR: "DataSourceList", fleet.VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
+		report.GrafanaDashboardGVR: "GrafanaDashboardList",
 	}, dynObjs...)
 	return &fakeCluster{kube: kube, dyn: dyn}
 }

@@ -11,6 +11,10 @@ import (
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -117,5 +121,68 @@ func TestReportBeforeAnyVerdictShowsUnjudged(t *testing.T) {
 	}
 	if d.Ledger != "" || d.Pools[0].Verdicts[report.VerdictUnjudged] != 1 {
 		t.Fatalf("%+v", d)
+	}
+}
+
+// The report's dashboard check over every case: a missing GrafanaDashboard
+// is reported only where the dashboard's ConfigMap is installed and the
+// cluster serves grafana.integreatly.org/v1beta1, as after a cold install
+// that put the sidecar in before grafana-operator.
+func TestReportChecksTheGrafanaDashboard(t *testing.T) {
+	for name, tc := range map[string]struct {
+		served, configMap, dashboard bool
+		want                         string
+	}{
+		"kind not served":            {want: report.CheckOK},
+		"served, no dashboard":       {served: true, want: report.CheckOK},
+		"served, dashboard left out": {served: true, configMap: true, want: report.CheckMissing},
+		"served, dashboard there":    {served: true, configMap: true, dashboard: true, want: report.CheckOK},
+		"not served, ConfigMap only": {configMap: true, want: report.CheckOK},
+	} {
+		w, _ := reportWorld()
+		fc := newFakeCluster(t, w)
+		ctx := t.Context()
+		labels := map[string]string{"app.kubernetes.io/name": "csi-clone-sidecar"}
+		if tc.served {
+			fc.kube.Resources = append(fc.kube.Resources, &metav1.APIResourceList{GroupVersion: "grafana.integreatly.org/v1beta1",
+				APIResources: []metav1.APIResource{{Name: "grafanadashboards", Namespaced: true, Kind: "GrafanaDashboard"}}})
+		}
+		if tc.configMap {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "csi-clone-sidecar-dashboard", Namespace: "cozy-linstor", Labels: labels}}
+			if _, err := fc.kube.CoreV1().ConfigMaps("cozy-linstor").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.dashboard {
+			gd := &unstructured.Unstructured{}
+			gd.SetAPIVersion("grafana.integreatly.org/v1beta1")
+			gd.SetKind("GrafanaDashboard")
+			gd.SetName("csi-clone-sidecar-62b72ee9")
+			gd.SetLabels(labels)
+			if _, err := fc.dyn.Resource(report.GrafanaDashboardGVR).Namespace("cozy-linstor").Create(ctx, gd, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out bytes.Buffer
+		if err := report.Report(ctx, fc.clients(), config.DefaultConfig(), &out, "json"); err != nil {
+			t.Fatal(err)
+		}
+		var d report.ReportData
+		if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Checks) != 1 || d.Checks[0].Status != tc.want {
+			t.Errorf("%s: checks %+v, want the dashboard %s", name, d.Checks, tc.want)
+			continue
+		}
+		if tc.want == report.CheckMissing && (!strings.Contains(d.Checks[0].Message, "GrafanaDashboard csi-clone-sidecar missing in cozy-linstor while the cluster serves grafana.integreatly.org/v1beta1") ||
+			!strings.Contains(d.Checks[0].Fix, "flux reconcile hr linstor -n cozy-linstor --force")) {
+			t.Errorf("%s: %+v; want the dashboard named and the remedy", name, d.Checks[0])
+		}
+		out.Reset()
+		if err := report.Report(ctx, fc.clients(), config.DefaultConfig(), &out, "table"); err != nil || !strings.Contains(out.String(), "\nCHECK ") ||
+			!strings.Contains(out.String(), "dashboard  "+tc.want) {
+			t.Errorf("%s: table %v\n%s; want the check in a CHECK section", name, err, out.String())
+		}
 	}
 }

@@ -41,9 +41,11 @@ func TestDocsReferToExistingFiles(t *testing.T) {
 // date and a commit, the history to git.
 var diaryWords = regexp.MustCompile(`(?i)\bsessions? \d|\bsession-\d|\bwe ran\b|\bI ran\b|\bwe measured\b`)
 
-// The README is for users: the two set-up commands first, at most about 250
-// lines, every docs/ page it links exists, and neither it nor docs/ keeps a
-// diary.
+// The README is for users: it opens with what the sidecar does for an
+// operator in three lines, then how to install it and what it shows, then
+// the two set-up commands for developers (`.ci/run` calls `make test`); at
+// most about 250 lines; every docs/ page it links exists; and neither it
+// nor docs/ keeps a diary.
 func TestReadmeIsForUsers(t *testing.T) {
 	raw, err := os.ReadFile(repoFile("README.md"))
 	if err != nil {
@@ -54,10 +56,22 @@ func TestReadmeIsForUsers(t *testing.T) {
 	if len(lines) > 250 {
 		t.Errorf("README.md has %d lines, want at most 250 (method and history go to docs/performance.md)", len(lines))
 	}
-	firstBlock := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(readme)
-	if firstBlock == nil || !strings.HasPrefix(firstBlock[1], "make demo ") || !strings.Contains(firstBlock[1], "\nmake test ") ||
-		strings.Index(readme, firstBlock[0]) > strings.Index(readme, "\n## ") {
-		t.Errorf("README.md must open with the block of `make demo` and `make test`, before any section")
+	intro, _, _ := strings.Cut(strings.TrimPrefix(readme, lines[0]+"\n\n"), "\n\n")
+	if n := len(strings.Split(intro, "\n")); n != 3 || !strings.Contains(intro, "passive observer") || !strings.Contains(intro, "verdict") {
+		t.Errorf("README.md must open with three lines saying what it does for an operator (a passive observer, the verdicts); got %d:\n%s", n, intro)
+	}
+	var sections []string
+	for _, m := range regexp.MustCompile(`(?m)^## (.*)$`).FindAllStringSubmatch(readme, 3) {
+		sections = append(sections, m[1])
+	}
+	if len(sections) < 3 || sections[0] != "Install" || sections[1] != "What you will see" {
+		t.Errorf("README.md's first sections are %q, want Install, What you will see, then the set-up commands", sections)
+	}
+	devBlock := regexp.MustCompile("(?s)```sh\n(make demo .*?)```").FindStringSubmatchIndex(readme)
+	third := strings.Index(readme, "\n## "+sections[len(sections)-1]+"\n")
+	if devBlock == nil || !strings.Contains(readme[devBlock[2]:devBlock[3]], "\nmake test ") ||
+		devBlock[0] < third || strings.Contains(readme[third+1:devBlock[0]], "\n## ") {
+		t.Errorf("README.md's third section must open with the block of `make demo` and `make test`")
 	}
 	for _, m := range regexp.MustCompile(`\]\((docs/[^)#]+)`).FindAllStringSubmatch(readme, -1) {
 		if _, err := os.Stat(repoFile(m[1])); err != nil {

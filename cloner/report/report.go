@@ -36,6 +36,9 @@ type ReportData struct {
 	// it is missing when the prediction's objects cannot be read.
 	ClonePaths      []verdict.ClonePathReport `json:"clonePaths"`
 	ClonePathsError string                    `json:"clonePathsError,omitempty"`
+	// Checks are the checks of the install that no verdict covers
+	// (checks.go).
+	Checks []CheckReport `json:"checks"`
 }
 
 // UntrustedGoldenReport is a golden that breaks the naming rules.
@@ -171,6 +174,7 @@ func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config
 	}
 	data.Pools, data.BadDisks = ReportDisks(inv, JudgeClaimless(inv, cfg, pred))
 	data.Untrusted = ReportUntrusted(inv)
+	data.Checks = []CheckReport{checkDashboard(ctx, clients, cfg.LedgerNamespace)}
 	return data, nil
 }
 
@@ -398,6 +402,10 @@ func printTable(w io.Writer, d *ReportData) error {
 		fmt.Fprintf(tw, "unavailable: %s\n", oneLine(d.ClonePathsError))
 	}
 	printClonePaths(tw, d.ClonePaths)
+	fmt.Fprintln(tw, "\nCHECK\tSTATUS\tWHAT\tFIX")
+	for _, c := range d.Checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Check, c.Status, oneLine(c.Message), c.Fix)
+	}
 	return tw.Flush()
 }
 

@@ -57,32 +57,18 @@ type options struct {
 }
 
 func main() {
-	run := runSidecar
-	args := os.Args[1:]
-	if len(args) > 0 && args[0] == "report" {
-		run, args = runReport, args[1:]
-	}
-	if len(args) > 0 && args[0] == "linstor-patch" {
-		run, args = runLinstorPatch, args[1:]
-	}
-	if err := run(args); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(os.Stderr, "csi-clone-sidecar: %v\n", err)
-			os.Exit(1)
-		}
-	}
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func runSidecar(args []string) error {
 	fs := flag.NewFlagSet("csi-clone-sidecar", flag.ContinueOnError)
 	opts := registerFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(lookupCommand("serve"), fs, args); err != nil {
 		return err
 	}
 	cfg := standardflags.Configuration
 	if cfg.ShowVersion {
-		fmt.Println("csi-clone-sidecar", version)
-		return nil
+		return runVersion(nil)
 	}
 	setGCPercent()
 	softLimit, err := setMemoryLimit()
@@ -112,7 +98,7 @@ func runReport(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig; in-cluster config when empty.")
 	format := fs.String("o", "table", "Output format: table or json.")
 	predictClass := fs.String("predict", "", "Print only the predicted clone path of every golden on this StorageClass (\"(default)\": a disk that names none), with the reason and the fix.")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(lookupCommand("report"), fs, args); err != nil {
 		return err
 	}
 	if *format != "table" && *format != "json" {
@@ -227,25 +213,6 @@ func overrideDefault(fs *flag.FlagSet, name, value, usage string) {
 	}
 	f.DefValue, f.Usage = value, usage
 }
-
-// parseFlags reports a bad flag in one line instead of the whole usage.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	out := fs.Output()
-	fs.SetOutput(discard{})
-	err := fs.Parse(args)
-	fs.SetOutput(out)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.PrintDefaults()
-	}
-	if err == nil && fs.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return err
-}
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // validate checks the flags, resolves the two socket addresses into o and
 // returns the listen socket's mode.

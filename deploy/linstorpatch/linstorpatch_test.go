@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,6 +150,54 @@ func TestOverrideAlreadyThereAddsNothing(t *testing.T) {
 	for _, op := range ops[1:] {
 		if strings.Contains(op.Path, "/containers/0") {
 			t.Errorf("touches the provisioner whose override is there: %v", op)
+		}
+	}
+}
+
+// Every owner marker Owners knows, alone, names its owner; the markers of a
+// Cozystack linstor release name all of them; an unowned object and a
+// managed-by of another tool name none.
+func TestOwnersNamesEveryMarker(t *testing.T) {
+	cases := map[string]struct {
+		labels, annotations map[string]any
+		want                []string
+	}{
+		"managed-by Helm": {labels: map[string]any{"app.kubernetes.io/managed-by": "Helm"},
+			want: []string{"Helm (label app.kubernetes.io/managed-by=Helm)"}},
+		"release name and namespace": {annotations: map[string]any{"meta.helm.sh/release-name": "linstor", "meta.helm.sh/release-namespace": "cozy-linstor"},
+			want: []string{"Helm release cozy-linstor/linstor (annotation meta.helm.sh/release-name=linstor)"}},
+		"release name alone": {annotations: map[string]any{"meta.helm.sh/release-name": "linstor"},
+			want: []string{"Helm release linstor (annotation meta.helm.sh/release-name=linstor)"}},
+		"release namespace alone": {annotations: map[string]any{"meta.helm.sh/release-namespace": "cozy-linstor"},
+			want: []string{"a Helm release in namespace cozy-linstor (annotation meta.helm.sh/release-namespace=cozy-linstor)"}},
+		"Flux HelmRelease": {labels: map[string]any{"helm.toolkit.fluxcd.io/name": "linstor", "helm.toolkit.fluxcd.io/namespace": "cozy-linstor"},
+			want: []string{"Flux HelmRelease cozy-linstor/linstor (label helm.toolkit.fluxcd.io/name=linstor)"}},
+		"Flux Kustomization": {labels: map[string]any{"kustomize.toolkit.fluxcd.io/name": "storage", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
+			want: []string{"Flux Kustomization flux-system/storage (label kustomize.toolkit.fluxcd.io/name=storage)"}},
+		"Cozystack's linstor release": {
+			labels:      map[string]any{"app.kubernetes.io/managed-by": "Helm", "helm.toolkit.fluxcd.io/name": "linstor", "helm.toolkit.fluxcd.io/namespace": "cozy-linstor"},
+			annotations: map[string]any{"meta.helm.sh/release-name": "linstor", "meta.helm.sh/release-namespace": "cozy-linstor"},
+			want: []string{"Helm (label app.kubernetes.io/managed-by=Helm)", "Helm release cozy-linstor/linstor (annotation meta.helm.sh/release-name=linstor)",
+				"Flux HelmRelease cozy-linstor/linstor (label helm.toolkit.fluxcd.io/name=linstor)"}},
+		"unowned":         {labels: map[string]any{"app": "linstor"}},
+		"managed by kapp": {labels: map[string]any{"app.kubernetes.io/managed-by": "kapp"}},
+	}
+	covered := map[string]bool{}
+	for name, tc := range cases {
+		if len(tc.want) == 1 {
+			for _, m := range ownerMarkers {
+				covered[m.key] = covered[m.key] || strings.Contains(tc.want[0], " "+m.key+"=")
+			}
+		}
+		obj := map[string]any{"metadata": map[string]any{"name": "linstorcluster", "labels": tc.labels, "annotations": tc.annotations}}
+		if got := Owners(obj); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Owners = %q, want %q", name, got, tc.want)
+		}
+	}
+	// Each marker has a row where it alone names an owner.
+	for _, m := range ownerMarkers {
+		if !covered[m.key] {
+			t.Errorf("marker %s has no row of its own above", m.key)
 		}
 	}
 }

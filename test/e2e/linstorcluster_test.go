@@ -29,7 +29,7 @@ var linstorClusterGVR = schema.GroupVersionResource{Group: "piraeus.io", Version
 // override, on a real API server with piraeus-operator's CRD, both
 // documented ways: the JSON patch of `csi-clone-sidecar linstor-patch`
 // (a LinstorCluster no Helm release owns), and the Cozystack linstor chart
-// with the change of docs/cozystack.md, applied as its release would be. For
+// with deploy/cozystack/linstor.patch, applied as its release would be. For
 // each, the operator's pod rendered from what the API server stored (the
 // operator's strategic merge) is the pod before plus the sidecar, and doing
 // it again changes nothing.
@@ -137,7 +137,7 @@ func TestLinstorClusterGainsTheSidecarBothWays(t *testing.T) {
 			t.Fatal("the linstor chart renders no LinstorCluster")
 			return nil
 		}
-		before := apply()
+		before := apply("csiCloneSidecar.enabled=false")
 		after := apply("csiCloneSidecar.enabled=true")
 		check("cozystack chart", before, after)
 		if again := apply("csiCloneSidecar.enabled=true"); again.GetResourceVersion() != after.GetResourceVersion() {

@@ -208,7 +208,7 @@ func checkSockets(pod corev1.PodTemplateSpec) []error {
 
 // CozystackImage is the linstor-csi image Cozystack's linstor chart swaps in
 // (the value deploy/testdata/cozystack-linstor renders too).
-const CozystackImage = "ghcr.io/cozystack/cozystack/linstor-csi:v1.10.5"
+const CozystackImage = "ghcr.io/cozystack/cozystack/linstor-csi:v1.6.2@sha256:3228487ae861ddf02cac984289f8c377fc9e66a71fb3c387e9af9f72c1dbc78b"
 
 // CozystackCluster is a LinstorCluster as Cozystack's linstor chart renders
 // it: a podTemplate that already overrides linstor-csi's image.
