@@ -23,7 +23,7 @@ BIN         ?= bin
 # build.sh builds into it and the tests (test/tools.Bin) look there.
 export TOOLS_CACHE
 
-.PHONY: all build sidecar tools test unit noskip fuzz diff cdidiff e2e mutation soak bench bench-e2e bench-scale demo lint image docker-image chart clean
+.PHONY: all build sidecar tools test unit noskip fuzz diff cdidiff e2e mutation mutation-hand soak bench bench-e2e bench-scale demo lint image docker-image chart clean
 
 all: build
 
@@ -94,10 +94,15 @@ NOSKIP := $(BIN)/noskip
 noskip:
 	$(GO) build -o $(NOSKIP) ./test/tools/noskip
 
-## mutation: mutation testing (gremlins, from the tools cache) of the pure rules, one package at a time: predictions, metric labels, the tap's status and method mapping, the verdict rules (not part of make test; MUTATION_TIMEOUT=40m per target; report in docs/testing.md)
-mutation:
+## mutation: mutation testing, not part of make test (report in docs/testing.md): first the hand-written semantic mutants (mutation-hand), then gremlins (from the tools cache) on the pure rules, one package at a time: predictions, metric labels, the tap's status and method mapping, the verdict rules (MUTATION_TIMEOUT=40m per target)
+mutation: mutation-hand
 	test/tools/build.sh gremlins
 	test/tools/mutation.sh $(MUTATION_TARGETS)
+
+## mutation-hand: the hand-written semantic mutants of test/mutants/mutants.txt, each applied to a copy of the tree and judged by its own package's tests; fails unless every one is killed (MUTANTS_ONLY=<file regexp> runs some)
+MUTANTS_ONLY ?=
+mutation-hand:
+	$(GO) run ./test/mutants/run -only '$(MUTANTS_ONLY)'
 
 ## soak: worker clones in waves while the sidecar is SIGKILLed, the API server stopped, the driver and the verdict leader killed (200 disks; `make test` runs it with 40)
 SOAK_DISKS ?= 200
