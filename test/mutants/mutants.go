@@ -79,22 +79,12 @@ func Table() ([]Mutant, error) {
 			return nil, fmt.Errorf("mutants.txt:%d: %s twice in one block", n, key)
 		}
 		seen[key] = true
-		switch key {
-		case "file":
-			cur.File = value
-		case "from":
-			cur.From = value
-		case "to":
-			cur.To = value
-		case "pkg":
-			cur.Pkg = value
-		case "run":
-			cur.Run = value
-		case "kind":
-			cur.Kind = value
-		default:
+		field, ok := map[string]*string{"file": &cur.File, "from": &cur.From, "to": &cur.To,
+			"pkg": &cur.Pkg, "run": &cur.Run, "kind": &cur.Kind}[key]
+		if !ok {
 			return nil, fmt.Errorf("mutants.txt:%d: unknown key %q", n, key)
 		}
+		*field = value
 	}
 	if err := finish(); err != nil {
 		return nil, err
