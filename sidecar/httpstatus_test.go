@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
 // A reply that is not gRPC is judged by its :status as grpc-go's client
@@ -44,16 +46,16 @@ func TestHTTPStatusCodesOverEveryStatus(t *testing.T) {
 // internal/transport/http_util.go, its keys named by net/http's constants.
 func grpcGoHTTPStatusTable(t *testing.T) map[int]codes.Code {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "google.golang.org/grpc").Output()
+	grpcDir, err := tools.ModuleSource("google.golang.org/grpc")
 	if err != nil {
-		t.Fatalf("go list the grpc-go module: %v (run the tests with the Go toolchain on PATH)", err)
+		t.Fatal(err)
 	}
 	statuses := httpStatusConstants(t)
 	byName := map[string]codes.Code{}
 	for c := codes.OK; c <= codes.Unauthenticated; c++ {
 		byName[c.String()] = c
 	}
-	file := filepath.Join(strings.TrimSpace(string(out)), "internal/transport/http_util.go")
+	file := filepath.Join(grpcDir, "internal/transport/http_util.go")
 	syntax, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)
