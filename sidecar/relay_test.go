@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"path/filepath"
 	"sync"
@@ -177,4 +178,68 @@ func TestClientCancelReachesDriverAndIsObserved(t *testing.T) {
 	if obs[0].Code != codes.Canceled || obs[0].Method != sidecar.MethodCreateVolume {
 		t.Errorf("observation = %+v", obs[0])
 	}
+}
+
+// A side's end of input reaches the other as a half-close, in both
+// directions: the driver reads the client's whole request to its end and
+// still answers, and after the driver's own end the client still sends and
+// the driver still reads.
+func TestEndOfInputIsAHalfCloseBothWays(t *testing.T) {
+	dir := t.TempDir()
+	driverSock, relaySock := filepath.Join(dir, "driver.sock"), filepath.Join(dir, "relay.sock")
+	l, err := net.Listen("unix", driverSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := sidecar.NewRelay(sidecar.Config{ListenPath: relaySock, DriverPath: driverSock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(context.Background())
+	defer r.Close()
+
+	// One connection per direction: the side that ends first, then the
+	// other that keeps talking.
+	for _, clientEndsFirst := range []bool{true, false} {
+		client, err := net.Dial("unix", relaySock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		driver, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, second := client.(*net.UnixConn), driver.(*net.UnixConn)
+		if !clientEndsFirst {
+			first, second = second, first
+		}
+		first.Write([]byte("request"))
+		first.CloseWrite()
+		if got := readToEnd(t, second); got != "request" {
+			t.Fatalf("client ends first = %v: the other side read %q, want the whole of it", clientEndsFirst, got)
+		}
+		for _, part := range []string{"answer, ", "after the end"} {
+			if _, err := second.Write([]byte(part)); err != nil {
+				t.Fatalf("client ends first = %v: writing after the other's end: %v", clientEndsFirst, err)
+			}
+		}
+		second.CloseWrite()
+		if got := readToEnd(t, first); got != "answer, after the end" {
+			t.Fatalf("client ends first = %v: the side that ended read %q back, want the whole answer", clientEndsFirst, got)
+		}
+		client.Close()
+		driver.Close()
+	}
+}
+
+// readToEnd reads c until its peer ends its input.
+func readToEnd(t *testing.T, c net.Conn) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading to the end: %v", err)
+	}
+	return string(b)
 }

@@ -433,3 +433,27 @@ func TestLargestImageInvertsRequiredSpace(t *testing.T) {
 		t.Errorf("the image of a claim sized for 10Gi: %d", got)
 	}
 }
+
+// clone/planner.go validateAdvancedClonePVC compares the volume modes
+// resolved (util.ResolveVolumeMode): a source whose mode is not known yet
+// ("", a spec.storage golden before its claim exists) is Filesystem. Over
+// every source mode and both target modes.
+func TestSourceVolumeModeIsResolvedBeforeItIsCompared(t *testing.T) {
+	for _, tc := range []struct {
+		source, target string
+		fallback       string
+	}{
+		{"", Filesystem, ""},
+		{"", Block, FallbackIncompatibleVolumeModes},
+		{Filesystem, Filesystem, ""},
+		{Filesystem, Block, FallbackIncompatibleVolumeModes},
+		{Block, Block, ""},
+		{Block, Filesystem, FallbackIncompatibleVolumeModes},
+	} {
+		src := Source{Class: "replicated", Driver: linstor, VolumeMode: tc.source, RequestBytes: gi, CapacityBytes: gi}
+		got := cluster("csi-clone").Plan(src, Claim{Class: "replicated", HasClass: true, VolumeMode: tc.target, Bytes: gi}, false)
+		if got.Refused() || got.Fallback != tc.fallback {
+			t.Errorf("source mode %q, target %q: %+v, want fallback %q", tc.source, tc.target, got, tc.fallback)
+		}
+	}
+}

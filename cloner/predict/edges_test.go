@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	storagev1 "k8s.io/api/storage/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 )
 
 // The edges of CDI's rules that make mutation testing (make mutation,
@@ -149,5 +152,28 @@ func TestPairAtSizeFitsTheGoldensCapacity(t *testing.T) {
 		if r.FitBytes != g.CapacityBytes {
 			t.Errorf("golden of capacity %d: FitBytes %d, want its capacity (a Block claim is the disk's size)", g.CapacityBytes, r.FitBytes)
 		}
+	}
+}
+
+// A kubevirt golden on a Filesystem claim whose image size is not known is
+// taken to hold the largest image its capacity fits with its own class's
+// filesystem overhead: a sizeless spec.storage disk on that class is then
+// inflated with the same overhead to at most the golden's capacity, and
+// cloned without expansion. The golden's class has an overhead of its own,
+// unlike the Kubernetes default class and the global value.
+func TestAssumedImageIsSizedWithTheGoldensClassOverhead(t *testing.T) {
+	in := baseInputs("csi-clone")
+	in.Classes = append(in.Classes, func() *storagev1.StorageClass {
+		sc := class("standard", linstor, true)
+		sc.Annotations = map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+		return sc
+	}())
+	in.CDIConfigs = []*cdiv1.CDIConfig{{Status: cdiv1.CDIConfigStatus{FilesystemOverhead: &cdiv1.FilesystemOverhead{
+		Global: "0.06", StorageClass: map[string]cdiv1.Percent{"standard": "0.01", "replicated-fixed": "0.2"}}}}}
+	g := withClass(golden, "replicated-fixed")
+	g.VolumeMode, g.ContentType = "Filesystem", cdirules.ContentKubeVirt
+	p := NewState(in).Predict(g, Target{Class: "replicated-fixed", VolumeMode: "Filesystem", AccessModes: poolAccessModes})
+	if p.Path != PathCSIClone {
+		t.Errorf("%s/%s (%s), want csi-clone: the disk's claim is the golden's image inflated by the same class's overhead", p.Path, p.Reason, p.Message)
 	}
 }

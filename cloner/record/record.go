@@ -40,7 +40,9 @@ type Record struct {
 	DriverError     string    `json:"driverError,omitempty"`
 	DurationSeconds float64   `json:"durationSeconds,omitempty"`
 	Findings        []Finding `json:"findings,omitempty"`
-	// Since is when this verdict and these findings were first decided.
+	// Since is when this verdict was first decided. Findings that come or
+	// go under the same verdict (a driver error, a prediction found wrong)
+	// keep it: it says how long the disk has been pending, stuck or cloned.
 	Since time.Time `json:"since,omitzero"`
 
 	// Predicted is the clone path predicted for this disk when it was first

@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
 // TestDescribeGoldenCopiesOnlyATrustedGolden: the record carries a golden's
@@ -204,11 +204,11 @@ func TestCloneDurationBoundaries(t *testing.T) {
 // type DataVolumePhase) in the module the build uses.
 func cdiPhases(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "kubevirt.io/containerized-data-importer-api").Output()
+	api, err := tools.ModuleSource("kubevirt.io/containerized-data-importer-api")
 	if err != nil {
-		t.Fatalf("go list the CDI API module: %v (run the tests with the Go toolchain on PATH)", err)
+		t.Fatal(err)
 	}
-	file := filepath.Join(strings.TrimSpace(string(out)), "pkg/apis/core/v1beta1/types.go")
+	file := filepath.Join(api, "pkg/apis/core/v1beta1/types.go")
 	syntax, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -369,6 +369,9 @@ func (c *Cluster) Stop(keep bool) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := c.raceReports(order); err != nil {
+		errs = append(errs, err)
+	}
 	c.logf("cluster: stopped in %s", time.Since(t0).Round(time.Millisecond))
 	if len(died) > 0 {
 		sort.Strings(died)

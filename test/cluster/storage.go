@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,24 +66,51 @@ func repoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// buildBinaries builds the sidecar and the test driver from this checkout,
-// once per process, into a temporary directory that RemoveBuilds deletes.
+// RaceEnv, set to 1, makes the harness build the sidecar with the race
+// detector (make e2e, soak and cdidiff set it: the concurrency only a whole
+// stack exercises, leader handover, restarts, two replicas, a SIGTERM
+// drain, is race-checked there), and teardown fails on a race report in
+// any sidecar's log.
+const RaceEnv = "CSI_CLONE_E2E_RACE"
+
+// raceBuild tells whether the sidecar is built with -race.
+func raceBuild() bool { return os.Getenv(RaceEnv) == "1" }
+
+// buildBinaries builds the sidecar (with -race when RaceEnv says so) and
+// the test driver from this checkout, once per process, into a temporary
+// directory that RemoveBuilds deletes.
 func buildBinaries() (string, error) {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "csi-clone-e2e-bin-")
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildDir+"/",
-			"./cmd/csi-clone-sidecar", "./test/cmd/csi-test-driver")
-		cmd.Dir = repoRoot()
-		// No network in the test's namespace: fail at once, never wait on a proxy.
-		cmd.Env = append(os.Environ(), "GOPROXY=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build of the sidecar and test driver in %s: %v\n%s", cmd.Dir, err, out)
+		sidecar := []string{"./cmd/csi-clone-sidecar"}
+		if raceBuild() {
+			sidecar = append([]string{"-race"}, sidecar...)
+		}
+		for _, pkgs := range [][]string{sidecar, {"./test/cmd/csi-test-driver"}} {
+			if buildErr = goBuild(buildDir, pkgs...); buildErr != nil {
+				return
+			}
 		}
 	})
 	return buildDir, buildErr
+}
+
+// goBuild runs go build of the repository's packages into dir.
+func goBuild(dir string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, args...)...)
+	cmd.Dir = repoRoot()
+	// No network in the test's namespace: fail at once, never wait on a proxy.
+	cmd.Env = append(os.Environ(), "GOPROXY=off")
+	if slices.Contains(args, "-race") {
+		cmd.Env = append(cmd.Env, "CGO_ENABLED=1") // the race detector's runtime is cgo
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s in %s: %v\n%s", strings.Join(args, " "), cmd.Dir, err, out)
+	}
+	return nil
 }
 
 // RemoveBuilds deletes what buildBinaries built; Main calls it at exit.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -128,4 +129,14 @@ func missing(kind, name, path string, err error) error {
 			kind, name, path, name)
 	}
 	return fmt.Errorf("tools: %s %s: %w", kind, name, err)
+}
+
+// ModuleSource returns the directory of a module the build uses, in the
+// module cache (go list -m), so a test can read an upstream's own source.
+func ModuleSource(module string) (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	if err != nil {
+		return "", fmt.Errorf("go list the module %s: %v (run the tests with the Go toolchain on PATH)", module, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
