@@ -312,7 +312,9 @@ func TestChartImageIsTheRelease(t *testing.T) {
 			"mirror.example/csi-clone-sidecar:" + appVersion + "@" + digest},
 	} {
 		var containers struct {
-			Spec struct{ Containers []struct{ Name, Image string } }
+			Spec struct {
+				Containers []struct{ Name, Image string }
+			}
 		}
 		if err := yaml.Unmarshal([]byte(renderPodTemplate(t, prefixed("csiCloneSidecar.", tc.set)...)), &containers); err != nil {
 			t.Fatal(err)
