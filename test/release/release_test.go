@@ -247,6 +247,9 @@ func chartImage(t *testing.T, helm, reg, work, repository string) string {
 	if err := os.RemoveAll(wrapper); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(filepath.Join(wrapper, "charts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := runIn(t, ".", helm, "pull", ref, "--version", chartVersion, "--plain-http", "-d", filepath.Join(wrapper, "charts")); err != nil {
 		t.Fatalf("helm pull %s: %v\n%s", ref, err, out)
 	}
