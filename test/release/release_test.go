@@ -309,9 +309,10 @@ func runFromRegistry(t *testing.T, podman, image string) {
 	t.Cleanup(driver.Stop)
 	port := freePort(t)
 	name := fmt.Sprintf("csi-clone-release-test-%d", os.Getpid())
-	if out, err := pod(append(runArgs[1:], "-d", "--name", name, "--network", "host", "-v", dir+":/csi",
+	// Detached and named (not --rm): removed by the cleanup below.
+	if out, err := pod(append([]string{"run"}, append(runArgs[2:], "-d", "--name", name, "--network", "host", "-v", dir+":/csi",
 		byDigest, "--csi-address=/csi/csi.sock", "--listen-address=/csi/csi-clone.sock", "--verdicts=false",
-		fmt.Sprintf("--http-endpoint=127.0.0.1:%d", port))...); err != nil {
+		fmt.Sprintf("--http-endpoint=127.0.0.1:%d", port))...)...); err != nil {
 		t.Fatalf("podman run the relay: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
