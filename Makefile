@@ -4,7 +4,8 @@
 
 GO          ?= go
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS     := -s -w -X main.version=$(VERSION)
+# -buildid=: no build id, so that one commit builds the same bytes (make release).
+LDFLAGS     := -s -w -buildid= -X main.version=$(VERSION)
 GOBUILD     := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/csi-clone-sidecar
 IMAGE       ?= ghcr.io/cozystack/csi-clone-sidecar:$(VERSION)
@@ -23,7 +24,7 @@ BIN         ?= bin
 # build.sh builds into it and the tests (test/tools.Bin) look there.
 export TOOLS_CACHE
 
-.PHONY: all build sidecar tools test unit noskip fuzz diff cdidiff e2e mutation mutation-hand soak bench bench-e2e bench-scale demo lint image docker-image chart clean
+.PHONY: all build sidecar tools test lint-workflows release publish unit noskip fuzz diff cdidiff e2e mutation mutation-hand soak bench bench-e2e bench-scale demo lint image docker-image chart clean
 
 all: build
 
@@ -41,7 +42,7 @@ tools:
 	test/tools/build.sh
 
 ## test: everything CI runs
-test: tools unit fuzz diff e2e
+test: tools lint-workflows unit fuzz diff e2e
 
 ## unit: unit tests (every package that runs goroutines under the race detector), csi-sanity against the test driver directly and through the relay, and the tests of our programs in the CDI tools module
 # Not raced: deploy (renders and lints manifests, builds and runs the image;
@@ -151,9 +152,28 @@ image:
 	$(GO) run ./test/tools/image -out $(IMAGE_DIR) -tag $(IMAGE) -version $(VERSION) -revision $(REVISION) \
 		-source $(SOURCE_URL) -created '$(CREATED)' $(foreach p,$(PLATFORMS),-binary $(p)=$(IMAGE_DIR)/$(p)/csi-clone-sidecar)
 
+## release: VERSION=vX.Y.Z: the release, reproducibly and without a container engine, into $(DIST)/: the binaries (linux/amd64, linux/arm64), their SBOMs (CycloneDX), the multi-arch image as an OCI layout, the chart with the image pinned by digest, SHA256SUMS (docs/release.md)
+DIST               ?= dist
+RELEASE_REPOSITORY ?= ghcr.io/cozystack/csi-clone-sidecar
+release:
+	test/tools/build.sh helm cyclonedx-gomod
+	VERSION=$(VERSION) DIST=$(DIST) GO=$(GO) RELEASE_REPOSITORY=$(RELEASE_REPOSITORY) PLATFORMS='$(PLATFORMS)' test/tools/release.sh build
+
+## publish: REGISTRY=host/org VERSION=vX.Y.Z: push what `make release` built: the image by digest to REGISTRY/csi-clone-sidecar, tagged VERSION and vX.Y (not for a pre-release), the chart to oci://REGISTRY/charts (HELM_PUSH_FLAGS=--plain-http for a registry without TLS); prints the references
+publish:
+	test/tools/build.sh helm
+	VERSION=$(VERSION) DIST=$(DIST) GO=$(GO) REGISTRY=$(REGISTRY) RELEASE_REPOSITORY=$(RELEASE_REPOSITORY) HELM_PUSH_FLAGS='$(HELM_PUSH_FLAGS)' test/tools/release.sh publish
+
+## lint-workflows: actionlint (pinned, from the tools cache) on .github/workflows
+# Without shellcheck and pyflakes: actionlint runs whichever is on PATH, and
+# neither is pinned, so the result would differ between machines.
+lint-workflows:
+	test/tools/build.sh actionlint
+	$(TOOLS_CACHE)/bin/actionlint-$$(awk '$$1 == "bin" && $$2 == "actionlint" { print $$3 }' test/tools/versions.txt) -color=false -shellcheck= -pyflakes=
+
 ## docker-image: the same image with a Docker engine (Dockerfile; docker buildx build --platform linux/amd64,linux/arm64 for both)
 docker-image:
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
 
 clean:
-	rm -rf bin
+	rm -rf bin $(DIST)

@@ -263,6 +263,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"sidecar.repoint[0]=csi-attacher", "/sidecar/repoint/0"},
 		{"sidecar.extraArgs[0]=-v=5", "/sidecar/extraArgs/0"},
 		{"sidecar.image.tag=v1 latest", "/sidecar/image/tag"},
+		{"sidecar.image.digest=sha256:abc", "/sidecar/image/digest"},
+		{"sidecar.image.digest=v0.1.0", "/sidecar/image/digest"},
 		{"csiController.serviceAccount=Not_A_Name", "/csiController/serviceAccount"},
 		{"csiController.podLabels=null", "/csiController"},
 		{"rbac.create=maybe", "/rbac/create"},
@@ -284,6 +286,45 @@ func TestChartRefusesBadValues(t *testing.T) {
 		}
 		if !strings.Contains(out, "values don't meet the specifications of the schema") || !strings.Contains(out, tc.path) {
 			t.Errorf("--set %s: refused without naming %s:\n%s", tc.set, tc.path, out)
+		}
+	}
+}
+
+// The container's image: the released repository, the tag defaulting to
+// the chart's appVersion, @digest when one is pinned (make release does);
+// a mirror changes only the repository. There is no placeholder: with the
+// defaults it is the public repository at the chart's own release.
+func TestChartImageIsTheRelease(t *testing.T) {
+	chart := readYAML(t, filepath.Join(chartDir, "Chart.yaml"))
+	appVersion, _ := chart["appVersion"].(string)
+	if appVersion == "" || "v"+chart["version"].(string) != appVersion {
+		t.Fatalf("Chart.yaml: version %v, appVersion %v; want appVersion = v + version (docs/release.md)", chart["version"], chart["appVersion"])
+	}
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, "ghcr.io/cozystack/csi-clone-sidecar:" + appVersion},
+		{[]string{"sidecar.image.digest=" + digest}, "ghcr.io/cozystack/csi-clone-sidecar:" + appVersion + "@" + digest},
+		{[]string{"sidecar.image.tag=v9.9.9"}, "ghcr.io/cozystack/csi-clone-sidecar:v9.9.9"},
+		{[]string{"sidecar.image.repository=mirror.example/csi-clone-sidecar", "sidecar.image.digest=" + digest},
+			"mirror.example/csi-clone-sidecar:" + appVersion + "@" + digest},
+	} {
+		var containers struct {
+			Spec struct {
+				Containers []struct{ Name, Image string }
+			}
+		}
+		if err := yaml.Unmarshal([]byte(renderPodTemplate(t, prefixed("csiCloneSidecar.", tc.set)...)), &containers); err != nil {
+			t.Fatal(err)
+		}
+		if c := containers.Spec.Containers; len(c) == 0 || c[0].Name != "csi-clone-sidecar" || c[0].Image != tc.want {
+			t.Errorf("--set %v: containers %+v, want csi-clone-sidecar first with image %s", tc.set, c, tc.want)
+		}
+		notes := renderNotes(t, nil, prefixed("csiCloneSidecar.", tc.set)...)
+		if !strings.Contains(notes, "Image: "+tc.want+"\n") || !strings.Contains(notes, "sidecar.image.repository=") {
+			t.Errorf("--set %v: NOTES do not name the image %s and how to mirror it:\n%s", tc.set, tc.want, notes)
 		}
 	}
 }

@@ -26,6 +26,22 @@ mkdir -p "$CACHE/bin" "$CACHE/crds" "$CACHE/logs"
 # Static, stripped, path-free binaries: smaller and independent of the checkout.
 export CGO_ENABLED=0
 
+# all_cached: build.sh NAME... whose every NAME is a binary already in the
+# cache has nothing to build, and need not wait for another build.sh's lock
+# (make release while make tools builds Kubernetes).
+all_cached() {
+	local n ver
+	[ $# -gt 0 ] || return 1
+	for n in "$@"; do
+		ver=$(awk -v n="$n" '$1 == "bin" && $2 == n { print $3 }' "$here/versions.txt")
+		[ -n "$ver" ] && [ -x "$CACHE/bin/$n-$ver" ] || return 1
+	done
+	for n in "$@"; do
+		echo "tools: $n $(awk -v n="$n" '$1 == "bin" && $2 == n { print $3 }' "$here/versions.txt") cached"
+	done
+}
+all_cached "$@" && exit 0
+
 # A second build.sh (another helper, make tools) waits instead of racing us
 # into the same go build of the same tool.
 exec 9>"$CACHE/.build.lock"

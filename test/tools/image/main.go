@@ -56,6 +56,12 @@ type options struct {
 	source   string
 	created  string
 	binaries platformBinaries
+	// archives: also a docker-archive per platform (make image); make
+	// release ships the layout alone, which publish pushes.
+	archives bool
+	// indexDigest: a file to write the image index's digest into, the one
+	// value the release pins the chart to.
+	indexDigest string
 }
 
 // platformBinaries is the repeated -binary os/arch=path flag, in order.
@@ -86,6 +92,8 @@ func main() {
 	flag.StringVar(&o.revision, "revision", "", "org.opencontainers.image.revision label (the git commit)")
 	flag.StringVar(&o.source, "source", "", "org.opencontainers.image.source label (the repository URL)")
 	flag.StringVar(&o.created, "created", "", "the image's creation time, RFC 3339 (the commit's time keeps the image reproducible); empty: none")
+	flag.BoolVar(&o.archives, "archives", true, "also write one docker-archive per platform")
+	flag.StringVar(&o.indexDigest, "index-digest", "", "file to write the image index's digest (sha256:...) into")
 	flag.Var(&o.binaries, "binary", "os/arch=path of a static binary for that platform (repeat per platform)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -120,9 +128,11 @@ func run(o options) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", platformString(b.platform), err)
 		}
-		archive := filepath.Join(o.out, archiveName(b.platform))
-		if err := tarball.WriteToFile(archive, tag, img); err != nil {
-			return fmt.Errorf("%s: %w", archive, err)
+		if o.archives {
+			archive := filepath.Join(o.out, archiveName(b.platform))
+			if err := tarball.WriteToFile(archive, tag, img); err != nil {
+				return fmt.Errorf("%s: %w", archive, err)
+			}
 		}
 		plat := b.platform
 		index = mutate.AppendManifests(index, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &plat}})
@@ -138,7 +148,16 @@ func run(o options) error {
 	if err := p.AppendIndex(index, layout.WithAnnotations(map[string]string{refNameAnnotation: tag.String()})); err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	return report(o.out, index)
+	if o.indexDigest != "" {
+		digest, err := index.Digest()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.indexDigest, []byte(digest.String()+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return report(o.out, index, o.archives)
 }
 
 // platformImage is one platform's image: the binary alone in one layer,
@@ -217,7 +236,7 @@ func platformString(p v1.Platform) string {
 
 // report prints what was written: per platform the image's digest and its
 // size (the compressed layer a registry stores and a node pulls).
-func report(out string, index v1.ImageIndex) error {
+func report(out string, index v1.ImageIndex, archives bool) error {
 	im, err := index.IndexManifest()
 	if err != nil {
 		return err
@@ -240,8 +259,12 @@ func report(out string, index v1.ImageIndex) error {
 		if desc.Platform.OS == runtime.GOOS && desc.Platform.Architecture == runtime.GOARCH {
 			host = " (this machine's)"
 		}
-		fmt.Printf("image: %s %s: %.1f MiB compressed; docker-archive %s%s\n", platformString(*desc.Platform), desc.Digest,
-			float64(size)/(1<<20), filepath.Join(out, archiveName(*desc.Platform)), host)
+		archive := ""
+		if archives {
+			archive = "; docker-archive " + filepath.Join(out, archiveName(*desc.Platform))
+		}
+		fmt.Printf("image: %s %s: %.1f MiB compressed%s%s\n", platformString(*desc.Platform), desc.Digest,
+			float64(size)/(1<<20), archive, host)
 	}
 	return nil
 }

@@ -53,6 +53,11 @@ can render it (helm template prints no notes).
 */}}
 {{- define "csi-clone-sidecar.notes" -}}
 csi-clone-sidecar {{ .Chart.AppVersion }} in namespace {{ .Release.Namespace }}.
+
+Image: {{ include "csi-clone-sidecar.image" . }}
+From a mirror: copy the image there by digest and set
+sidecar.image.repository=<mirror>/csi-clone-sidecar; the digest stays
+(docs/release.md, Mirror).
 {{- $missing := list }}
 {{- range $role, $gvk := include "csi-clone-sidecar.crdObjects" . | fromJson }}
 {{- if not ($.Capabilities.APIVersions.Has $gvk) }}

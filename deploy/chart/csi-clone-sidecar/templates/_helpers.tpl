@@ -26,7 +26,7 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
 {{- define "csi-clone-sidecar.container" -}}
 {{- $s := .Values.sidecar -}}
 - name: csi-clone-sidecar
-  image: {{ printf "%s:%s" $s.image.repository $s.image.tag | quote }}
+  image: {{ include "csi-clone-sidecar.image" . | quote }}
   args:
     - --csi-address=$(DRIVER_ADDRESS)
     - --listen-address=$(ADDRESS)
@@ -100,6 +100,23 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
   volumeMounts:
     - name: {{ $s.socketVolume }}
       mountPath: {{ $s.socketMountPath }}
+{{- end -}}
+
+{{/*
+csi-clone-sidecar.image: repository:tag, the tag defaulting to the chart's
+appVersion, and @digest when one is set (make release pins it), e.g.
+ghcr.io/cozystack/csi-clone-sidecar:v0.2.0@sha256:... From (dict "Values" ...)
+there is no .Chart: the tag must then be set.
+*/}}
+{{- define "csi-clone-sidecar.image" -}}
+{{- $img := .Values.sidecar.image -}}
+{{- $tag := $img.tag -}}
+{{- if and (not $tag) .Chart -}}
+{{- $tag = .Chart.AppVersion -}}
+{{- end -}}
+{{- $tag = required "sidecar.image.tag: set it, or include the template with the chart's context (the tag defaults to its appVersion)" $tag -}}
+{{- printf "%s:%s" $img.repository $tag -}}
+{{- with $img.digest }}@{{ . }}{{ end -}}
 {{- end -}}
 
 {{/*
