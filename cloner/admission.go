@@ -21,7 +21,7 @@ func (c *Controller) publishAdmissionParams(ctx context.Context, p *verdict.Pred
 	if !c.cfg.AdmissionParams || p == nil {
 		return "", nil
 	}
-	want := publish.AdmissionData(p, c.cfg.GoldenNamespace)
+	want := publish.AdmissionData(p, c.cfg.GoldenNamespaces().Primary())
 	cms := c.clients.Kube.CoreV1().ConfigMaps(c.cfg.LedgerNamespace)
 	cur, err := cms.Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
 	switch {

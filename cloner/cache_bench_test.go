@@ -103,7 +103,7 @@ func mustMarshal(b *testing.B, m interface{ Marshal() ([]byte, error) }) []byte 
 // hold.
 func cachedBytes(b *testing.B, wire []wireDisk) float64 {
 	c := &Controller{cfg: clonertest.TestConfig()}
-	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, fleet.DataVolumeIndexers(c.cfg.GoldenNamespace))
+	dvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, fleet.DataVolumeIndexers(c.cfg.GoldenNamespaces()))
 	pvcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	claimUIDs, dataVolumeUIDs := fleet.NewUIDKeys(), fleet.NewUIDKeys()
 	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexByHandle: fleet.PvHandleIndex})

@@ -159,7 +159,7 @@ func (c *Controller) Start(ctx context.Context) {
 	c.pvInf = f.Core().V1().PersistentVolumes().Informer()
 	c.scInf = f.Storage().V1().StorageClasses().Informer()
 	must(c.pvcInf.SetTransform(record.CacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
-	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespace)))
+	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespaces())))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: fleet.PvHandleIndex}))
 	must(c.claimUIDs.Track(c.pvcInf))
 	c.watchForVerdicts()
@@ -198,7 +198,7 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 		if c.dvInf.Load() == nil && c.served(fleet.DataVolumeGVR) {
 			inf := f.ForResource(fleet.DataVolumeGVR).Informer()
 			must(inf.SetTransform(fleet.CacheDataVolume))
-			must(inf.AddIndexers(fleet.DataVolumeIndexers(c.cfg.GoldenNamespace)))
+			must(inf.AddIndexers(fleet.DataVolumeIndexers(c.cfg.GoldenNamespaces())))
 			onEvent(inf, c.dataVolumeChanged)
 			must(c.dataVolumeUIDs.Track(inf))
 			_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { c.dataVolumesDeleted.Store(true) }})

@@ -54,10 +54,11 @@ func (c *Controller) claimChanged(key string) {
 }
 
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
-// the claim key, when key is such a tmp-pvc in the golden namespace.
+// the claim key, when key is such a tmp-pvc in a golden namespace.
 func (c *Controller) cloneTarget(key string) (string, bool) {
-	uid, ok := strings.CutPrefix(key, c.cfg.GoldenNamespace+"/"+fleet.CdiTmpPVCPrefix)
-	if !ok || uid == "" {
+	ns, name, _ := strings.Cut(key, "/")
+	uid, ok := strings.CutPrefix(name, fleet.CdiTmpPVCPrefix)
+	if !ok || uid == "" || !c.cfg.GoldenNamespaces().Has(ns) {
 		return "", false
 	}
 	ref, ok := c.claimUIDs.Get(types.UID(uid))
@@ -67,21 +68,26 @@ func (c *Controller) cloneTarget(key string) (string, bool) {
 	return ref.String(), true
 }
 
-// dataVolumeChanged marks a DataVolume; a golden candidate marks its
-// consumers too.
+// dataVolumeChanged marks a DataVolume; a golden marks its consumers too,
+// those that name it and those that reach it through a DataSource.
 func (c *Controller) dataVolumeChanged(obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	keys := []string{m.GetNamespace() + "/" + m.GetName()}
-	if m.GetNamespace() == c.cfg.GoldenNamespace {
+	if c.cfg.GoldenNamespaces().Has(m.GetNamespace()) {
 		if p := c.dvInf.Load(); p != nil {
 			idx := (*p).GetIndexer()
 			users, _ := idx.IndexKeys(fleet.IndexByGolden, keys[0])
 			f, _ := fleet.GoldenFlavor(m.GetName(), m.GetAnnotations())
 			imports, _ := idx.IndexKeys(fleet.IndexByFlavor, f.Key())
 			keys = append(append(keys, users...), imports...)
+			golden := types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}
+			for _, ds := range c.predIn.Load().DataSourcesOf(golden) {
+				viaSource, _ := idx.IndexKeys(fleet.IndexByDataSource, ds.String())
+				keys = append(keys, viaSource...)
+			}
 		}
 	}
 	c.due.Mark(keys...)
@@ -112,21 +118,24 @@ func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 		vscs = (*p).GetStore().List()
 	}
 	inv := fleet.NewInventory(classes, fleet.UnstructuredList(vscs), c.claim, c.volume)
+	inv.DataSource = c.predIn.Load().DataSource
 	idx := (*c.dvInf.Load()).GetIndexer()
 	var dvs []*fleet.CachedDataVolume
 	seen := map[string]bool{}
-	goldens, _ := idx.ByIndex(cache.NamespaceIndex, c.cfg.GoldenNamespace)
-	for _, o := range goldens {
-		dv := o.(*fleet.CachedDataVolume)
-		seen[dv.Namespace+"/"+dv.Name] = true
-		dvs = append(dvs, dv)
+	for _, ns := range c.cfg.GoldenNamespaces() {
+		goldens, _ := idx.ByIndex(cache.NamespaceIndex, ns)
+		for _, o := range goldens {
+			dv := o.(*fleet.CachedDataVolume)
+			seen[dv.Namespace+"/"+dv.Name] = true
+			dvs = append(dvs, dv)
+		}
 	}
 	for _, k := range keys {
 		if o, ok, _ := idx.GetByKey(k); ok && !seen[k] {
 			dvs = append(dvs, o.(*fleet.CachedDataVolume))
 		}
 	}
-	inv.AddDataVolumes(dvs, c.cfg.GoldenNamespace)
+	inv.AddDataVolumes(dvs, c.cfg.GoldenNamespaces())
 	return inv
 }
 

@@ -34,7 +34,7 @@ import (
 func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	w, _ := clonertest.PredictionWorld(t)
 	cfg := clonertest.TestConfig()
-	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
 	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv))
 	recs := map[string]*record.Record{}
 	for _, a := range ev.Assessments {
@@ -81,7 +81,7 @@ func TestFailedDiskPredictedCSICloneIsPredictionWrong(t *testing.T) {
 	pvc.Annotations[fleet.AnnCDIClonePhase], pvc.Annotations[fleet.AnnCDICloneError] = "Error", "invalid token"
 	clonertest.Condition(dv, cdiv1.DataVolumeRunning, corev1.ConditionFalse, fleet.CdiReasonError, "invalid token", clonertest.T0)
 	cfg := clonertest.TestConfig()
-	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
 	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Minute), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv))
 	r := ev.Assessments[0].Record
 	if r.Verdict != record.VerdictFailed || r.Predicted != predict.PathCSIClone || !clonertest.ReasonsOf(r)[record.ReasonPredictionWrong] {
@@ -105,7 +105,7 @@ func TestThePredictionRecordedFirstIsTheOneChecked(t *testing.T) {
 		}
 	}
 	cfg := clonertest.TestConfig()
-	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
 	for _, a := range verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv)).Assessments {
 		if a.Disk.Name == "same-a" && (a.Record.Predicted != predict.PathHostAssisted || clonertest.ReasonsOf(a.Record)[record.ReasonPredictionWrong]) {
 			t.Errorf("same-a: %+v", a.Record)
@@ -282,7 +282,7 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 	for i := 0; i < 20; i++ {
 		w.Golden(fmt.Sprintf("%064d", i), clonertest.TestVer)
 	}
-	inv := fleet.BuildInventory(w.Objects(t), config.DefaultGoldenNamespace)
+	inv := fleet.BuildInventory(w.Objects(t), config.Namespaces{config.DefaultGoldenNamespace})
 	in := clonertest.CsiCloneForced()
 	b.ReportAllocs()
 	for b.Loop() {

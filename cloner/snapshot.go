@@ -44,6 +44,12 @@ func (c *Controller) buildSnapshot(inv *fleet.Inventory, l *ledger.Ledger) *ledg
 			StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: cons[g.Ref()],
 			Trusted: g.Trusted(), Problems: g.Problems, ReadySince: g.ReadySince})
 	}
+	for _, g := range inv.Images {
+		if n := cons[g.Ref()]; n > 0 { // a golden only once a disk clones it
+			s.Images = append(s.Images, ledger.ImageStatus{Namespace: g.Namespace, Name: g.Name, Image: g.Image,
+				StorageClass: g.Class.Name, Phase: g.Phase, SizeBytes: g.SizeBytes(), Consumers: n})
+		}
+	}
 	slices.SortFunc(s.ClassDisks, func(a, b verdict.ClassDiskCount) int {
 		return cmp.Or(ledger.CompareFlavor(a.Flavor, b.Flavor), cmp.Compare(a.Class, b.Class))
 	})

@@ -259,6 +259,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"sidecar.metricsPort=70000", "/sidecar/metricsPort"},
 		{"sidecar.driverAddress=csi.sock", "/sidecar/driverAddress"},
 		{"sidecar.stuckAfter=ten", "/sidecar/stuckAfter"},
+		{"sidecar.goldenNamespace=Cozy_Public", "/sidecar/goldenNamespace"},
+		{`sidecar.goldenNamespace=cozy-public\,\,images`, "/sidecar/goldenNamespace"}, // an empty one between
+		{`sidecar.goldenNamespace=cozy-public\,`, "/sidecar/goldenNamespace"},
 		{"sidecar.logLevel=loud", "/sidecar/logLevel"},
 		{"sidecar.repoint[0]=csi-attacher", "/sidecar/repoint/0"},
 		{"sidecar.extraArgs[0]=-v=5", "/sidecar/extraArgs/0"},
@@ -549,4 +552,12 @@ func prefixed(prefix string, set []string) []string {
 		out = append(out, prefix+s)
 	}
 	return out
+}
+
+// Several golden namespaces, comma-separated, pass the schema
+// (--golden-namespace takes them as one value).
+func TestChartTakesSeveralGoldenNamespaces(t *testing.T) {
+	if out, err := helmTemplate(t, chartDir, "cozy-linstor", `sidecar.goldenNamespace=cozy-public\,golden-images`); err != nil {
+		t.Fatalf("refused: %v\n%s", err, out)
+	}
 }

@@ -40,6 +40,12 @@ var (
 	descGoldenConsumers = prometheus.NewDesc("csi_clone_golden_consumers",
 		"Worker disk DataVolumes that name a golden of this flavor; 0 means nothing clones it any more.",
 		flavorLabels, nil)
+	descImageGoldenInfo = prometheus.NewDesc("csi_clone_image_golden_info",
+		"One series per golden that is not a Talos flavor's (a vm-default-images DataVolume, any other DataVolume of a golden namespace) while a disk clones it, with its image (vm-default-images.cozystack.io/name, else its name), resolved StorageClass and CDI phase.",
+		[]string{"namespace", "golden", "image", "storage_class", "phase"}, nil)
+	descImageDisks = prometheus.NewDesc("csi_clone_image_disks",
+		"Disks cloned from a golden that is not a Talos flavor's, per golden and verdict; those with a storage-layer verdict (csi-clone, snapshot-clone) are image fetches avoided.",
+		[]string{"namespace", "golden", "image", "verdict"}, nil)
 	descBadDisks = prometheus.NewDesc("csi_clone_bad_disks",
 		"Worker disks with a bad verdict or finding, per namespace, pool, flavor and reason; a series exists only while its reason is present.",
 		[]string{"namespace", "pool", "schematic_id", "version", "reason"}, nil)
@@ -68,7 +74,7 @@ func NewCloneCollector(src ClonesSource) prometheus.Collector { return clonesCol
 
 func (clonesCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerDisks, descFetchesAvoided, descFetches, descBytesAvoided,
-		descGoldenInfo, descGoldenConsumers, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired, descVerdictPasses} {
+		descGoldenInfo, descGoldenConsumers, descImageGoldenInfo, descImageDisks, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired, descVerdictPasses} {
 		ch <- d
 	}
 }
@@ -107,9 +113,29 @@ func collectState(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
 		ch <- prometheus.MustNewConstMetric(descGoldenConsumers, prometheus.GaugeValue, float64(n),
 			label(f.SchematicID), label(f.Version))
 	}
+	collectImages(ch, s)
 	for _, b := range s.BadDisks {
 		ch <- prometheus.MustNewConstMetric(descBadDisks, prometheus.GaugeValue, float64(b.Count),
 			b.Namespace, label(b.Pool), label(b.Flavor.SchematicID), label(b.Flavor.Version), b.Reason)
+	}
+}
+
+// collectImages emits the non-Talos goldens and their disks: one info
+// series per golden, at most one per golden and verdict for its disks.
+func collectImages(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
+	images := map[string]string{}
+	for _, g := range s.Images {
+		ch <- prometheus.MustNewConstMetric(descImageGoldenInfo, prometheus.GaugeValue, 1,
+			g.Namespace, label(g.Name), label(g.Image), label(g.StorageClass), label(g.Phase))
+		images[g.Namespace+"/"+g.Name] = g.Image
+	}
+	for _, d := range s.ImageDisks {
+		image, ok := images[d.Golden.String()]
+		if !ok {
+			continue // the golden is gone: its disks wait for it, counted nowhere else
+		}
+		ch <- prometheus.MustNewConstMetric(descImageDisks, prometheus.GaugeValue, float64(d.Count),
+			d.Golden.Namespace, label(d.Golden.Name), label(image), d.Verdict)
 	}
 }
 

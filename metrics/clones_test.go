@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
@@ -110,5 +111,35 @@ func TestClonesScrapePassesPromtool(t *testing.T) {
 	res, err := cmd.CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(res)) != 0 {
 		t.Fatalf("promtool check metrics: %v\n%s\nscrape:\n%s", err, res, out)
+	}
+}
+
+// TestImageGoldenSeries: a non-Talos golden has one info series and one per
+// verdict of its disks, labelled with its image; disks of a golden no
+// longer in the snapshot make no series (the label set stays bounded by the
+// goldens).
+func TestImageGoldenSeries(t *testing.T) {
+	s := leaderSnapshot()
+	ubuntu := types.NamespacedName{Namespace: "cozy-public", Name: "vm-default-images-ubuntu"}
+	s.Images = []ledger.ImageStatus{{Namespace: ubuntu.Namespace, Name: ubuntu.Name, Image: "ubuntu",
+		StorageClass: "replicated", Phase: "Succeeded", Consumers: 3}}
+	s.ImageDisks = []ledger.ImageDiskCount{{Golden: ubuntu, Verdict: record.VerdictCSIClone, Count: 2},
+		{Golden: ubuntu, Verdict: record.VerdictStuck, Count: 1},
+		{Golden: types.NamespacedName{Namespace: "cozy-public", Name: "gone"}, Verdict: record.VerdictPending, Count: 5}}
+	c := NewCloneCollector(snapshotSource{s})
+	want := `
+# HELP csi_clone_image_disks Disks cloned from a golden that is not a Talos flavor's, per golden and verdict; those with a storage-layer verdict (csi-clone, snapshot-clone) are image fetches avoided.
+# TYPE csi_clone_image_disks gauge
+csi_clone_image_disks{golden="vm-default-images-ubuntu",image="ubuntu",namespace="cozy-public",verdict="csi-clone"} 2
+csi_clone_image_disks{golden="vm-default-images-ubuntu",image="ubuntu",namespace="cozy-public",verdict="stuck"} 1
+# HELP csi_clone_image_golden_info One series per golden that is not a Talos flavor's (a vm-default-images DataVolume, any other DataVolume of a golden namespace) while a disk clones it, with its image (vm-default-images.cozystack.io/name, else its name), resolved StorageClass and CDI phase.
+# TYPE csi_clone_image_golden_info gauge
+csi_clone_image_golden_info{golden="vm-default-images-ubuntu",image="ubuntu",namespace="cozy-public",phase="Succeeded",storage_class="replicated"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "csi_clone_image_disks", "csi_clone_image_golden_info"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "csi_clone_golden_info"); n != 1 {
+		t.Fatalf("%d golden_info series: an image golden must not join the Talos catalog's", n)
 	}
 }

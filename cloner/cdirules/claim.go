@@ -59,14 +59,16 @@ type DataVolume struct {
 	// Bytes is spec.<kind>.resources.requests.storage; 0: none.
 	Bytes       int64
 	ContentType string
+	// PerDisk are its per-disk annotations (copied onto its claim).
+	PerDisk PerDisk
 }
 
 // Env is the cluster state claim rendering reads.
 type Env struct {
 	Classes  map[string]*storagev1.StorageClass
 	Profiles map[string]*cdiv1.StorageProfile
-	// Overhead is CDIConfig status.filesystemOverhead; nil when no CDIConfig
-	// has been read (DefaultOverhead is assumed: see OverheadFor).
+	// Overhead is CDIConfig status.filesystemOverhead; nil when there is no
+	// CDIConfig or it has none (no overhead: see OverheadFor).
 	Overhead *cdiv1.FilesystemOverhead
 }
 
@@ -133,6 +135,9 @@ type Claim struct {
 	// Bytes is the request; 0 for a spec.storage clone without a size, sized
 	// later at the source (CloneSize).
 	Bytes int64
+	// PerDisk are the claim's per-disk annotations (the DataVolume's,
+	// copied; permissiveClone also when CDI sized the clone).
+	PerDisk PerDisk
 }
 
 // Errors of rendering: the DataVolume never gets a claim.
@@ -152,7 +157,7 @@ var (
 // to the minimum supported size (renderPvcSpecVolumeSize). A spec.pvc claim
 // without a class takes the Kubernetes default at admission.
 func RenderClaim(dv DataVolume, d Defaults, env Env) (Claim, error) {
-	c := Claim{VolumeMode: resolveMode(dv.VolumeMode), Bytes: dv.Bytes}
+	c := Claim{VolumeMode: resolveMode(dv.VolumeMode), Bytes: dv.Bytes, PerDisk: dv.PerDisk}
 	if dv.Class != nil {
 		c.Class, c.HasClass = *dv.Class, true
 	} else if fb := FallbackClass(dv.Kind, dv.ContentType, d); fb != "" {
@@ -254,14 +259,14 @@ func resolveMode(m string) string {
 // OverheadFor is the filesystem overhead of a class (common/util.go
 // GetFilesystemOverheadForStorageClass): the per-class value of CDIConfig
 // status.filesystemOverhead, else the global one; a class that does not
-// exist reads as the Kubernetes default's. With no CDIConfig read, CDI's
-// default.
+// exist reads as the Kubernetes default's. No CDIConfig, or one whose status
+// the config controller has not written yet, is no overhead: CDI reads "0".
 func OverheadFor(class string, hasClass bool, d Defaults, env Env) float64 {
 	if hasClass && class == "" {
 		return 0
 	}
 	if env.Overhead == nil {
-		return DefaultOverhead
+		return 0
 	}
 	name := class
 	if !hasClass || env.Classes[class] == nil {

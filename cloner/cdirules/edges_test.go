@@ -115,7 +115,7 @@ func TestOverheadForAClassFollowsCDIConfig(t *testing.T) {
 		want     float64
 	}{
 		{"the empty class", "", true, d, env, 0},
-		{"no CDIConfig read", "tuned", true, d, Env{Classes: env.Classes}, DefaultOverhead},
+		{"no CDIConfig: CDI reads 0", "tuned", true, d, Env{Classes: env.Classes}, 0},
 		{"a class of its own", "tuned", true, d, env, 0.3},
 		{"a class without its own", "plain", true, d, env, 0.1},
 		{"a class that does not exist, though CDIConfig names it", "gone", true, d, env, 0.2},
@@ -235,7 +235,7 @@ func TestCommonDriverPrefersTheSourcesVolume(t *testing.T) {
 	for _, tc := range cases {
 		src := tc.src
 		src.VolumeMode, src.RequestBytes, src.CapacityBytes = Block, 10*gi, 10*gi
-		got := cluster("csi-clone").Plan(src, Claim{Class: "replicated", HasClass: true, VolumeMode: Block, Bytes: 10 * gi}, false)
+		got := cluster("csi-clone").Plan(src, Claim{Class: "replicated", HasClass: true, VolumeMode: Block, Bytes: 10 * gi})
 		if got.Refused() || got.Fallback != tc.fallback {
 			t.Errorf("%s: %+v, want fallback %q", tc.name, got, tc.fallback)
 		}
@@ -249,7 +249,7 @@ func TestOnlyAdvancedStrategiesAreValidatedAsSuch(t *testing.T) {
 	src := Source{Class: "replicated", Driver: linstor, VolumeMode: Block, RequestBytes: 10 * gi, CapacityBytes: 10 * gi}
 	claim := Claim{Class: "ceph", HasClass: true, VolumeMode: Block, Bytes: 10 * gi}
 	for _, strategy := range []string{StrategyCopy, "fast", StrategyCSIClone} {
-		got := cluster(strategy).Plan(src, claim, false)
+		got := cluster(strategy).Plan(src, claim)
 		wantFallback := ""
 		if strategy == StrategyCSIClone {
 			wantFallback = FallbackIncompatibleProvisioners
@@ -280,7 +280,8 @@ func TestAdvancedCloneNeedsBothSizes(t *testing.T) {
 		{"no source capacity", unbound, claim, "source/target size info missing"},
 		{"no target request (permissive)", src, sizeless, "source/target size info missing"},
 	} {
-		got := cluster("csi-clone").Plan(tc.src, tc.claim, true)
+		tc.claim.PerDisk.Permissive = true
+		got := cluster("csi-clone").Plan(tc.src, tc.claim)
 		if got.Error != tc.err || got.Fallback != "" {
 			t.Errorf("%s: %+v, want error %q", tc.name, got, tc.err)
 		}
@@ -290,7 +291,9 @@ func TestAdvancedCloneNeedsBothSizes(t *testing.T) {
 // clone/common.go getCommonSnapshotClass: the VolumeSnapshotClass both
 // claims' StorageProfiles name (status.snapshotClass), else none named and
 // common/util.go GetVolumeSnapshotClass takes the driver's default; a named
-// class must exist and be of the driver.
+// class must exist and be of the driver. Then the plan
+// (planner.go planSnapshotFromPVC) looks again, with the target claim alone:
+// its own profile's class must exist and be of the target's provisioner.
 func TestSnapshotClassNamedByBothProfiles(t *testing.T) {
 	src := Source{Class: "replicated", Driver: linstor, VolumeMode: Block, RequestBytes: 10 * gi, CapacityBytes: 10 * gi}
 	claim := Claim{Class: "target", HasClass: true, VolumeMode: Block, Bytes: 10 * gi}
@@ -300,12 +303,16 @@ func TestSnapshotClassNamedByBothProfiles(t *testing.T) {
 		want           Outcome
 	}{
 		{"both name a missing class", "gone", "gone",
-			Outcome{CloneType: StrategySnapshot, Error: "volumesnapshotclass named by the StorageProfiles not found"}},
+			Outcome{CloneType: StrategySnapshot, Error: `volumesnapshotclasses.snapshot.storage.k8s.io "gone" not found`}},
 		{"both name another driver's class", "ceph-vsc", "ceph-vsc", Outcome{CloneType: StrategyCopy, Fallback: FallbackNoVolumeSnapshotClass}},
-		{"they differ: the driver's default", "gone", "ceph-vsc", Outcome{CloneType: StrategySnapshot}},
-		{"only the target names one", "", "gone", Outcome{CloneType: StrategySnapshot}},
+		{"they differ: the driver's default, then the target's of another driver", "gone", "ceph-vsc",
+			Outcome{CloneType: StrategySnapshot, Error: ErrNoCompatibleSnapshotClass}},
+		{"they differ: the driver's default, then the target's own", "ceph-vsc", "linstor-vsc", Outcome{CloneType: StrategySnapshot}},
+		{"only the target names one, missing at plan time", "", "gone",
+			Outcome{CloneType: StrategySnapshot, Error: `volumesnapshotclasses.snapshot.storage.k8s.io "gone" not found`}},
 		{"only the source names one", "gone", "", Outcome{CloneType: StrategySnapshot}},
-		{"the source's class has no profile", "-", "gone", Outcome{CloneType: StrategySnapshot}},
+		{"the source's class has no profile", "-", "gone",
+			Outcome{CloneType: StrategySnapshot, Error: `volumesnapshotclasses.snapshot.storage.k8s.io "gone" not found`}},
 	}
 	for _, tc := range cases {
 		c := cluster("")
@@ -321,7 +328,7 @@ func TestSnapshotClassNamedByBothProfiles(t *testing.T) {
 				delete(c.Profiles, name)
 			}
 		}
-		got := c.Plan(src, claim, false)
+		got := c.Plan(src, claim)
 		tc.want.Strategy, tc.want.StrategyFrom = StrategySnapshot, FromDefault
 		if got != tc.want {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
@@ -342,7 +349,7 @@ func TestPlanNeedsTheTargetsClass(t *testing.T) {
 		{Claim{HasClass: true, VolumeMode: Block, Bytes: gi}, Outcome{Error: "claim has emptystring storageclass, will not work"}},
 		{Claim{Class: "gone", HasClass: true, VolumeMode: Block, Bytes: gi}, Outcome{Error: "target storage class not found"}},
 	} {
-		if got := cluster("csi-clone").Plan(src, tc.claim, false); got != tc.want {
+		if got := cluster("csi-clone").Plan(src, tc.claim); got != tc.want {
 			t.Errorf("Plan(%+v) = %+v, want %+v", tc.claim, got, tc.want)
 		}
 	}
@@ -451,7 +458,7 @@ func TestSourceVolumeModeIsResolvedBeforeItIsCompared(t *testing.T) {
 		{Block, Filesystem, FallbackIncompatibleVolumeModes},
 	} {
 		src := Source{Class: "replicated", Driver: linstor, VolumeMode: tc.source, RequestBytes: gi, CapacityBytes: gi}
-		got := cluster("csi-clone").Plan(src, Claim{Class: "replicated", HasClass: true, VolumeMode: tc.target, Bytes: gi}, false)
+		got := cluster("csi-clone").Plan(src, Claim{Class: "replicated", HasClass: true, VolumeMode: tc.target, Bytes: gi})
 		if got.Refused() || got.Fallback != tc.fallback {
 			t.Errorf("source mode %q, target %q: %+v, want fallback %q", tc.source, tc.target, got, tc.fallback)
 		}

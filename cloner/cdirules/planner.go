@@ -63,54 +63,57 @@ func (o Outcome) StorageLayer() bool {
 
 // Clone follows a clone DataVolume from its spec to CDI's plan, in
 // pvc-clone-controller.go syncClone's order: rendering (RenderClaim, in
-// syncCommon), validation (ValidateClone), sizing (CloneSize), the choice of
-// the populator path (datavolume/util.go storageClassCSIDriverExists) and
-// the planner (Plan).
+// syncCommon), the choice of the populator path (UsePopulator, also in
+// syncCommon), validation (ValidateClone), sizing (CloneSize), then the
+// legacy path or the planner (PlanClaim).
 func (c Cluster) Clone(dv DataVolume, src Source) Outcome {
 	claim, err := RenderClaim(dv, c.Defaults, c.Env)
 	if err != nil {
 		return Outcome{Error: err.Error(), Render: true}
 	}
+	if _, err := c.UsePopulator(dv.PerDisk, claim); err != nil {
+		return Outcome{Error: err.Error()}
+	}
 	if err := ValidateClone(dv, src, c.Defaults, c.Env); err != nil {
 		return Outcome{Validation: err.Error()}
 	}
-	permissive := false
 	if dv.Kind == KindStorage {
 		bytes, perm, known := CloneSize(claim, src, c.Defaults, c.Env)
 		if !known {
 			return Outcome{Waits: "the image size of the source (a size-detection pod)"}
 		}
-		claim.Bytes, permissive = bytes, perm
+		// detectCloneSize writes permissiveClone on the DataVolume, whence
+		// the claim.
+		claim.Bytes = bytes
+		claim.PerDisk.Permissive = claim.PerDisk.Permissive || perm
 	}
-	return c.PlanClaim(src, claim, permissive)
+	return c.PlanClaim(src, claim)
 }
 
 // PlanClaim is what CDI does with a claim it rendered: the legacy
-// host-assisted path when the class's provisioner has no CSIDriver object
-// (datavolume/util.go storageClassCSIDriverExists, NoPopulator), else Plan.
-func (c Cluster) PlanClaim(src Source, claim Claim, permissive bool) Outcome {
-	if !c.usesPopulator(claim) {
+// host-assisted path, NoPopulator, when UsePopulator says no
+// (pvc-clone-controller.go syncClone, clone-controller-base.go
+// fallbackToHostAssisted), else Plan.
+func (c Cluster) PlanClaim(src Source, claim Claim) Outcome {
+	use, err := c.UsePopulator(claim.PerDisk, claim)
+	switch {
+	case err != nil:
+		return Outcome{Error: err.Error()}
+	case !use:
 		return Outcome{CloneType: StrategyCopy, Fallback: FallbackNoPopulator}
 	}
-	return c.Plan(src, claim, permissive)
-}
-
-func (c Cluster) usesPopulator(claim Claim) bool {
-	name := claim.Class
-	if !claim.HasClass {
-		name = c.Defaults.Kubernetes
-	}
-	sc := c.Classes[name]
-	return sc != nil && c.CSIDrivers[sc.Provisioner]
+	return c.Plan(src, claim)
 }
 
 // Plan is clone/planner.go computeStrategyForSourcePVC and Plan for a claim
 // CDI created: the target class must be set and exist
-// (validateTargetStorageClassAssignment), the target's request (raised to
-// the minimum size) may not be below the source's unless the clone is
+// (validateTargetStorageClassAssignment); a strategy already on the claim
+// is obeyed as is (obeyed); else the target's request (raised to the
+// minimum size) may not be below the source's unless the claim is
 // permissive (validateSourcePVC), then the strategy (PlannerStrategy), the
-// snapshot class, and validateAdvancedClonePVC's fallbacks.
-func (c Cluster) Plan(src Source, claim Claim, permissive bool) Outcome {
+// snapshot class, validateAdvancedClonePVC's fallbacks, and the plan's own
+// snapshot class (planSnapshot).
+func (c Cluster) Plan(src Source, claim Claim) Outcome {
 	switch {
 	case !claim.HasClass:
 		return Outcome{Waits: "a StorageClass for the claim"}
@@ -118,8 +121,10 @@ func (c Cluster) Plan(src Source, claim Claim, permissive bool) Outcome {
 		return Outcome{Error: "claim has emptystring storageclass, will not work"}
 	case c.Classes[claim.Class] == nil:
 		return Outcome{Error: "target storage class not found"}
+	case claim.PerDisk.CloneType != nil:
+		return c.obeyed(src, claim, *claim.PerDisk.CloneType)
 	}
-	if !permissive {
+	if !claim.PerDisk.Permissive {
 		if err := validateRequestedCloneSize(src.RequestBytes, EffectiveSize(claim.Bytes, c.Profiles[claim.Class])); err != nil {
 			return Outcome{Validation: err.Error()}
 		}
@@ -137,7 +142,7 @@ func (c Cluster) Plan(src Source, claim Claim, permissive bool) Outcome {
 		}
 		_, found, missing := SnapshotClassFor(c.SnapshotClasses, driver, c.commonSnapshotClass(src.Class, claim.Class))
 		if missing {
-			o.Error = "volumesnapshotclass named by the StorageProfiles not found"
+			o.Error = snapshotClassNotFound(c.commonSnapshotClass(src.Class, claim.Class))
 			return o
 		}
 		if !found {
@@ -148,6 +153,9 @@ func (c Cluster) Plan(src Source, claim Claim, permissive bool) Outcome {
 		if o, done := c.advanced(o, src, claim, driver); done {
 			return o
 		}
+	}
+	if strategy == StrategySnapshot {
+		return c.planSnapshot(o, claim)
 	}
 	if !KnownStrategy(strategy) {
 		o.Error = fmt.Sprintf("unknown strategy/source %s", strategy)

@@ -44,7 +44,9 @@ func cluster(override string) Cluster {
 		class("replicated", linstor, true), class("fixed", linstor, false), class("ceph", "rbd.csi.ceph.com", true),
 		class("fs-first", linstor, true),
 	}
-	c := Cluster{Env: Env{Classes: map[string]*storagev1.StorageClass{}, Profiles: map[string]*cdiv1.StorageProfile{}},
+	// CDIConfig status as CDI's config controller writes it by default.
+	c := Cluster{Env: Env{Classes: map[string]*storagev1.StorageClass{}, Profiles: map[string]*cdiv1.StorageProfile{},
+		Overhead: &cdiv1.FilesystemOverhead{Global: "0.06"}},
 		CSIDrivers: map[string]bool{linstor: true, "rbd.csi.ceph.com": true}}
 	for _, sc := range classes {
 		c.Classes[sc.Name] = sc

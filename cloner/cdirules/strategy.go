@@ -83,6 +83,9 @@ const (
 	FromOverride = "override" // the CDI resource's cloneStrategyOverride
 	FromProfile  = "profile"  // the target class's StorageProfile status.cloneStrategy
 	FromDefault  = "default"  // neither: snapshot
+	// FromAnnotation: the claim's cdi.kubevirt.io/cloneType, obeyed as is
+	// (populators/clone-populator.go getCloneStrategy).
+	FromAnnotation = "annotation"
 )
 
 // PlannerStrategy is the strategy computeStrategyForSourcePVC starts from:

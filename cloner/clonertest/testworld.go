@@ -188,7 +188,7 @@ func ToUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured
 // judgeAll evaluates the world at now with cfg and returns records by DV name.
 func (w *World) JudgeAll(t *testing.T, cfg config.Config, now time.Time) (map[string]*record.Record, *verdict.Evaluation) {
 	t.Helper()
-	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
 	ev := verdict.Evaluate(inv, cfg, now)
 	out := map[string]*record.Record{}
 	for _, a := range ev.Assessments {
@@ -295,7 +295,7 @@ func CdiAtDefaults() predict.Inputs {
 func (w *World) JudgeWithCDI(t *testing.T, now time.Time) map[string]*record.Record {
 	t.Helper()
 	cfg := TestConfig()
-	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespace)
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
 	recs := map[string]*record.Record{}
 	for _, a := range verdict.EvaluateWith(inv, cfg, now, verdict.BuildPredictor(CdiAtDefaults(), inv)).Assessments {
 		recs[a.Disk.Name] = a.Record

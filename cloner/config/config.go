@@ -5,6 +5,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -14,7 +16,8 @@ import (
 
 // Config holds the values of the sidecar's cloner flags.
 type Config struct {
-	// GoldenNamespace holds the golden DataVolumes (--golden-namespace).
+	// GoldenNamespace is --golden-namespace as given: one namespace or
+	// several, comma-separated, that hold the goldens (GoldenNamespaces).
 	GoldenNamespace string
 	// StuckAfter is how long a requested clone may stay unbound before it is
 	// "stuck" (--stuck-after).
@@ -81,8 +84,8 @@ func DefaultConfig() Config {
 
 // Validate returns a one-line reason for the first bad value.
 func (c Config) Validate() error {
-	if msgs := validation.IsDNS1123Label(c.GoldenNamespace); len(msgs) > 0 {
-		return fmt.Errorf("--golden-namespace %q: %s", c.GoldenNamespace, msgs[0])
+	if err := validateGoldenNamespaces(c.GoldenNamespace); err != nil {
+		return err
 	}
 	if c.LedgerNamespace == "" {
 		return errors.New("--ledger-namespace is empty and POD_NAMESPACE is not set")
@@ -119,8 +122,8 @@ func (c Config) Validate() error {
 // ValidateReport checks only what `report` uses: it runs outside the pod,
 // where an empty ledger namespace means "find the ledger by its label".
 func (c Config) ValidateReport() error {
-	if msgs := validation.IsDNS1123Label(c.GoldenNamespace); len(msgs) > 0 {
-		return fmt.Errorf("--golden-namespace %q: %s", c.GoldenNamespace, msgs[0])
+	if err := validateGoldenNamespaces(c.GoldenNamespace); err != nil {
+		return err
 	}
 	if c.LedgerNamespace != "" {
 		if msgs := validation.IsDNS1123Label(c.LedgerNamespace); len(msgs) > 0 {
@@ -129,6 +132,49 @@ func (c Config) ValidateReport() error {
 	}
 	if msgs := validation.IsDNS1123Subdomain(c.LedgerName); len(msgs) > 0 {
 		return fmt.Errorf("--ledger-name %q: %s", c.LedgerName, msgs[0])
+	}
+	return nil
+}
+
+// Namespaces is a set of namespaces in the order given; the first is the
+// one a bare golden name means (the golden annotation "<name>").
+type Namespaces []string
+
+// Has reports whether ns is one of them.
+func (n Namespaces) Has(ns string) bool { return slices.Contains(n, ns) }
+
+// Primary is the first namespace, "" when there is none.
+func (n Namespaces) Primary() string {
+	if len(n) == 0 {
+		return ""
+	}
+	return n[0]
+}
+
+// GoldenNamespaces are the namespaces of --golden-namespace. Validate
+// first: an invalid value yields what it can split.
+func (c Config) GoldenNamespaces() Namespaces { return splitNamespaces(c.GoldenNamespace) }
+
+func splitNamespaces(v string) Namespaces {
+	var out Namespaces
+	for _, ns := range strings.Split(v, ",") {
+		out = append(out, strings.TrimSpace(ns))
+	}
+	return out
+}
+
+// validateGoldenNamespaces accepts one namespace or several, comma-separated,
+// each a DNS label, none empty or repeated.
+func validateGoldenNamespaces(v string) error {
+	seen := map[string]bool{}
+	for _, ns := range splitNamespaces(v) {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			return fmt.Errorf("--golden-namespace %q: namespace %q: %s", v, ns, msgs[0])
+		}
+		if seen[ns] {
+			return fmt.Errorf("--golden-namespace %q: namespace %q is given twice", v, ns)
+		}
+		seen[ns] = true
 	}
 	return nil
 }

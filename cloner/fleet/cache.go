@@ -47,10 +47,16 @@ type CachedDataVolume struct {
 // listed here (TestCacheKeepsWhatTheClonerReads).
 var ReadAnnotations = []string{
 	AnnSchematicID, AnnTalosVersion, AnnGolden, AnnPool, // the feature's, on DataVolumes
+	AnnImageName,                                                      // vm-default-images', on its goldens
 	AnnCloneVerdict, AnnCloneEvidence, AnnDriverError, AnnCSIEvidence, // ours, on PVCs and PVs
 	AnnCDICloneType, AnnCDIFallbackReason, AnnCDIClonePhase, AnnCDICloneError, // CDI's, on PVCs
 	cdirules.AnnContentType, cdirules.AnnVirtualSize, cdirules.AnnSourceCapacity, // CDI's, on a golden's PVC
+	cdirules.AnnUsePopulator, cdirules.AnnPermissiveClone, // per disk, on DataVolumes (cloneType is AnnCDICloneType)
 }
+
+// ReadLabels are the labels a reader of the cache uses: the pool of a disk
+// without the pool annotation (vm-disk's release).
+var ReadLabels = []string{LabelInstance}
 
 // internMax bounds the annotation values interned: verdict words, clone
 // types, pool and golden names repeat across the fleet; evidence JSON is
@@ -186,6 +192,14 @@ func trimMeta(m *metav1.ObjectMeta) {
 	if kept.Annotations != nil && shareable {
 		kept.Annotations = sharedAnnotations.share(key.String(), kept.Annotations)
 	}
+	for _, k := range ReadLabels {
+		if v, ok := m.Labels[k]; ok {
+			if kept.Labels == nil {
+				kept.Labels = make(map[string]string, 1)
+			}
+			kept.Labels[k] = intern(v)
+		}
+	}
 	*m = kept
 }
 
@@ -259,13 +273,13 @@ func claimSpec(p *corev1.PersistentVolumeClaimSpec) *corev1.PersistentVolumeClai
 }
 
 // cacheVolume is the PV transform for the default golden namespace.
-var CacheVolume = CacheVolumeFor(config.DefaultGoldenNamespace)
+var CacheVolume = CacheVolumeFor(config.Namespaces{config.DefaultGoldenNamespace})
 
 // cacheVolumeFor is the PV informer's transform: the CSI source keeps only
 // the driver and the handle; a PV of another kind keeps no source at all.
-// A golden's PV (claimed in goldenNamespace) keeps its node affinity too:
+// A golden's PV (claimed in a golden namespace) keeps its node affinity too:
 // the clone-path prediction reads where a golden's volume lives.
-func CacheVolumeFor(goldenNamespace string) cache.TransformFunc {
+func CacheVolumeFor(goldenNamespaces config.Namespaces) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		pv, ok := obj.(*corev1.PersistentVolume)
 		if !ok {
@@ -283,7 +297,7 @@ func CacheVolumeFor(goldenNamespace string) cache.TransformFunc {
 		pv.Spec.AccessModes, pv.Spec.VolumeMode = accessModes(pv.Spec.AccessModes), volumeMode(pv.Spec.VolumeMode)
 		pv.Status.Message, pv.Status.Reason = "", ""
 		r := pv.Spec.ClaimRef
-		if r == nil || r.Namespace != goldenNamespace {
+		if r == nil || !goldenNamespaces.Has(r.Namespace) {
 			pv.Spec.NodeAffinity = nil
 		}
 		if r != nil {

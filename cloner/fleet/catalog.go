@@ -46,11 +46,17 @@ func flavorProblems(f Flavor) []string {
 	return p
 }
 
-// Golden is one golden DataVolume of the catalog and the volume behind it.
+// Golden is one golden DataVolume and the volume behind it: a Talos
+// flavor's (Flavor set, Image empty) or any other DataVolume of a golden
+// namespace (Image set, Flavor zero), which becomes a golden once a disk
+// clones it.
 type Golden struct {
 	Namespace, Name string
 	UID             types.UID
 	Flavor          Flavor
+	// Image is a non-Talos golden's identity: its vm-default-images name,
+	// else its object name; "" for a Talos golden.
+	Image string
 	// Problems lists the naming rules the golden breaks; a golden with
 	// problems is shown but not trusted: nothing is counted for its flavor.
 	Problems     []string
@@ -94,12 +100,12 @@ func (g *Golden) SizeBytes() int64 {
 // Imported reports whether the golden's import finished.
 func (g *Golden) Imported() bool { return g.Phase == string(cdiv1.Succeeded) }
 
-// isGoldenCandidate: a DataVolume of the golden namespace named like a golden
-// or carrying either flavor annotation.
-func isGoldenCandidate(dv *cdiv1.DataVolume, goldenNamespace string) bool {
-	if dv.Namespace != goldenNamespace {
-		return false
-	}
+// IsImage reports whether the golden is not a Talos flavor's.
+func (g *Golden) IsImage() bool { return g.Image != "" }
+
+// isTalosGolden: a DataVolume named like a Talos golden or carrying either
+// flavor annotation; in a golden namespace it is a golden of the catalog.
+func isTalosGolden(dv *cdiv1.DataVolume) bool {
 	_, hasSID := dv.Annotations[AnnSchematicID]
 	_, hasVer := dv.Annotations[AnnTalosVersion]
 	return strings.HasPrefix(dv.Name, goldenNamePrefix) || hasSID || hasVer
@@ -138,18 +144,30 @@ func GoldenFlavor(name string, ann map[string]string) (Flavor, []string) {
 	return f, problems
 }
 
-// newGolden builds the golden of a candidate DataVolume and joins its claim,
-// volume and class.
+// ImageIdentity is a non-Talos golden's identity: the vm-default-images
+// name when present, else the object's name.
+func ImageIdentity(name string, ann map[string]string) string {
+	if v := ann[AnnImageName]; v != "" {
+		return v
+	}
+	return name
+}
+
+// newGolden builds the golden of a DataVolume of a golden namespace and
+// joins its claim, volume and class.
 func newGolden(dv *cdiv1.DataVolume, inv *Inventory) *Golden {
-	f, problems := GoldenFlavor(dv.Name, dv.Annotations)
 	g := &Golden{
 		Namespace: dv.Namespace, Name: dv.Name, UID: dv.UID,
-		Flavor: f, Problems: problems,
 		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
 		Created:        dv.CreationTimestamp.Time,
 		ReadySince:     readySince(dv),
 		RequestedBytes: RequestedBytes(dv),
 		PVCName:        ClaimName(dv),
+	}
+	if isTalosGolden(dv) {
+		g.Flavor, g.Problems = GoldenFlavor(dv.Name, dv.Annotations)
+	} else {
+		g.Image = ImageIdentity(dv.Name, dv.Annotations)
 	}
 	pvc := inv.ClaimOf(g.Namespace, g.PVCName)
 	pv := inv.BoundPV(pvc)

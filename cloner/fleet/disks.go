@@ -8,11 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 )
 
 // Kinds of worker disk.
 const (
-	DiskClone      = "clone"       // source.pvc names a golden (or the golden annotation is set)
+	DiskClone      = "clone"       // source.pvc or a DataSource names a golden (or the golden annotation is set)
 	DiskHTTPImport = "http-import" // source.http from a Factory URL of a known flavor
 )
 
@@ -48,9 +51,13 @@ type WorkerDisk struct {
 	// Conditions are CDI's Running, Ready and Bound conditions: their
 	// reasons and messages explain why a clone does not progress.
 	Conditions []CDICondition
-	// FromPVC: the DataVolume clones a PVC (source.pvc), the case CDI's
-	// clone planner and so the clone-path prediction cover.
+	// FromPVC: the DataVolume clones a PVC (source.pvc, or sourceRef to a
+	// DataSource of a PVC), the case CDI's clone planner and so the
+	// clone-path prediction cover.
 	FromPVC bool
+	// PerDisk are the DataVolume's own annotations CDI obeys for this disk
+	// alone (cloneType, storage.usePopulator, permissiveClone).
+	PerDisk cdirules.PerDisk
 }
 
 // Ref is the disk's namespace/name.
@@ -65,25 +72,24 @@ func (d *WorkerDisk) Finished() bool { return d.Phase == string(cdiv1.Succeeded)
 func (d *WorkerDisk) Failed() bool { return d.Phase == string(cdiv1.Failed) }
 
 // classifyDisk decides whether a DataVolume is a worker disk. A clone disk
-// names a golden through source.pvc (a known golden, or a golden-shaped name
-// in the golden namespace) or carries the golden annotation; an HTTP-import
-// disk fetches a Factory URL of a flavor the catalog knows.
-func classifyDisk(dv *cdiv1.DataVolume, goldenNamespace string, known func(types.NamespacedName) bool,
-	knownFlavor func(Flavor) bool) (*WorkerDisk, bool) {
+// reaches a golden through source.pvc or through sourceRef to a DataSource
+// (followed as CDI follows it), naming a known golden or a Talos-golden-shaped
+// name in a golden namespace, or carries the golden annotation; an
+// HTTP-import disk fetches a Factory URL of a flavor the catalog knows.
+func classifyDisk(dv *cdiv1.DataVolume, goldenNamespaces config.Namespaces, dataSource func(types.NamespacedName) *cdiv1.DataSource,
+	known func(types.NamespacedName) bool, knownFlavor func(Flavor) bool) (*WorkerDisk, bool) {
 	ann := dv.Annotations[AnnGolden]
 	src := dv.Spec.Source
 	d := newDisk(dv)
-	switch {
-	case src != nil && src.PVC != nil:
-		ref := types.NamespacedName{Namespace: src.PVC.Namespace, Name: src.PVC.Name}
-		if ref.Namespace == "" {
-			ref.Namespace = dv.Namespace
-		}
-		goldenShaped := ref.Namespace == goldenNamespace && strings.HasPrefix(ref.Name, goldenNamePrefix)
+	if ref, ok := ClonedPVC(dv, dataSource); ok {
+		goldenShaped := goldenNamespaces.Has(ref.Namespace) && strings.HasPrefix(ref.Name, goldenNamePrefix)
 		if !known(ref) && !goldenShaped && ann == "" {
 			return nil, false
 		}
-		d.Kind, d.GoldenRef = DiskClone, ref
+		d.Kind, d.GoldenRef, d.FromPVC = DiskClone, ref, true
+		return d, true
+	}
+	switch {
 	case src != nil && src.HTTP != nil:
 		f, ok := FactoryFlavor(src.HTTP.URL)
 		if !ok || !knownFlavor(f) {
@@ -91,17 +97,69 @@ func classifyDisk(dv *cdiv1.DataVolume, goldenNamespace string, known func(types
 		}
 		d.Kind, d.Flavor = DiskHTTPImport, f
 	case ann != "":
-		d.Kind, d.GoldenRef = DiskClone, GoldenAnnotationRef(ann, goldenNamespace)
+		d.Kind, d.GoldenRef = DiskClone, GoldenAnnotationRef(ann, goldenNamespaces.Primary())
 	default:
 		return nil, false
 	}
 	return d, true
 }
 
+// ClonedPVC is the PVC a DataVolume clones: its source.pvc, or the PVC its
+// sourceRef's DataSource names (cdirules.DataSourcePVC). A namespace left
+// empty is the DataVolume's own, as CDI reads both. False: it clones no PVC
+// (another source, a snapshot, a DataSource not known or not resolved).
+func ClonedPVC(dv *cdiv1.DataVolume, dataSource func(types.NamespacedName) *cdiv1.DataSource) (types.NamespacedName, bool) {
+	var pvc *cdiv1.DataVolumeSourcePVC
+	switch src, ref := dv.Spec.Source, dv.Spec.SourceRef; {
+	case src != nil && src.PVC != nil:
+		pvc = src.PVC
+	case src == nil && ref != nil && ref.Kind == cdiv1.DataVolumeDataSource:
+		dsRef := DataSourceRef(dv)
+		if ds := dataSource(dsRef); ds != nil {
+			pvc = cdirules.DataSourcePVC(ds)
+		}
+	}
+	if pvc == nil || pvc.Name == "" {
+		return types.NamespacedName{}, false
+	}
+	out := types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name}
+	if out.Namespace == "" {
+		out.Namespace = dv.Namespace
+	}
+	return out, true
+}
+
+// DataSourceRef is the DataSource a DataVolume's sourceRef names (its own
+// namespace when the ref names none); zero when it has no such sourceRef.
+func DataSourceRef(dv *cdiv1.DataVolume) types.NamespacedName {
+	ref := dv.Spec.SourceRef
+	if ref == nil || ref.Kind != cdiv1.DataVolumeDataSource {
+		return types.NamespacedName{}
+	}
+	out := types.NamespacedName{Namespace: dv.Namespace, Name: ref.Name}
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		out.Namespace = *ref.Namespace
+	}
+	return out
+}
+
+// diskPool is the pool a disk is counted in: the worker pool annotation,
+// else the Helm release (vm-disk's app.kubernetes.io/instance), else its
+// namespace.
+func diskPool(dv *cdiv1.DataVolume) string {
+	if p := dv.Annotations[AnnPool]; p != "" {
+		return p
+	}
+	if p := dv.Labels[LabelInstance]; p != "" {
+		return p
+	}
+	return dv.Namespace
+}
+
 func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 	d := &WorkerDisk{
 		Namespace: dv.Namespace, Name: dv.Name, UID: dv.UID,
-		Pool:  dv.Annotations[AnnPool],
+		Pool:  diskPool(dv),
 		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
 		Created:        dv.CreationTimestamp.Time,
 		ReadySince:     readySince(dv),
@@ -111,7 +169,7 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 		FromPVCSpec:    dv.Spec.Storage == nil && dv.Spec.PVC != nil,
 		ClaimName:      ClaimName(dv),
 		Conditions:     cdiConditions(dv),
-		FromPVC:        dv.Spec.Source != nil && dv.Spec.Source.PVC != nil,
+		PerDisk:        cdirules.PerDiskOf(dv.Annotations),
 	}
 	if dv.Status.Phase == cdiv1.Failed {
 		d.FailMessage = conditionMessage(dv)

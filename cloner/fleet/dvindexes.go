@@ -1,16 +1,23 @@
 package fleet
 
-import "k8s.io/client-go/tools/cache"
+import (
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+)
 
 const (
 	IndexByClaim  = "claim"  // DataVolume by the namespace/name of its PVC
 	IndexByGolden = "golden" // worker DataVolume by the golden it names
 	IndexByFlavor = "flavor" // HTTP-import DataVolume by its Factory flavor
+	// IndexByDataSource: DataVolume by the DataSource its sourceRef names;
+	// a golden's change reaches these through the DataSources of it.
+	IndexByDataSource = "datasource"
 )
 
 // DataVolumeIndexers index the DataVolume cache for the joins from a
 // changed PVC, PV or golden back to the disks it touches.
-func DataVolumeIndexers(goldenNamespace string) cache.Indexers {
+func DataVolumeIndexers(goldenNamespaces config.Namespaces) cache.Indexers {
 	one := func(f func(*CachedDataVolume) string) cache.IndexFunc {
 		return func(obj any) ([]string, error) {
 			if dv, ok := obj.(*CachedDataVolume); ok && dv.ReadErr == "" {
@@ -39,7 +46,13 @@ func DataVolumeIndexers(goldenNamespace string) cache.Indexers {
 				return ns + "/" + src.PVC.Name
 			}
 			if ann := dv.Annotations[AnnGolden]; ann != "" {
-				return GoldenAnnotationRef(ann, goldenNamespace).String()
+				return GoldenAnnotationRef(ann, goldenNamespaces.Primary()).String()
+			}
+			return ""
+		}),
+		IndexByDataSource: one(func(dv *CachedDataVolume) string {
+			if ref := DataSourceRef(&dv.DataVolume); ref.Name != "" {
+				return ref.String()
 			}
 			return ""
 		}),

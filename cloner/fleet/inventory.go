@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 )
 
 // objects is everything the cloner reads, from informers or from one List
@@ -21,6 +23,8 @@ type Objects struct {
 	Volumes          []*corev1.PersistentVolume
 	Classes          []*storagev1.StorageClass
 	SnapshotContents []*unstructured.Unstructured
+	// DataSources are what a disk's sourceRef may name.
+	DataSources []*cdiv1.DataSource
 }
 
 // malformedObject is an object the cloner could not read. It is reported
@@ -35,7 +39,11 @@ type MalformedObject struct {
 // inventory is one consistent view of the catalog, the worker disks and the
 // storage objects behind them, indexed for the joins the verdicts need.
 type Inventory struct {
+	// Goldens is the Talos catalog; Images the other DataVolumes of the
+	// golden namespaces, each a golden once a disk clones it. GoldenByRef
+	// finds either.
 	Goldens     []*Golden
+	Images      []*Golden
 	GoldenByRef map[types.NamespacedName]*Golden
 	Disks       []*WorkerDisk
 	// dvRefs holds every DataVolume seen, readable or not: the ledger only
@@ -47,14 +55,21 @@ type Inventory struct {
 	// controller, which never copies the fleet).
 	Claims  func(types.NamespacedName) *corev1.PersistentVolumeClaim
 	Volumes func(string) *corev1.PersistentVolume
-	Classes classIndex
+	// DataSource finds a DataSource by namespace/name (nil: none known), to
+	// follow a disk's sourceRef as CDI does.
+	DataSource func(types.NamespacedName) *cdiv1.DataSource
+	Classes    classIndex
 	// snapshotOf maps a snapshot handle to the volume handle it was cut from.
 	SnapshotOf map[string]string
 }
 
-func BuildInventory(objs Objects, goldenNamespace string) *Inventory {
+func BuildInventory(objs Objects, goldenNamespaces config.Namespaces) *Inventory {
 	pvcs := make(map[types.NamespacedName]*corev1.PersistentVolumeClaim, len(objs.Claims))
 	pvs := make(map[string]*corev1.PersistentVolume, len(objs.Volumes))
+	sources := make(map[types.NamespacedName]*cdiv1.DataSource, len(objs.DataSources))
+	for _, ds := range objs.DataSources {
+		sources[types.NamespacedName{Namespace: ds.Namespace, Name: ds.Name}] = ds
+	}
 	for _, pvc := range objs.Claims {
 		pvcs[types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name}] = pvc
 	}
@@ -64,7 +79,8 @@ func BuildInventory(objs Objects, goldenNamespace string) *Inventory {
 	inv := NewInventory(objs.Classes, objs.SnapshotContents,
 		func(ref types.NamespacedName) *corev1.PersistentVolumeClaim { return pvcs[ref] },
 		func(name string) *corev1.PersistentVolume { return pvs[name] })
-	inv.AddDataVolumes(objs.DataVolumes, goldenNamespace)
+	inv.DataSource = func(ref types.NamespacedName) *cdiv1.DataSource { return sources[ref] }
+	inv.AddDataVolumes(objs.DataVolumes, goldenNamespaces)
 	return inv
 }
 
@@ -75,6 +91,7 @@ func NewInventory(classes []*storagev1.StorageClass, snapshotContents []*unstruc
 		dvRefs:      map[types.UID]types.NamespacedName{},
 		Claims:      claims,
 		Volumes:     volumes,
+		DataSource:  func(types.NamespacedName) *cdiv1.DataSource { return nil },
 		Classes:     NewClassIndex(classes),
 		SnapshotOf:  map[string]string{},
 	}
@@ -82,12 +99,12 @@ func NewInventory(classes []*storagev1.StorageClass, snapshotContents []*unstruc
 	return inv
 }
 
-// addDataVolumes reads the DataVolumes, which must include every golden
-// candidate, into the catalog and the worker disks.
-func (inv *Inventory) AddDataVolumes(cached []*CachedDataVolume, goldenNamespace string) {
+// addDataVolumes reads the DataVolumes, which must include every one of
+// the golden namespaces, into the catalog and the worker disks.
+func (inv *Inventory) AddDataVolumes(cached []*CachedDataVolume, goldenNamespaces config.Namespaces) {
 	dvs := inv.readDataVolumes(cached)
-	inv.buildCatalog(dvs, goldenNamespace)
-	inv.buildDisks(dvs, goldenNamespace)
+	inv.buildCatalog(dvs, goldenNamespaces)
+	inv.buildDisks(dvs, goldenNamespaces)
 }
 
 // readDataVolumes converts every DataVolume it can and records the rest as
@@ -141,17 +158,25 @@ func MalformedFrom(u *unstructured.Unstructured, err error) MalformedObject {
 	}
 }
 
-func (inv *Inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespace string) {
+// buildCatalog makes a golden of every DataVolume of the golden namespaces:
+// a Talos one joins the catalog, any other waits in Images for a disk to
+// clone it (only then do the metrics and the report show it).
+func (inv *Inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespaces config.Namespaces) {
 	for _, dv := range dvs {
-		if isGoldenCandidate(dv, goldenNamespace) {
-			g := newGolden(dv, inv)
-			inv.Goldens = append(inv.Goldens, g)
-			inv.GoldenByRef[g.Ref()] = g
+		if !goldenNamespaces.Has(dv.Namespace) {
+			continue
 		}
+		g := newGolden(dv, inv)
+		if g.IsImage() {
+			inv.Images = append(inv.Images, g)
+		} else {
+			inv.Goldens = append(inv.Goldens, g)
+		}
+		inv.GoldenByRef[g.Ref()] = g
 	}
 }
 
-func (inv *Inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespace string) {
+func (inv *Inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespaces config.Namespaces) {
 	known := func(ref types.NamespacedName) bool { return inv.GoldenByRef[ref] != nil }
 	knownFlavor := func(f Flavor) bool {
 		for _, g := range inv.Goldens {
@@ -162,10 +187,10 @@ func (inv *Inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespace string
 		return false
 	}
 	for _, dv := range dvs {
-		if isGoldenCandidate(dv, goldenNamespace) {
-			continue
+		if goldenNamespaces.Has(dv.Namespace) {
+			continue // a golden: nothing in a golden namespace is judged as a disk
 		}
-		if d, ok := classifyDisk(dv, goldenNamespace, known, knownFlavor); ok {
+		if d, ok := classifyDisk(dv, goldenNamespaces, inv.DataSource, known, knownFlavor); ok {
 			inv.Disks = append(inv.Disks, d)
 		}
 	}

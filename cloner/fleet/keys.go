@@ -10,6 +10,14 @@ const (
 	AnnPool         = "kubernetes-worker-image.cozystack.io/pool"
 )
 
+// What other goldens and disks carry: the image name Cozystack's
+// vm-default-images package puts on each golden (templates/dv.yaml), and the
+// Helm release label its vm-disk package puts on each disk.
+const (
+	AnnImageName  = "vm-default-images.cozystack.io/name"
+	LabelInstance = "app.kubernetes.io/instance"
+)
+
 // Annotations this sidecar writes. The verdict pair lives on the worker disk's
 // PVC under the feature's own prefix so `kubectl get pvc -o yaml` shows it next
 // to the golden/pool annotations; raw storage-layer evidence uses the sidecar's

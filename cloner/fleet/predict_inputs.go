@@ -9,9 +9,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
 
@@ -137,4 +139,55 @@ func UnstructuredList(xs []any) []*unstructured.Unstructured {
 		}
 	}
 	return out
+}
+
+// DataSource is the DataSource ns/name as the informer holds it; nil while
+// it is unknown, unreadable, or the informer has not synced (a disk that
+// reaches its golden only through it is then not a disk yet; the sync's
+// full pass judges it).
+func (p *PredictionInputs) DataSource(ref types.NamespacedName) *cdiv1.DataSource {
+	inf := p.synced(DataSourceGVR)
+	if inf == nil {
+		return nil
+	}
+	obj, ok, err := inf.GetStore().GetByKey(ref.String())
+	if err != nil || !ok {
+		return nil
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	ds := &cdiv1.DataSource{}
+	if fromUnstructured(u, ds) != nil {
+		return nil
+	}
+	return ds
+}
+
+// DataSourcesOf are the DataSources whose PVC is the golden's (a namespace
+// left empty in a DataSource is its users', which no golden change can
+// name, so those are left to the full passes).
+func (p *PredictionInputs) DataSourcesOf(golden types.NamespacedName) []types.NamespacedName {
+	inf := p.synced(DataSourceGVR)
+	if inf == nil {
+		return nil
+	}
+	var bad []MalformedObject
+	var out []types.NamespacedName
+	for _, ds := range ConvertAll[cdiv1.DataSource](UnstructuredList(inf.GetStore().List()), &bad) {
+		if pvc := cdirules.DataSourcePVC(ds); pvc != nil && pvc.Namespace == golden.Namespace && pvc.Name == golden.Name {
+			out = append(out, types.NamespacedName{Namespace: ds.Namespace, Name: ds.Name})
+		}
+	}
+	return out
+}
+
+func (p *PredictionInputs) synced(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.Synced[gvr]
 }

@@ -24,12 +24,13 @@ type FleetTally struct {
 	disks                map[DiskCount]int
 	bad                  map[BadDiskCount]int
 	perClass             map[verdict.ClassDiskCount]int
+	images               map[ImageDiskCount]int
 	predRight, predWrong int
 }
 
 func NewFleetTally() *FleetTally {
 	return &FleetTally{Consumers: map[types.NamespacedName]int{}, disks: map[DiskCount]int{},
-		bad: map[BadDiskCount]int{}, perClass: map[verdict.ClassDiskCount]int{}}
+		bad: map[BadDiskCount]int{}, perClass: map[verdict.ClassDiskCount]int{}, images: map[ImageDiskCount]int{}}
 }
 
 // add counts a judged disk in (n = 1) or out (n = -1).
@@ -38,7 +39,10 @@ func (t *FleetTally) Add(d JudgedDisk, n int) {
 		bump(t.Consumers, d.GoldenRef, n)
 	}
 	bump(t.disks, DiskCount{Flavor: d.Flavor, Verdict: d.Verdict}, n)
-	if d.Class != "" {
+	if d.Image {
+		bump(t.images, ImageDiskCount{Golden: d.GoldenRef, Verdict: d.Verdict}, n)
+	}
+	if d.Class != "" && !d.Image { // per flavor and class, beside the flavor's predicted paths
 		bump(t.perClass, verdict.ClassDiskCount{Flavor: d.Flavor, Class: d.Class}, n)
 	}
 	switch {
@@ -78,6 +82,10 @@ func (t *FleetTally) Fill(s *Snapshot) {
 		k.Count = n
 		s.ClassDisks = append(s.ClassDisks, k)
 	}
+	for k, n := range t.images {
+		k.Count = n
+		s.ImageDisks = append(s.ImageDisks, k)
+	}
 	s.PredictionChecks.Right, s.PredictionChecks.Wrong = t.predRight, t.predWrong
 }
 
@@ -90,6 +98,8 @@ type JudgedDisk struct {
 	Verdict         string
 	BadReasons      []string
 	Class           string // a clone's resolved class, "" otherwise
+	// Image: the disk clones a non-Talos golden (counted in ImageDisks).
+	Image bool
 	// predictionChecked: the verdict showed the path taken, and
 	// predictionRight whether it was the one predicted.
 	PredictionChecked, PredictionRight bool
@@ -104,6 +114,10 @@ type Snapshot struct {
 	Taken  time.Time
 	// Goldens is the catalog with each golden's consumers.
 	Goldens []GoldenStatus
+	// Images are the non-Talos goldens that disks clone, ImageDisks their
+	// disks per golden and verdict.
+	Images     []ImageStatus
+	ImageDisks []ImageDiskCount
 	// Disks counts worker disks per flavor and verdict.
 	Disks []DiskCount
 	// BadDisks counts bad worker disks per namespace, pool, flavor and reason.
@@ -150,6 +164,22 @@ type GoldenStatus struct {
 	ReadySince time.Time
 }
 
+// ImageStatus is one non-Talos golden as metrics and the report show it:
+// Image is its vm-default-images name, else its object name.
+type ImageStatus struct {
+	Namespace, Name, Image string
+	StorageClass, Phase    string
+	SizeBytes              int64
+	Consumers              int
+}
+
+// ImageDiskCount is the number of disks of a non-Talos golden with a verdict.
+type ImageDiskCount struct {
+	Golden  types.NamespacedName
+	Verdict string
+	Count   int
+}
+
 // DiskCount is the number of worker disks of a flavor with a verdict.
 type DiskCount struct {
 	Flavor  fleet.Flavor
@@ -193,6 +223,9 @@ func SortSnapshot(s *Snapshot) {
 	slices.SortFunc(s.BadDisks, func(a, b BadDiskCount) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pool, b.Pool),
 			CompareFlavor(a.Flavor, b.Flavor), cmp.Compare(a.Reason, b.Reason))
+	})
+	slices.SortFunc(s.ImageDisks, func(a, b ImageDiskCount) int {
+		return cmp.Or(cmp.Compare(a.Golden.String(), b.Golden.String()), cmp.Compare(a.Verdict, b.Verdict))
 	})
 }
 

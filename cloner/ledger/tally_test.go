@@ -21,7 +21,7 @@ func TestTallyEqualsASumOverTheJudgedDisks(t *testing.T) {
 		d := JudgedDisk{Namespace: pick("a", "b"), Pool: pick("p1", "p2"), Kind: pick(fleet.DiskClone, fleet.DiskHTTPImport),
 			GoldenRef: types.NamespacedName{Namespace: "cozy-public", Name: pick("g1", "g2")},
 			Flavor:    fleet.Flavor{SchematicID: pick("s1", "s2"), Version: "v1"}, Verdict: pick("csi-clone", "host-assisted", "stuck"),
-			Class: pick("", "replicated", "local")}
+			Class: pick("", "replicated", "local"), Image: rng.IntN(3) == 0}
 		for range rng.IntN(3) {
 			d.BadReasons = append(d.BadReasons, pick("host-assisted", "class-mismatch"))
 		}
@@ -55,5 +55,27 @@ func TestTallyEqualsASumOverTheJudgedDisks(t *testing.T) {
 	}
 	if !reflect.DeepEqual(tally, NewFleetTally()) {
 		t.Fatalf("every disk forgotten, tally still holds %+v", tally)
+	}
+}
+
+// TestImageDisksCountPerGoldenAndVerdictOnly: a disk of a non-Talos golden
+// counts in ImageDisks under its golden, and not in the per-flavor class
+// counts that pair a flavor with its predicted paths.
+func TestImageDisksCountPerGoldenAndVerdictOnly(t *testing.T) {
+	ubuntu := types.NamespacedName{Namespace: "cozy-public", Name: "vm-default-images-ubuntu"}
+	tally := NewFleetTally()
+	for range 2 {
+		tally.Add(JudgedDisk{Namespace: "t", Pool: "vm-disk-a", Kind: fleet.DiskClone, GoldenRef: ubuntu, Verdict: "csi-clone",
+			Class: "replicated", Image: true}, 1)
+	}
+	tally.Add(JudgedDisk{Namespace: "t", Pool: "md0", Kind: fleet.DiskClone, GoldenRef: types.NamespacedName{Namespace: "cozy-public", Name: "talos"},
+		Flavor: fleet.Flavor{SchematicID: "s", Version: "v1"}, Verdict: "csi-clone", Class: "replicated"}, 1)
+	var s Snapshot
+	tally.Fill(&s)
+	if want := []ImageDiskCount{{Golden: ubuntu, Verdict: "csi-clone", Count: 2}}; !reflect.DeepEqual(s.ImageDisks, want) {
+		t.Errorf("image disks %+v, want %+v", s.ImageDisks, want)
+	}
+	if len(s.ClassDisks) != 1 || s.ClassDisks[0].Flavor.SchematicID != "s" {
+		t.Errorf("class disks %+v, want only the Talos disk's", s.ClassDisks)
 	}
 }

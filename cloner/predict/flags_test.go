@@ -1,6 +1,8 @@
 package predict
 
 import (
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+
 	"fmt"
 	"slices"
 	"testing"
@@ -113,7 +115,15 @@ var reasonCases = map[string]struct {
 	ReasonContentTypeMismatch: {baseInputs("csi-clone"), golden, Target{Class: "replicated", ContentType: "archive", Bytes: 6 * gi, AccessModes: poolAccessModes}},
 	// No access modes and no StorageProfile: CDI cannot render the claim.
 	ReasonClaimInvalid: {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: []string{}}},
+	// Per-disk annotations.
+	ReasonCloneTypeAnnotation:  {baseInputs("copy"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "csi-clone")}},
+	ReasonCloneTypeCopy:        {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "copy")}},
+	ReasonCloneTypeNoExpansion: {baseInputs("csi-clone"), golden, Target{Class: "replicated-fixed", Bytes: 20 * gi, AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "csi-clone")}},
+	ReasonPopulatorOff:         {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnUsePopulator, "false")}},
+	ReasonUsePopulatorInvalid:  {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnUsePopulator, "no")}},
 }
+
+func perDisk(k, v string) cdirules.PerDisk { return cdirules.PerDiskOf(map[string]string{k: v}) }
 
 // Every reason in the closed set Reasons: some inputs predict it, it is a
 // label value once, and it has a fix exactly when its path is bad (a good

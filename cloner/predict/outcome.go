@@ -43,10 +43,18 @@ func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 			"): CDI refuses the clone (CloneValidationFailed: "+o.Validation+")")
 	case o.Waits != "":
 		return blocked(ReasonClassUnresolved, "CDI waits for "+o.Waits)
+	case o.Error != "" && strings.HasPrefix(o.Error, cdirules.AnnUsePopulator):
+		return blocked(ReasonUsePopulatorInvalid, "the DataVolume's annotation "+o.Error+
+			": CDI fails every sync of it and retries for ever; the DataVolume stays Pending without a claim")
 	case o.Error != "" && s.cdiProblem != "" && o.CloneType == "" && o.Fallback == "" && o.Error == s.cdiProblem:
 		return blocked(ReasonNoActiveCDI, s.cdiProblem+": CDI cannot choose a clone strategy")
+	case o.Error == cdirules.ErrResizeRefused:
+		return withStrategy(blocked(ReasonCloneTypeNoExpansion, "the DataVolume's annotation "+cdirules.AnnCloneType+": "+o.CloneType+
+			" is obeyed as is: CDI clones at golden "+g.ref()+"'s capacity, then the API server refuses to grow the claim on class "+t.Class+
+			", which has no allowVolumeExpansion: the clone fails (\""+o.Error+"\")"), o.CloneType)
 	case o.Error != "" && o.CloneType == cdirules.StrategySnapshot:
-		return withStrategy(blocked(ReasonSnapshotClassNotFound, "snapshot strategy: the StorageProfiles name a VolumeSnapshotClass that does not exist: CDI cannot plan the clone"), o.CloneType)
+		return withStrategy(blocked(ReasonSnapshotClassNotFound, "snapshot strategy ("+s.strategyWhy(t, o)+
+			"): no VolumeSnapshotClass for the disk's claim: CDI cannot plan the clone ("+o.Error+")"), o.CloneType)
 	case o.Error != "" && o.StrategyFrom != "" && !cdirules.KnownStrategy(o.CloneType):
 		return withStrategy(blocked(ReasonUnknownStrategy, "the clone strategy "+quote(o.CloneType)+" ("+s.strategyWhy(t, o)+
 			") is not one CDI knows: every clone fails with \""+o.Error+"\""), o.CloneType)
@@ -54,6 +62,9 @@ func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 		return blocked(ReasonClaimInvalid, "CDI cannot render or plan the disk's claim: "+o.Error)
 	case o.Fallback != "":
 		return s.fallbackPrediction(g, t, o)
+	case o.CloneType == cdirules.StrategyCopy && o.StrategyFrom == cdirules.FromAnnotation:
+		return withStrategy(fallback(ReasonCloneTypeCopy, "the DataVolume's annotation "+cdirules.AnnCloneType+
+			": copy is obeyed as is: CDI copies host-assisted"), o.CloneType)
 	case o.CloneType == cdirules.StrategyCopy:
 		return s.copyPrediction(t, o)
 	case o.CloneType == cdirules.StrategySnapshot:
@@ -71,6 +82,11 @@ func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 func (s *State) copyPrediction(t Target, o cdirules.Outcome) Prediction {
 	if o.StrategyFrom == cdirules.FromProfile &&
 		cdirules.ProfileStrategyOrigin(s.classes[t.Class], s.profiles[t.Class]) == cdirules.OriginDerived {
+		if p := s.classes[t.Class].Provisioner; cdirules.AdvisesCopy(p) {
+			return Prediction{Path: PathHostAssisted, Reason: ReasonDerivedCopy, Strategy: o.CloneType,
+				Message: "CDI derived the clone strategy copy for class " + t.Class + ": its capabilities table advises copy for driver " + quote(p) +
+					" (a VolumeSnapshotClass does not change that): every clone onto it is host-assisted, from any class"}
+		}
 		return Prediction{Path: PathHostAssisted, Reason: ReasonDerivedCopy, Strategy: o.CloneType,
 			Message: "CDI derived the clone strategy copy for class " + t.Class + " (its driver " + quote(s.classes[t.Class].Provisioner) +
 				" is not in CDI's clone-strategy table and has no VolumeSnapshotClass): every clone onto it is host-assisted, from any class"}
@@ -84,6 +100,10 @@ func (s *State) fallbackPrediction(g Golden, t Target, o cdirules.Outcome) Predi
 	var p Prediction
 	switch o.Fallback {
 	case cdirules.FallbackNoPopulator:
+		if t.PerDisk.UsePopulator != nil {
+			return fallback(ReasonPopulatorOff, "the DataVolume's annotation "+cdirules.AnnUsePopulator+": "+quote(*t.PerDisk.UsePopulator)+
+				": CDI takes its legacy path and copies host-assisted (NoPopulator: "+cdirules.NoPopulatorMessage+")")
+		}
 		p = fallback(ReasonNoPopulator, "provisioner "+sc.Provisioner+" of class "+t.Class+
 			" has no CSIDriver object: CDI does not use its clone populator and copies host-assisted")
 	case cdirules.FallbackNoVolumeSnapshotClass:
@@ -120,6 +140,8 @@ func (s *State) strategyWhy(t Target, o cdirules.Outcome) string {
 	switch o.StrategyFrom {
 	case cdirules.FromOverride:
 		return whyOverride
+	case cdirules.FromAnnotation:
+		return "the DataVolume's annotation " + cdirules.AnnCloneType + ", obeyed as is"
 	case cdirules.FromProfile:
 		switch cdirules.ProfileStrategyOrigin(s.classes[t.Class], s.profiles[t.Class]) {
 		case cdirules.OriginProfileSpec:
@@ -140,6 +162,8 @@ const (
 
 func strategyReason(from string) string {
 	switch from {
+	case cdirules.FromAnnotation:
+		return ReasonCloneTypeAnnotation
 	case cdirules.FromOverride:
 		return ReasonCDIOverride
 	case cdirules.FromProfile:
@@ -206,7 +230,7 @@ func (s *State) addUncertainty(p *Prediction, g Golden, t Target, assumedImage b
 	}
 	sized := p.Reason == ReasonNoVolumeExpansion || (t.Bytes != 0 && (p.Path == PathCSIClone || p.Path == PathSnapshotClone))
 	if sized && s.cluster.Overhead == nil && s.claimMode(t) == cdirules.Filesystem {
-		p.Uncertain = append(p.Uncertain, "no CDIConfig read: a Filesystem claim is taken to get CDI's default overhead, 0.06")
+		p.Uncertain = append(p.Uncertain, "no CDIConfig read: a Filesystem claim is taken to get no overhead, as CDI sizes it without one")
 	}
 }
 

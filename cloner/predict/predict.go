@@ -16,6 +16,7 @@ package predict
 
 import (
 	"sort"
+	"strings"
 
 	storagev1 "k8s.io/api/storage/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -91,6 +92,10 @@ type Target struct {
 	ContentType string
 	// Claimed: Class, VolumeMode and Bytes are the claim's, rendered.
 	Claimed bool
+	// PerDisk are the DataVolume's per-disk annotations CDI reads; for a
+	// Claimed target, the claim's permissiveClone (CDI's own, from
+	// detectCloneSize, or the user's, copied).
+	PerDisk cdirules.PerDisk
 }
 
 func (t Target) dataVolume() cdirules.DataVolume {
@@ -100,7 +105,7 @@ func (t Target) dataVolume() cdirules.DataVolume {
 	}
 	class := t.Class
 	return cdirules.DataVolume{Kind: kind, Class: &class, VolumeMode: t.VolumeMode, AccessModes: t.AccessModes,
-		Bytes: t.Bytes, ContentType: t.ContentType}
+		Bytes: t.Bytes, ContentType: t.ContentType, PerDisk: t.PerDisk}
 }
 
 // SnapshotClass is the part of a VolumeSnapshotClass that decides whether
@@ -216,11 +221,12 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 	src, assumed := s.source(g)
 	var o cdirules.Outcome
 	if t.Claimed {
-		o = s.cluster.PlanClaim(src, cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes}, false)
+		o = s.cluster.PlanClaim(src, cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes,
+			PerDisk: t.PerDisk})
 	} else {
 		o = s.cluster.Clone(t.dataVolume(), src)
 	}
-	if sc == nil && o.Validation == "" && !o.Render {
+	if sc == nil && o.Validation == "" && !o.Render && !strings.HasPrefix(o.Error, cdirules.AnnUsePopulator) {
 		// CDI renders and validates the DataVolume first; then it finds no
 		// CSIDriver for the missing class and takes its legacy path, whose
 		// claim never binds.

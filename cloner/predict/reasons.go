@@ -31,6 +31,22 @@ const (
 	ReasonContentTypeMismatch   = "content-type-mismatch"
 	ReasonUnknownStrategy       = "unknown-strategy"
 	ReasonClaimInvalid          = "claim-invalid"
+	// Per-disk annotations (cdirules.PerDisk).
+	// ReasonCloneTypeAnnotation: the DataVolume's cdi.kubevirt.io/cloneType
+	// (csi-clone or snapshot) is obeyed as is.
+	ReasonCloneTypeAnnotation = "clone-type-annotation"
+	// ReasonCloneTypeCopy: the DataVolume's cdi.kubevirt.io/cloneType is copy.
+	ReasonCloneTypeCopy = "clone-type-copy"
+	// ReasonPopulatorOff: the DataVolume's cdi.kubevirt.io/storage.usePopulator
+	// is false: CDI's legacy path, NoPopulator.
+	ReasonPopulatorOff = "populator-off"
+	// ReasonUsePopulatorInvalid: its value does not parse; CDI retries for
+	// ever and the DataVolume stays Pending without a claim.
+	ReasonUsePopulatorInvalid = "use-populator-invalid"
+	// ReasonCloneTypeNoExpansion: the DataVolume's cloneType (csi-clone or
+	// snapshot) is obeyed for a disk larger than the golden on a class
+	// without allowVolumeExpansion: the clone fails where CDI would copy.
+	ReasonCloneTypeNoExpansion = "clone-type-no-expansion"
 )
 
 // Reasons lists every reason.
@@ -38,12 +54,13 @@ var Reasons = []string{ReasonCDIOverride, ReasonStorageProfile, ReasonDefaultSna
 	ReasonNoPopulator, ReasonNoVolumeSnapshotClass, ReasonIncompatibleProvisioners, ReasonIncompatibleVolumeModes,
 	ReasonNoVolumeExpansion, ReasonGoldenFailed, ReasonClassUnresolved, ReasonClassNotFound, ReasonNoActiveCDI,
 	ReasonTargetTooSmall, ReasonSnapshotClassNotFound, ReasonNodeLocalTarget, ReasonDerivedCopy, ReasonContentTypeMismatch,
-	ReasonUnknownStrategy, ReasonClaimInvalid}
+	ReasonUnknownStrategy, ReasonClaimInvalid, ReasonCloneTypeAnnotation, ReasonCloneTypeCopy, ReasonPopulatorOff,
+	ReasonUsePopulatorInvalid, ReasonCloneTypeNoExpansion}
 
 // fixDerived is the fix when CDI itself chose the copy: give the class a
 // strategy, or give the driver a VolumeSnapshotClass.
-const fixDerived = "set spec.cloneStrategy: csi-clone on the class's StorageProfile (or cloneStrategyOverride: csi-clone on the CDI resource), " +
-	"or create a VolumeSnapshotClass for the class's driver"
+const fixDerived = "set spec.cloneStrategy: csi-clone on the class's StorageProfile (or cloneStrategyOverride: csi-clone on the CDI resource); " +
+	"for a driver CDI's capabilities table does not list, a VolumeSnapshotClass for it also does (for one it advises copy for, it does not)"
 
 var fixes = map[string]string{
 	ReasonCDIOverride:              "",
@@ -64,8 +81,13 @@ var fixes = map[string]string{
 	ReasonSnapshotClassNotFound:    "create the VolumeSnapshotClass the StorageProfiles name, or clear their snapshotClass",
 	ReasonNodeLocalTarget:          "put the pool on the golden's class (a replicated one), or import a golden on the node-local class",
 	ReasonContentTypeMismatch:      "clone with the golden's contentType (kubevirt: leave contentType unset)",
-	ReasonUnknownStrategy:          "set the StorageProfile's spec.cloneStrategy (or the class's cdi.kubevirt.io/clone-strategy annotation) to csi-clone, snapshot or copy",
+	ReasonUnknownStrategy:          "set the StorageProfile's spec.cloneStrategy (or the class's cdi.kubevirt.io/clone-strategy annotation, or the DataVolume's cdi.kubevirt.io/cloneType) to csi-clone, snapshot or copy",
 	ReasonClaimInvalid:             "give the disk a volumeMode and accessModes, or give the class's StorageProfile claimPropertySets",
+	ReasonCloneTypeAnnotation:      "",
+	ReasonCloneTypeCopy:            "remove the annotation cdi.kubevirt.io/cloneType: copy from the DataVolume (CDI then chooses the strategy), or set it to csi-clone",
+	ReasonPopulatorOff:             "remove the annotation cdi.kubevirt.io/storage.usePopulator: \"false\" from the DataVolume (or its template)",
+	ReasonUsePopulatorInvalid:      "set the DataVolume's annotation cdi.kubevirt.io/storage.usePopulator to \"true\" or \"false\", or remove it",
+	ReasonCloneTypeNoExpansion:     "set allowVolumeExpansion: true on the class, size the disk at most the golden's capacity, or remove the annotation cdi.kubevirt.io/cloneType from the DataVolume (CDI then copies host-assisted)",
 }
 
 // Fix is the remedy for a reason; "" for the good ones.

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -25,6 +26,8 @@ const (
 //
 //	<golden>.phase, .class, .contentType      the golden's facts
 //	<golden>.<kind>.<mode>.<class>            "<min>:<fit>:<sizeless>:<small>:<atSize>:<larger>"
+//	<golden>.<kind>.<mode>.<class>.<variant>  the same for a disk with per-disk annotations (guardVariants),
+//	                                          only where it differs from the key it falls back to
 //	<golden>.path.<class>                     the pool disk's path, larger than the golden (readable summary)
 //	class.<class>.provisioner                 the class exists
 //	class.<class>.mode                        the volume mode of its StorageProfile's claimPropertySets[0]
@@ -70,6 +73,10 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string) map[string]stri
 		put(paramDefaultPVC, p.PvcDefault.Name)
 	}
 	classes := p.State.ClassNames()
+	csi := map[string]bool{}
+	for _, c := range p.State.CSIClasses() {
+		csi[c] = true
+	}
 	for _, c := range classes {
 		for k, v := range p.State.ClassModes(c) {
 			put("class."+c+"."+k, v)
@@ -88,9 +95,13 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string) map[string]stri
 		for _, c := range classes {
 			for _, kind := range guardKinds {
 				for _, mode := range guardModes {
-					r := p.State.Regions(g, predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"},
-						ContentType: g.ContentType})
-					put(g.Name+"."+string(kind)+"."+mode+"."+c, regionsValue(r))
+					t := predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"}, ContentType: g.ContentType}
+					r := p.State.Regions(g, t)
+					key := g.Name + "." + string(kind) + "." + mode + "." + c
+					put(key, regionsValue(r))
+					for k, v := range perDiskRegions(p.State, g, t, regionsValue(r), csi[c]) {
+						put(key+"."+k, v)
+					}
 					for _, pr := range []predict.Prediction{r.Sizeless, r.Small, r.AtSize, r.Larger} {
 						if pr.Bad() {
 							bad[pr.Reason] = true
@@ -102,6 +113,9 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string) map[string]stri
 				}
 			}
 		}
+	}
+	for _, r := range perDiskBadReasons {
+		bad[r] = true
 	}
 	for r := range bad {
 		put("fix."+r, predict.Fix(r))
@@ -126,4 +140,67 @@ func resolvedGoldenMode(g predict.Golden) string {
 		return cdirules.Block
 	}
 	return cdirules.Filesystem
+}
+
+// guardVariants are the per-disk annotations whose effect depends on the
+// disk's size and class, so the guard reads regions for them: the
+// cloneType CDI obeys as is (csi-clone, snapshot) and permissiveClone. On a
+// class without a CSIDriver object each also gets a "pop." variant, with
+// usePopulator true (the populators all the same); on one with a CSIDriver
+// that is the variant itself. The other values decide the path alone and
+// the policy spells them out: usePopulator false (populator-off) or
+// unparsable (use-populator-invalid), cloneType copy (clone-type-copy) or
+// any other (unknown-strategy).
+var guardVariants = []struct {
+	name    string
+	perDisk cdirules.PerDisk
+}{
+	{cdirules.StrategyCSIClone, cdirules.PerDisk{CloneType: ptrTo(cdirules.StrategyCSIClone)}},
+	{cdirules.StrategySnapshot, cdirules.PerDisk{CloneType: ptrTo(cdirules.StrategySnapshot)}},
+	{"permissive", cdirules.PerDisk{Permissive: true}},
+}
+
+func ptrTo(s string) *string { return &s }
+
+// perDiskBadReasons are the reasons the policy names itself; their fixes
+// are always published.
+var perDiskBadReasons = []string{predict.ReasonCloneTypeCopy, predict.ReasonPopulatorOff, predict.ReasonUsePopulatorInvalid,
+	predict.ReasonUnknownStrategy}
+
+// perDiskRegions are the variants' regions for one target, by key suffix,
+// each only where it differs from what the policy falls back to without
+// it: "<variant>" falls back to the base, "pop" to the base, "pop.<variant>"
+// to "<variant>". csiClass: the target's class has a CSIDriver object (no
+// "pop." variants: usePopulator true changes nothing there).
+func perDiskRegions(s *predict.State, g predict.Golden, t predict.Target, base string, csiClass bool) map[string]string {
+	out := map[string]string{}
+	at := func(pd cdirules.PerDisk) string {
+		t.PerDisk = pd
+		return regionsValue(s.Regions(g, t))
+	}
+	yes := "true"
+	if !csiClass {
+		if v := at(cdirules.PerDisk{UsePopulator: &yes}); v != base {
+			out["pop"] = v
+		}
+	}
+	for _, gv := range guardVariants {
+		if gv.perDisk.Permissive && strings.HasPrefix(base, "1:") && csiClass {
+			// No size is refused: skipping the size check changes nothing.
+			continue
+		}
+		plain := at(gv.perDisk)
+		if plain != base {
+			out[gv.name] = plain
+		}
+		if csiClass {
+			continue
+		}
+		withPop := gv.perDisk
+		withPop.UsePopulator = &yes
+		if v := at(withPop); v != plain {
+			out["pop."+gv.name] = v
+		}
+	}
+	return out
 }

@@ -25,7 +25,7 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	dv := w.Worker("tenant-a", "small", "p", g, 4*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	clonertest.Condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, "The clone doesn't meet the validation requirements", clonertest.T0)
-	inv := fleet.BuildInventory(w.Objects(t), config.DefaultGoldenNamespace)
+	inv := fleet.BuildInventory(w.Objects(t), config.Namespaces{config.DefaultGoldenNamespace})
 	_, bad := report.ReportDisks(inv, report.JudgeClaimless(inv, clonertest.ConfigAt(clonertest.T0.Add(time.Minute)), verdict.BuildPredictor(clonertest.CdiAtDefaults(), inv)))
 	if len(bad) != 1 || bad[0].Verdict != record.VerdictFailed || len(bad[0].Reasons) != 2 ||
 		!strings.Contains(bad[0].Reasons[0].Message, "CloneValidationFailed") {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -31,6 +32,9 @@ type ReportData struct {
 	// Untrusted are the goldens that break the naming rules: not a flavor,
 	// only a problem, with the disks that name them.
 	Untrusted []UntrustedGoldenReport `json:"untrustedGoldens"`
+	// Images are the goldens that are not a Talos flavor's (vm-default-images
+	// and any other DataVolume of a golden namespace) that disks clone.
+	Images []ImageReport `json:"images"`
 	// ClonePaths is the predicted clone path of every golden on every CSI
 	// class and the empty one (report_paths.go); ClonePathsError says why
 	// it is missing when the prediction's objects cannot be read.
@@ -49,6 +53,19 @@ type UntrustedGoldenReport struct {
 	// Consumers are the worker disks ("namespace/name") that name it.
 	Consumers []string `json:"consumers"`
 	Fix       string   `json:"fix"`
+}
+
+// ImageReport is one golden that is not a Talos flavor's, with the disks
+// that clone it by verdict.
+type ImageReport struct {
+	Namespace    string         `json:"namespace"`
+	Name         string         `json:"name"`
+	Image        string         `json:"image"`
+	Phase        string         `json:"phase"`
+	StorageClass string         `json:"storageClass"`
+	SizeBytes    int64          `json:"sizeBytes"`
+	Consumers    int            `json:"consumers"`
+	Verdicts     map[string]int `json:"verdicts"`
 }
 
 // FlavorReport is one flavor: its golden(s), consumers and Factory fetches.
@@ -150,7 +167,7 @@ func readInventory(ctx context.Context, clients config.Clients, cfg config.Confi
 	if cfg.GoldenNamespace == "" {
 		cfg.GoldenNamespace = config.DefaultGoldenNamespace
 	}
-	return fleet.BuildInventory(objs, cfg.GoldenNamespace), nil
+	return fleet.BuildInventory(objs, cfg.GoldenNamespaces()), nil
 }
 
 func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config) (*ReportData, error) {
@@ -172,7 +189,9 @@ func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config
 	} else {
 		data.ClonePaths = pathsOn(pred, inv, "")
 	}
-	data.Pools, data.BadDisks = ReportDisks(inv, JudgeClaimless(inv, cfg, pred))
+	ev := JudgeClaimless(inv, cfg, pred)
+	data.Pools, data.BadDisks = ReportDisks(inv, ev)
+	data.Images = ReportImages(inv, ev)
 	data.Untrusted = ReportUntrusted(inv)
 	data.Checks = []CheckReport{checkDashboard(ctx, clients, cfg.LedgerNamespace)}
 	return data, nil
@@ -209,6 +228,12 @@ func listObjects(ctx context.Context, clients config.Clients) (fleet.Objects, er
 	for i := range scs.Items {
 		o.Classes = append(o.Classes, &scs.Items[i])
 	}
+	sources, err := clients.Dynamic.Resource(fleet.DataSourceGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, fmt.Errorf("listing DataSources (a disk's sourceRef names one): %w", err)
+	}
+	var unreadable []fleet.MalformedObject // as the leader, which reports them, leaves them out
+	o.DataSources = fleet.ConvertAll[cdiv1.DataSource](fleet.UnstructuredList(itemsOf(sources.Items)), &unreadable)
 	return o, nil
 }
 
@@ -327,12 +352,7 @@ func ReportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) (
 	pools := map[[2]string]*PoolReport{}
 	bad := []BadDiskReport{}
 	for _, d := range inv.Disks {
-		rec, err := record.ReadRecord(inv.ClaimOf(d.Namespace, d.ClaimName))
-		if r, ok := claimless[d.UID]; ok {
-			rec = r
-		} else if err != nil || rec == nil {
-			rec = &record.Record{Verdict: VerdictUnjudged}
-		}
+		rec := diskRecord(inv, d, claimless)
 		key := [2]string{d.Namespace, d.Pool}
 		p := pools[key]
 		if p == nil {
@@ -363,6 +383,39 @@ func ReportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) (
 	return out, bad
 }
 
+// diskRecord is a disk's verdict as the leader persisted it, or as the
+// report judged it when it has no claim yet.
+func diskRecord(inv *fleet.Inventory, d *fleet.WorkerDisk, claimless map[types.UID]*record.Record) *record.Record {
+	if r, ok := claimless[d.UID]; ok {
+		return r
+	}
+	rec, err := record.ReadRecord(inv.ClaimOf(d.Namespace, d.ClaimName))
+	if err != nil || rec == nil {
+		return &record.Record{Verdict: VerdictUnjudged}
+	}
+	return rec
+}
+
+// ReportImages lists the non-Talos goldens that disks clone, each with its
+// disks by verdict.
+func ReportImages(inv *fleet.Inventory, claimless map[types.UID]*record.Record) []ImageReport {
+	out := []ImageReport{}
+	for _, g := range inv.Images {
+		r := ImageReport{Namespace: g.Namespace, Name: g.Name, Image: g.Image, Phase: g.Phase,
+			StorageClass: g.Class.Name, SizeBytes: g.SizeBytes(), Verdicts: map[string]int{}}
+		for _, d := range inv.Disks {
+			if d.Kind == fleet.DiskClone && d.GoldenRef == g.Ref() {
+				r.Consumers++
+				r.Verdicts[diskRecord(inv, d, claimless).Verdict]++
+			}
+		}
+		if r.Consumers > 0 { // a golden only once a disk clones it
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // printTable writes the report for a terminal: flavors, pools, bad disks.
 func printTable(w io.Writer, d *ReportData) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -377,6 +430,13 @@ func printTable(w io.Writer, d *ReportData) error {
 		for _, g := range f.Goldens {
 			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", name, g.Namespace, g.Name, verdict.OrNone(g.Phase),
 				verdict.OrNone(g.StorageClass), bytesText(g.SizeBytes), g.Consumers, fetches, f.FetchesAvoided, bytesText(f.BytesAvoided), goldenNote(g))
+		}
+	}
+	if len(d.Images) > 0 {
+		fmt.Fprintln(tw, "\nIMAGE\tGOLDEN\tPHASE\tCLASS\tSIZE\tCONSUMERS\tVERDICTS")
+		for _, g := range d.Images {
+			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%d\t%s\n", g.Image, g.Namespace, g.Name, verdict.OrNone(g.Phase),
+				verdict.OrNone(g.StorageClass), bytesText(g.SizeBytes), g.Consumers, verdictsText(g.Verdicts))
 		}
 	}
 	fmt.Fprintln(tw, "\nNAMESPACE\tPOOL\tDISKS\tVERDICTS")

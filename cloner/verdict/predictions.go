@@ -21,6 +21,9 @@ import (
 type Predictor struct {
 	State   *predict.State
 	Goldens map[types.NamespacedName]predict.Golden
+	// images are the non-Talos goldens, predicted per disk only: the
+	// (golden, class) pairs and the guard's parameters stay the catalog's.
+	images  map[types.NamespacedName]predict.Golden
 	flavors map[types.NamespacedName]fleet.Flavor
 	Pairs   []predict.Pair
 	// dataSources are the DataSources a sourceRef may name.
@@ -39,6 +42,7 @@ func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 	}
 	p := &Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{},
 		flavors:        map[types.NamespacedName]fleet.Flavor{},
+		images:         map[types.NamespacedName]predict.Golden{},
 		DataSources:    in.DataSources,
 		StorageDefault: inv.Classes.ResolveRequested(nil, cdirules.ContentKubeVirt),
 		PvcDefault:     inv.Classes.KubernetesDefault(),
@@ -48,6 +52,9 @@ func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 		pg := plannerGolden(g, inv)
 		p.Goldens[g.Ref()], p.flavors[g.Ref()] = pg, g.Flavor
 		goldens = append(goldens, pg)
+	}
+	for _, g := range inv.Images {
+		p.images[g.Ref()] = plannerGolden(g, inv)
 	}
 	p.Pairs = p.State.Pairs(goldens, TargetOfClass(p.StorageDefault))
 	return p
@@ -97,23 +104,31 @@ func pinnedTo(pv *corev1.PersistentVolume) []string {
 }
 
 // forDisk predicts one worker disk from its own claim: its resolved class,
-// volume mode and request (what CDI's planner compares).
+// volume mode and request (what CDI's planner compares), and the per-disk
+// annotations of its DataVolume (CDI copies them onto the claim; the
+// claim's cloneType is CDI's own choice, so it is read from the DataVolume).
 func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
 	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC {
 		return nil
 	}
 	g, ok := p.Goldens[f.golden.Ref()]
 	if !ok {
-		return nil
+		if g, ok = p.images[f.golden.Ref()]; !ok {
+			return nil
+		}
 	}
 	t := TargetOfClass(f.class)
 	t.Bytes, t.VolumeMode, t.AccessModes, t.ContentType = f.Disk.RequestedBytes, f.Disk.VolumeMode, f.Disk.AccessModes, f.Disk.ContentType
+	t.PerDisk = f.Disk.PerDisk
 	if f.Disk.FromPVCSpec {
 		t.Kind = cdirules.KindPVC
 	}
 	if f.Pvc != nil && f.Pvc.Spec.StorageClassName != nil {
 		// The claim CDI rendered: its own class, mode and request.
 		t.Claimed, t.VolumeMode, t.Bytes = true, "", fleet.ClaimRequest(f.Pvc)
+		// CDI's own permissiveClone (detectCloneSize) or the user's, copied
+		// from the DataVolume: the planner skips its size check.
+		t.PerDisk.Permissive = t.PerDisk.Permissive || cdirules.PerDiskOf(f.Pvc.Annotations).Permissive
 		if f.Pvc.Spec.VolumeMode != nil {
 			t.VolumeMode = string(*f.Pvc.Spec.VolumeMode)
 		}

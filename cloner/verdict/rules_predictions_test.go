@@ -4,9 +4,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 )
@@ -100,6 +103,46 @@ func TestPinnedToListsTheRequiredInTerms(t *testing.T) {
 			if got[i] != tc.want[i] {
 				t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 			}
+		}
+	}
+}
+
+// TestForDiskReadsTheDataVolumesPerDiskAnnotations: a disk's own
+// storage.usePopulator "false" sends CDI down the legacy host-assisted path
+// (datavolume/controller-base.go shouldUseCDIPopulator), so its prediction
+// says so; the claim's cloneType, CDI's own choice, is not read as the
+// user's.
+func TestForDiskReadsTheDataVolumesPerDiskAnnotations(t *testing.T) {
+	g := rulesGolden()
+	yes := true
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "replicated"}, Provisioner: "linstor.csi.linbit.com", AllowVolumeExpansion: &yes}
+	in := predict.Inputs{Classes: []*storagev1.StorageClass{class}, CSIDrivers: []string{class.Provisioner},
+		CDIs:     []*cdiv1.CDI{{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}}},
+		Profiles: []*cdiv1.StorageProfile{{ObjectMeta: metav1.ObjectMeta{Name: "replicated"}}}}
+	p := &Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{g.Ref(): {Namespace: g.Namespace, Name: g.Name,
+		Class: "replicated", Driver: class.Provisioner, VolumeMode: "Block", RequestedBytes: 6 << 30, CapacityBytes: 6 << 30}}}
+	off := "false"
+	for _, tc := range []struct {
+		name       string
+		perDisk    cdirules.PerDisk
+		claimAnn   map[string]string
+		wantReason string
+	}{
+		{"usePopulator false", cdirules.PerDisk{UsePopulator: &off}, nil, predict.ReasonPopulatorOff},
+		{"CDI's cloneType on the claim", cdirules.PerDisk{}, map[string]string{fleet.AnnCDICloneType: "copy"}, ""},
+		{"none", cdirules.PerDisk{}, nil, ""},
+	} {
+		f := rulesFacts(cdiv1.CloneScheduled)
+		f.Disk.FromPVC, f.Disk.PerDisk = true, tc.perDisk
+		f.Disk.VolumeMode, f.Disk.AccessModes = "Block", []string{"ReadWriteOnce"}
+		f.Pvc = rulesClaim("tenant-a", "d", 20<<30, tc.claimAnn)
+		got := p.forDisk(f)
+		if got == nil {
+			t.Fatalf("%s: no prediction", tc.name)
+		}
+		if (got.Reason == predict.ReasonPopulatorOff || got.Reason == predict.ReasonCloneTypeCopy) != (tc.wantReason != "") ||
+			tc.wantReason != "" && (got.Reason != tc.wantReason || got.Path != predict.PathHostAssisted) {
+			t.Errorf("%s: %s/%s (%s), want reason %q", tc.name, got.Path, got.Reason, got.Message, tc.wantReason)
 		}
 	}
 }

@@ -1,0 +1,147 @@
+package fleet
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+)
+
+func routeDV(ns, name string, labels, ann map[string]string, spec cdiv1.DataVolumeSpec) *CachedDataVolume {
+	return &CachedDataVolume{DataVolume: cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name), Labels: labels, Annotations: ann},
+		Spec:       spec}}
+}
+
+func pvcSource(ns, name string) cdiv1.DataVolumeSpec {
+	return cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: name}}}
+}
+
+func sourceRef(ns *string, name string) cdiv1.DataVolumeSpec {
+	return cdiv1.DataVolumeSpec{SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: ns, Name: name}}
+}
+
+func dataSource(ns, name string, pvc *cdiv1.DataVolumeSourcePVC) *cdiv1.DataSource {
+	return &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: pvc}}}
+}
+
+// TestEveryRouteToAGoldenMakesADisk: each way a DataVolume reaches a golden
+// of a golden namespace makes it a disk of that golden, pooled by the pool
+// annotation, else the release label, else the namespace; the routes that
+// reach no golden make nothing.
+func TestEveryRouteToAGoldenMakesADisk(t *testing.T) {
+	ubuntu := types.NamespacedName{Namespace: "cozy-public", Name: "vm-default-images-ubuntu"}
+	other := types.NamespacedName{Namespace: "golden-images", Name: "debian"}
+	talos := types.NamespacedName{Namespace: "cozy-public", Name: goldenName("abc123", "v1.13.2")}
+	sources := "tenant-a" // the disks' namespace
+	srcNS, emptyNS := "boot-sources", ""
+	chained := dataSource("boot-sources", "chained", nil)
+	chained.Spec.Source.DataSource = &cdiv1.DataSourceRefSourceDataSource{Namespace: "boot-sources", Name: "ubuntu"}
+	chained.Status.Source.PVC = &cdiv1.DataVolumeSourcePVC{Namespace: ubuntu.Namespace, Name: ubuntu.Name}
+	objs := Objects{
+		DataVolumes: []*CachedDataVolume{
+			routeDV(ubuntu.Namespace, ubuntu.Name, nil, map[string]string{AnnImageName: "ubuntu"}, cdiv1.DataVolumeSpec{}),
+			routeDV(other.Namespace, other.Name, nil, nil, cdiv1.DataVolumeSpec{}),
+			routeDV(talos.Namespace, talos.Name, nil, nil, cdiv1.DataVolumeSpec{}),
+			routeDV(sources, "vm-disk-web", map[string]string{LabelInstance: "vm-disk-web"}, nil, pvcSource(ubuntu.Namespace, ubuntu.Name)),
+			routeDV(sources, "worker-0", map[string]string{LabelInstance: "kubernetes-x"}, map[string]string{AnnPool: "md0"}, pvcSource(talos.Namespace, talos.Name)),
+			routeDV(sources, "via-other-ns", nil, nil, sourceRef(&srcNS, "ubuntu")),
+			routeDV(sources, "via-own-ns", nil, nil, sourceRef(nil, "local")),
+			routeDV(sources, "via-chain", nil, nil, sourceRef(&srcNS, "chained")),
+			routeDV(sources, "second-namespace", nil, nil, pvcSource(other.Namespace, other.Name)),
+			// Routes to no golden.
+			routeDV(sources, "tenant-pvc", nil, nil, pvcSource("", "data")),
+			routeDV(sources, "no-such-source", nil, nil, sourceRef(&srcNS, "missing")),
+			routeDV(sources, "ds-own-pvc", nil, nil, sourceRef(&srcNS, "relative")),
+			routeDV(sources, "empty-ns-ref", nil, nil, sourceRef(&emptyNS, "relative")),
+		},
+		DataSources: []*cdiv1.DataSource{
+			dataSource("boot-sources", "ubuntu", &cdiv1.DataVolumeSourcePVC{Namespace: ubuntu.Namespace, Name: ubuntu.Name}),
+			dataSource(sources, "local", &cdiv1.DataVolumeSourcePVC{Namespace: ubuntu.Namespace, Name: ubuntu.Name}),
+			// A PVC namespace left empty is the disk's, not the DataSource's.
+			dataSource("boot-sources", "relative", &cdiv1.DataVolumeSourcePVC{Name: ubuntu.Name}),
+			chained,
+		},
+	}
+	inv := BuildInventory(objs, config.Namespaces{"cozy-public", "golden-images"})
+	type want struct {
+		golden  types.NamespacedName
+		pool    string
+		fromPVC bool
+	}
+	wants := map[string]want{
+		"vm-disk-web":      {ubuntu, "vm-disk-web", true},
+		"worker-0":         {talos, "md0", true},
+		"via-other-ns":     {ubuntu, sources, true},
+		"via-own-ns":       {ubuntu, sources, true},
+		"via-chain":        {ubuntu, sources, true},
+		"second-namespace": {other, sources, true},
+	}
+	got := map[string]want{}
+	for _, d := range inv.Disks {
+		got[d.Name] = want{d.GoldenRef, d.Pool, d.FromPVC}
+		if d.Kind != DiskClone {
+			t.Errorf("%s: kind %s", d.Name, d.Kind)
+		}
+	}
+	for name, w := range wants {
+		if got[name] != w {
+			t.Errorf("%s: %+v, want %+v", name, got[name], w)
+		}
+	}
+	if len(got) != len(wants) {
+		t.Errorf("disks %v, want only %v", got, wants)
+	}
+	images := map[types.NamespacedName]string{}
+	for _, g := range inv.Images {
+		images[g.Ref()] = g.Image
+	}
+	if images[ubuntu] != "ubuntu" || images[other] != "debian" || len(images) != 2 {
+		t.Errorf("image goldens %v: want ubuntu (its annotation) and debian (its name)", images)
+	}
+	if len(inv.Goldens) != 1 || inv.Goldens[0].Ref() != talos || inv.Goldens[0].IsImage() {
+		t.Errorf("Talos catalog %+v, want only %s", inv.Goldens, talos)
+	}
+}
+
+// TestPerDiskAnnotationsSurviveTheCache: the annotations CDI obeys for one
+// disk (cloneType, storage.usePopulator, permissiveClone) reach the disk
+// through the informer's transform, which keeps only the annotations a
+// reader names; a disk without them has none.
+func TestPerDiskAnnotationsSurviveTheCache(t *testing.T) {
+	ubuntu := types.NamespacedName{Namespace: "cozy-public", Name: "vm-default-images-ubuntu"}
+	perDisk := map[string]string{cdirules.AnnCloneType: "csi-clone", cdirules.AnnUsePopulator: "false", cdirules.AnnPermissiveClone: "true",
+		"unrelated.example.com/note": "dropped"}
+	cached := func(name string, ann map[string]string) *CachedDataVolume {
+		dv := routeDV("tenant-a", name, nil, ann, pvcSource(ubuntu.Namespace, ubuntu.Name))
+		dv.TypeMeta = metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&dv.DataVolume)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ReadDataVolume(&unstructured.Unstructured{Object: obj})
+	}
+	objs := Objects{DataVolumes: []*CachedDataVolume{
+		routeDV(ubuntu.Namespace, ubuntu.Name, nil, map[string]string{AnnImageName: "ubuntu"}, cdiv1.DataVolumeSpec{}),
+		cached("annotated", perDisk), cached("plain", nil),
+	}}
+	want := map[string]cdirules.PerDisk{"annotated": cdirules.PerDiskOf(perDisk), "plain": {}}
+	inv := BuildInventory(objs, config.Namespaces{"cozy-public"})
+	for _, d := range inv.Disks {
+		if got := d.PerDisk; fmt.Sprint(got.Annotations()) != fmt.Sprint(want[d.Name].Annotations()) {
+			t.Errorf("%s: per-disk %v, want %v", d.Name, got.Annotations(), want[d.Name].Annotations())
+		}
+		delete(want, d.Name)
+	}
+	if len(want) != 0 {
+		t.Errorf("no disk for %v", want)
+	}
+}

@@ -1,0 +1,79 @@
+package cloner
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+)
+
+// TestPassJudgesADiskReachingAnImageGoldenThroughADataSource runs a real
+// pass over informers: a disk with no annotation whose sourceRef names a
+// DataSource in another namespace, whose PVC is a vm-default-images golden,
+// and a vm-disk naming that golden through source.pvc are judged from the
+// tap, predicted, pooled by namespace and by release, and counted under
+// their golden; an image golden nothing clones is not shown.
+func TestPassJudgesADiskReachingAnImageGoldenThroughADataSource(t *testing.T) {
+	w, _ := clonertest.PredictionWorld(t)
+	golden := w.DataVolume("cozy-public", "vm-default-images-ubuntu", 6*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	golden.Annotations[fleet.AnnImageName] = "ubuntu"
+	clonertest.Succeed(golden, clonertest.T0.Add(-time.Hour))
+	_, gpv := w.Claim(golden, clonertest.TestClass, 6*clonertest.Gi, 6*clonertest.Gi, "golden-vol-ubuntu")
+	unused := w.DataVolume("cozy-public", "vm-default-images-alpine", 6*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	clonertest.Succeed(unused, clonertest.T0.Add(-time.Hour))
+	ns := "boot-sources"
+	disk := w.DataVolume("tenant-b", "boot-db", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	disk.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: "ubuntu"}
+	w.Cloned(disk, clonertest.TestClass, fleet.CdiCloneTypeCSIClone, 20*clonertest.Gi,
+		clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
+	vmDisk := w.DataVolume("tenant-b", "vm-disk-web", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	vmDisk.Labels = map[string]string{fleet.LabelInstance: "vm-disk-web"}
+	vmDisk.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "cozy-public", Name: golden.Name}}
+	w.Cloned(vmDisk, clonertest.TestClass, fleet.CdiCloneTypeCSIClone, 20*clonertest.Gi,
+		clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
+	fc := newFakeCluster(t, w)
+	servePredictionInputs(t, fc)
+	ctx := t.Context()
+	ds := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+		"metadata": map[string]any{"namespace": ns, "name": "ubuntu"},
+		"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": "cozy-public", "name": golden.Name}}}}}
+	if _, err := fc.dyn.Resource(fleet.DataSourceGVR).Namespace(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
+	c := fc.controller(t, ctx, cfg)
+	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, pool := range map[string]string{"boot-db": "tenant-b", "vm-disk-web": "vm-disk-web"} {
+		pvc, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-b").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := record.ReadRecord(pvc)
+		if err != nil || rec == nil {
+			t.Fatalf("%s has no verdict: %v", name, err)
+		}
+		if rec.Verdict != record.VerdictCSIClone || rec.Source != record.SourceCSITap || rec.Predicted != "csi-clone" ||
+			rec.Pool != pool || rec.Golden != "cozy-public/"+golden.Name {
+			t.Errorf("%s: %+v, want a csi-clone from the tap, predicted, in pool %s", name, rec, pool)
+		}
+	}
+	s := c.Snapshot()
+	if len(s.Images) != 1 || s.Images[0].Name != golden.Name || s.Images[0].Image != "ubuntu" || s.Images[0].Consumers != 2 {
+		t.Errorf("image goldens %+v, want only %s with two consumers", s.Images, golden.Name)
+	}
+	ref := types.NamespacedName{Namespace: "cozy-public", Name: golden.Name}
+	if len(s.ImageDisks) != 1 || s.ImageDisks[0].Golden != ref || s.ImageDisks[0].Verdict != record.VerdictCSIClone || s.ImageDisks[0].Count != 2 {
+		t.Errorf("image disks %+v", s.ImageDisks)
+	}
+}
