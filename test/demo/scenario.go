@@ -33,8 +33,11 @@ func play(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	fmt.Printf("  Succeeded in %s\n", time.Since(t0).Round(100*time.Millisecond))
+	if err := playImage(ctx, c); err != nil {
+		return err
+	}
 
-	header(fmt.Sprintf("%d worker disks in %d pools", pools.DiskCount(), len(pools.All)))
+	header(fmt.Sprintf("%d disks in %d pools", pools.DiskCount(), len(pools.All)))
 	t0 = time.Now()
 	for _, p := range pools.All {
 		if err := p.Create(ctx, c); err != nil {
@@ -50,6 +53,26 @@ func play(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	return waitMetricsShowVerdicts(ctx, c)
+}
+
+// playImage imports the vm-default-images golden and publishes it as a
+// DataSource, as Cozystack's vm-default-images package and a boot source do.
+func playImage(ctx context.Context, c *cluster.Cluster) error {
+	img := pools.VMImage()
+	golden := cluster.VMImageGoldenName(img.Image)
+	header(fmt.Sprintf("golden %s/%s (%s on %s), published as the DataSource %s/%s", cluster.NamespaceGolden, golden, img.Size, img.StorageClass, cluster.NamespaceGolden, img.Image))
+	t0 := time.Now()
+	if _, err := c.CreateVMImage(ctx, img); err != nil {
+		return err
+	}
+	if err := pools.PublishImage(ctx, c); err != nil {
+		return err
+	}
+	if _, err := c.WaitDataVolumePhase(ctx, cluster.NamespaceGolden, golden, cdiv1.Succeeded, 2*time.Minute); err != nil {
+		return err
+	}
+	fmt.Printf("  Succeeded in %s\n", time.Since(t0).Round(100*time.Millisecond))
+	return nil
 }
 
 // errIncomplete marks a run whose disks or metrics never settled: the demo

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -73,8 +74,9 @@ func newAdmissionClient(t *testing.T, c *cluster.Cluster) *admissionClient {
 }
 
 // create creates a worker disk DataVolume cloning golden (dry run unless
-// persist) and returns the warnings and the error.
-func (a *admissionClient) create(ctx context.Context, name, golden, class, size string, persist bool) ([]string, error) {
+// persist), with the per-disk annotations ann, and returns the warnings and
+// the error.
+func (a *admissionClient) create(ctx context.Context, name, golden, class, size string, persist bool, ann map[string]string) ([]string, error) {
 	block := corev1.PersistentVolumeBlock
 	dv := &cdiv1.DataVolume{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
@@ -83,6 +85,9 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 			Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: golden}},
 			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &block},
 		},
+	}
+	for k, v := range ann {
+		dv.Annotations[k] = v
 	}
 	if size != "" { // none: CDI sizes the disk at the golden
 		dv.Spec.Storage.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}
@@ -130,6 +135,8 @@ type admissionCase struct {
 	// want are substrings of the one message per broken rule, in order;
 	// none: admitted silently.
 	want []string
+	// ann are per-disk annotations CDI reads (cdirules.PerDisk).
+	ann map[string]string
 }
 
 // TestAdmissionGuardWarnsDeniesAndFailsOpen applies deploy/admission/warn,
@@ -154,34 +161,46 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	waitAdmissionParams(t, ctx, c, golden+".path.replicated-fixed", "host-assisted/no-volume-expansion")
 	a := newAdmissionClient(t, c)
 	cases := []admissionCase{
-		{"good", golden, "replicated", "20Gi", nil},
-		{"good-default", golden, "", "20Gi", nil}, // the virtualization default is the golden's class
+		{"good", golden, "replicated", "20Gi", nil, nil},
+		{"good-default", golden, "", "20Gi", nil, nil}, // the virtualization default is the golden's class
 		// CDI CSI-clones these: the guard never refuses a storage-layer clone.
-		{"same-size-fixed", golden, "replicated-fixed", "6Gi", nil},
-		{"sizeless-fixed", golden, "replicated-fixed", "", nil},
-		{"mismatched", golden, "replicated-b", "20Gi", nil},
+		{"same-size-fixed", golden, "replicated-fixed", "6Gi", nil, nil},
+		{"sizeless-fixed", golden, "replicated-fixed", "", nil, nil},
+		{"mismatched", golden, "replicated-b", "20Gi", nil, nil},
 		// A golden the parameters do not know (yet): admitted.
-		{"no-golden", cluster.GoldenName("0000", "v1.0.0"), "replicated", "20Gi", nil},
-		{"too-small", golden, "replicated", "2Gi", []string{"CDI will take path blocked (reason target-too-small) for golden " + golden}},
+		{"no-golden", cluster.GoldenName("0000", "v1.0.0"), "replicated", "20Gi", nil, nil},
+		{"too-small", golden, "replicated", "2Gi", []string{"CDI will take path blocked (reason target-too-small) for golden " + golden}, nil},
 		{"host-assisted", golden, "replicated-fixed", "20Gi", []string{
-			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed, not a CSI clone. Fix: set allowVolumeExpansion: true"}},
-		{"missing-class", golden, "no-such-class", "20Gi", []string{"would be on StorageClass no-such-class, which does not exist"}},
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed, not a CSI clone. Fix: set allowVolumeExpansion: true"}, nil},
+		{"missing-class", golden, "no-such-class", "20Gi", []string{"would be on StorageClass no-such-class, which does not exist"}, nil},
 		// Through a DataSource naming the golden: checked the same.
 		{"via-datasource", dataSourcePrefix + "golden-ds", "replicated-fixed", "20Gi", []string{
-			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed"}},
-		{"via-datasource-good", dataSourcePrefix + "golden-ds", "replicated", "20Gi", nil},
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed"}, nil},
+		{"via-datasource-good", dataSourcePrefix + "golden-ds", "replicated", "20Gi", nil, nil},
+		// Per-disk annotations: usePopulator "false" is CDI's legacy
+		// host-assisted path even on the golden's class (Cozystack's worker
+		// template sets it); cloneType csi-clone is obeyed as is, so a disk
+		// CDI would otherwise copy (no volume expansion) is CSI-cloned.
+		{"use-populator-false", golden, "replicated", "20Gi", []string{
+			"CDI will take path host-assisted (reason populator-off) for golden " + golden + " on StorageClass replicated"},
+			map[string]string{cdirules.AnnUsePopulator: "false"}},
+		{"use-populator-garbage", golden, "replicated", "20Gi", []string{
+			"CDI will take path blocked (reason use-populator-invalid)"}, map[string]string{cdirules.AnnUsePopulator: "no"}},
+		{"clone-type-csi-clone", golden, "replicated-fixed", "20Gi", nil, map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
+		{"clone-type-copy", golden, "replicated", "20Gi", []string{"CDI will take path host-assisted (reason clone-type-copy)"},
+			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCopy}},
 	}
 
 	createDataSource(t, ctx, c, "golden-ds", golden)
 	applyAdmission(t, c, "warn")
 	checkTypeChecking(t, ctx, c)
 	waitGuard(t, ctx, c, func() (bool, string) {
-		w, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false)
+		w, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false, nil)
 		return err == nil && len(w) > 0, fmt.Sprintf("warnings %q, error %v", w, err)
 	})
 	for _, tc := range cases {
 		persist := tc.name == "mismatched" || tc.name == "good" || tc.name == heldByCDI
-		warnings, err := a.create(ctx, tc.name, tc.golden, tc.class, tc.size, persist)
+		warnings, err := a.create(ctx, tc.name, tc.golden, tc.class, tc.size, persist, tc.ann)
 		if err != nil {
 			t.Errorf("warn mode: %s refused: %v", tc.name, err)
 		}
@@ -191,11 +210,11 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 
 	applyAdmission(t, c, "deny")
 	waitGuard(t, ctx, c, func() (bool, string) {
-		_, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false)
+		_, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false, nil)
 		return apierrors.IsInvalid(err), fmt.Sprintf("error %v", err)
 	})
 	for _, tc := range cases {
-		warnings, err := a.create(ctx, tc.name+"-deny", tc.golden, tc.class, tc.size, false)
+		warnings, err := a.create(ctx, tc.name+"-deny", tc.golden, tc.class, tc.size, false, tc.ann)
 		if len(warnings) > 0 {
 			t.Errorf("deny mode: %s got warnings %q", tc.name, warnings)
 		}
@@ -218,11 +237,11 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGuard(t, ctx, c, func() (bool, string) {
-		w, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false)
+		w, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false, nil)
 		return err == nil && len(w) == 0, fmt.Sprintf("warnings %q, error %v", w, err)
 	})
 	for _, tc := range cases {
-		warnings, err := a.create(ctx, tc.name+"-open", tc.golden, tc.class, tc.size, tc.name == "mismatched")
+		warnings, err := a.create(ctx, tc.name+"-open", tc.golden, tc.class, tc.size, tc.name == "mismatched", tc.ann)
 		if err != nil || len(warnings) > 0 {
 			t.Errorf("parameters deleted: %s not admitted silently: %v %q", tc.name, err, warnings)
 		}

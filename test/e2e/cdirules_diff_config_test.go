@@ -497,10 +497,36 @@ var diffBreaks = map[string]func(*predict.Inputs){
 	"derivedcopy": func(*predict.Inputs) {},
 }
 
-// diffBreakNames lists diffBreaks sorted.
+// diffDiskBreaks are the deliberate perturbations of one disk's own
+// inputs, one per per-disk rule (cdirules.PerDisk, the golden's recorded
+// image size).
+var diffDiskBreaks = map[string]func(*predict.Golden, *predict.Target){
+	// The clone populator's obeyed cloneType (getCloneStrategy): unread.
+	"clonetype": func(_ *predict.Golden, t *predict.Target) { t.PerDisk.CloneType = nil },
+	// shouldUseCDIPopulator's annotation: unread.
+	"usepopulator": func(_ *predict.Golden, t *predict.Target) { t.PerDisk.UsePopulator = nil },
+	// validateSourcePVC's permissiveClone: unread.
+	"permissive": func(_ *predict.Golden, t *predict.Target) { t.PerDisk.Permissive = false },
+	// detectCloneSize's recorded image size: unread (taken to fill the
+	// golden).
+	"imagesize": func(g *predict.Golden, _ *predict.Target) { g.VirtualSize = 0 },
+}
+
+// breakDisk is the golden and target with disk break b applied.
+func breakDisk(b string, g predict.Golden, t predict.Target) (predict.Golden, predict.Target) {
+	if f := diffDiskBreaks[b]; f != nil {
+		f(&g, &t)
+	}
+	return g, t
+}
+
+// diffBreakNames lists diffBreaks and diffDiskBreaks sorted.
 var diffBreakNames = func() []string {
 	var out []string
 	for b := range diffBreaks {
+		out = append(out, b)
+	}
+	for b := range diffDiskBreaks {
 		out = append(out, b)
 	}
 	sort.Strings(out)
@@ -510,7 +536,8 @@ var diffBreakNames = func() []string {
 // diffBreak reads CDIRULES_BREAK: "" or a name of diffBreaks.
 func diffBreak(t *testing.T, v string) string {
 	t.Helper()
-	if _, ok := diffBreaks[v]; v != "" && !ok {
+	_, inputs := diffBreaks[v]
+	if _, disk := diffDiskBreaks[v]; v != "" && !inputs && !disk {
 		t.Fatalf("CDIRULES_BREAK=%q is not a break; one of %s", v, strings.Join(diffBreakNames, ", "))
 	}
 	return v

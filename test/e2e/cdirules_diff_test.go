@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -45,7 +46,8 @@ import (
 //
 // CDIRULES_BREAK=<break> predicts from deliberately wrong inputs (diffBreaks:
 // overhead, minsize, volumemode, snapshotclass, strategy, override,
-// expansion, derivedcopy): the test must then report mismatches. Every run
+// expansion, derivedcopy; diffDiskBreaks: clonetype, usepopulator,
+// permissive, imagesize): the test must then report mismatches. Every run
 // also counts the mismatches each break would have.
 
 const (
@@ -64,6 +66,10 @@ type diffSource struct {
 	// golden: the catalog's golden DataVolume's claim, in the golden
 	// namespace (else a claim of the batch's namespace).
 	golden bool
+	// imageBytes > 0: the claim is annotated as CDI annotates an imported
+	// one (content type kubevirt, the image's virtual size recorded at its
+	// capacity), as vm-default-images' goldens are.
+	imageBytes int64
 }
 
 func (s diffSource) namespace(batch string) string {
@@ -147,12 +153,18 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 		caught = append(caught, fmt.Sprintf("%s=%d", b, r.byBreak[b]))
 	}
 	t.Logf("seed %d: mismatches each break would have (CDIRULES_BREAK): %s", seed, strings.Join(caught, " "))
-	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny), %d mismatches", seed, r.checked, r.guarded, r.mismatches)
+	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny, %d cloned at the storage layer), %d mismatches",
+		seed, r.checked, r.guarded, r.storageLayer, r.mismatches)
 	if r.mismatches > 0 || r.checked != total {
 		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, r.mismatches, total, r.checked)
 	}
 	if total < diffDefaultArrangements {
 		return
+	}
+	// The guard's invariant (Deny never refuses a storage-layer clone)
+	// needs many of them to be tested.
+	if 3*r.storageLayer < r.checked {
+		t.Errorf("seed %d: only %d of %d arrangements end in a storage-layer clone; the generator must weight them to a third", seed, r.storageLayer, r.checked)
 	}
 	for _, b := range diffBreakNames {
 		if r.byBreak[b] == 0 {
@@ -167,8 +179,9 @@ type diffRun struct {
 	brk    string
 	golden diffSource
 	// mismatches, checked, guarded: arrangements differing from CDI,
-	// compared, also shown to the guard.
-	mismatches, checked, guarded int
+	// compared, also shown to the guard; storageLayer: those CDI cloned at
+	// the storage layer.
+	mismatches, checked, guarded, storageLayer int
 	// byBreak: arrangements and profiles each break would get wrong.
 	byBreak  map[string]int
 	coverage diffCoverage
@@ -188,7 +201,9 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 	}
 	fsStorage := cdirules.RequiredSpace(cdirules.DefaultOverhead, 10<<30)
 	sources := []diffSource{{name: "src-block-pvc", mode: cdirules.Block, bytes: 10 << 30}, {name: "src-fs-pvc", mode: cdirules.Filesystem, bytes: 10 << 30},
-		{name: "src-block-storage", mode: cdirules.Block, bytes: 10 << 30}, {name: "src-fs-storage", mode: cdirules.Filesystem, bytes: fsStorage}}
+		{name: "src-block-storage", mode: cdirules.Block, bytes: 10 << 30}, {name: "src-fs-storage", mode: cdirules.Filesystem, bytes: fsStorage},
+		{name: "src-fs-image", mode: cdirules.Filesystem, bytes: 10 << 30, imageBytes: 8 << 30},
+		{name: "src-block-image", mode: cdirules.Block, bytes: 10 << 30, imageBytes: 10 << 30}}
 	for _, s := range sources {
 		createDiffSource(t, ctx, c, ns, s)
 	}
@@ -217,12 +232,17 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 	for _, a := range arrs {
 		got := observeCDI(t, ctx, c, ns, a.name)
 		g := goldens[a.src.name]
-		p := state.Predict(g, a.target)
-		want := expectedOutcome(p)
+		bg, bt := breakDisk(r.brk, g, a.target)
+		p := state.Predict(bg, bt)
+		want := expectedOutcome(p, a.target)
 		r.checked++
 		r.coverage.add(a.dims(cfg, got))
+		if got == cdirules.StrategyCSIClone || got == cdirules.StrategySnapshot {
+			r.storageLayer++
+		}
 		for _, b := range diffBreakNames {
-			if expectedOutcome(broken[b].Predict(g, a.target)) != got {
+			bg, bt := breakDisk(b, g, a.target)
+			if expectedOutcome(broken[b].Predict(bg, bt), bt) != got {
 				r.byBreak[b]++
 			}
 		}
@@ -260,6 +280,19 @@ func (a diffArrangement) dims(cfg diffConfig, got string) map[string]string {
 		d["class"] = "empty (" + a.target.Class + ")"
 	}
 	d["CDI did"] = got
+	pd := a.target.PerDisk
+	d["cloneType"], d["usePopulator"] = "absent", "absent"
+	if pd.CloneType != nil {
+		d["cloneType"] = strconv.Quote(*pd.CloneType)
+	}
+	if pd.UsePopulator != nil {
+		d["usePopulator"] = strconv.Quote(*pd.UsePopulator)
+	}
+	d["permissiveClone"] = strconv.FormatBool(pd.Permissive)
+	d["contentType"] = a.target.ContentType
+	if d["contentType"] == "" {
+		d["contentType"] = "unset"
+	}
 	return d
 }
 
@@ -291,8 +324,21 @@ func sourceGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, ns stri
 		t.Fatalf("source %s never bound: %v", s.name, err)
 	}
 	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
-	return predict.Golden{Namespace: ns, Name: s.name, Class: "replicated", Phase: "Succeeded", Driver: cluster.DefaultDriverName,
+	g := predict.Golden{Namespace: ns, Name: s.name, Class: "replicated", Phase: "Succeeded", Driver: cluster.DefaultDriverName,
 		VolumeMode: s.mode, CapacityBytes: capacity.Value(), RequestedBytes: s.bytes}
+	if s.imageBytes == 0 {
+		return g
+	}
+	// As CDI's importer leaves an imported claim: content type kubevirt,
+	// the image's virtual size valid at this capacity (pvc-clone-controller.go
+	// getSizeFromAnnotations), so no size-detection pod is needed.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:%q}}}`, cdirules.AnnContentType, cdirules.ContentKubeVirt,
+		cdirules.AnnVirtualSize, strconv.FormatInt(s.imageBytes, 10), cdirules.AnnSourceCapacity, capacity.String())
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, s.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g.ContentType, g.VirtualSize = cdirules.ContentKubeVirt, s.imageBytes
+	return g
 }
 
 // liveInputs are the prediction's inputs, the objects CDI reads.
@@ -351,9 +397,17 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 	// onto a class of its driver, sized within the overhead of it: where the
 	// class's overhead, minimum size and expansion decide between a clone,
 	// NoVolumeExpansion and CloneValidationFailed.
-	boundary := rng.IntN(4) == 0
+	//
+	// Half are shaped as a pool's disk (poolShaped), most of which CDI
+	// clones at the storage layer unless the configuration says copy.
+	//
+	// One in eight is a spec.storage disk smaller than its source
+	// (sizeEdge): where permissiveClone, set by hand or by CDI from the
+	// golden's recorded image size, decides between a clone and a refusal.
+	shape := rng.IntN(8)
+	boundary := shape == 0
 	src := sources[rng.IntN(len(sources))]
-	for boundary && (src.golden || src.mode != cdirules.Filesystem) {
+	for boundary && (src.golden || src.mode != cdirules.Filesystem || src.imageBytes > 0) {
 		src = sources[rng.IntN(len(sources))]
 	}
 	a := diffArrangement{name: fmt.Sprintf("dv-%03d", i), src: src}
@@ -398,10 +452,84 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 	if boundary {
 		t.Bytes = sizes[7+rng.IntN(3)] // edge + 1MiB, between, the source's - 1MiB
 	}
+	if shape >= 1 && shape <= 4 {
+		poolShaped(rng, &a)
+	}
 	if t.Kind == cdirules.KindPVC && t.Bytes == 0 {
 		t.Bytes = 20 << 30 // a claim without a size is not a valid PVC
 	}
+	if t.ContentType == "" && rng.IntN(3) == 0 {
+		t.ContentType = cdirules.ContentKubeVirt // vm-disk's, written out
+	}
+	t.PerDisk = genPerDisk(rng)
+	if shape == 5 {
+		sizeEdge(rng, &a, sources)
+	}
 	return a
+}
+
+// sizeEdge makes an arrangement a spec.storage disk of the driver's class,
+// sized between the image a source recorded and the source's request, or
+// below both: CDI clones it only when the claim is permissive, by the
+// annotation (half of them) or because detectCloneSize found the image
+// fits (a Block target of a Filesystem image source).
+func sizeEdge(rng *rand.Rand, a *diffArrangement, sources []diffSource) {
+	withImage := rng.IntN(2) == 0
+	for a.src.golden || a.src.mode != cdirules.Filesystem || withImage && a.src.imageBytes == 0 {
+		a.src = sources[rng.IntN(len(sources))]
+	}
+	t := &a.target
+	t.Kind, t.ContentType, t.Class, a.classSet = cdirules.KindStorage, "", "replicated", true
+	t.VolumeMode = []string{cdirules.Block, cdirules.Filesystem}[rng.IntN(2)]
+	// 9Gi lies between the image (8Gi) and the largest image its source
+	// could hold: only the recorded size makes that claim permissive.
+	t.Bytes = []int64{9 << 30, 19 << 29, a.src.bytes - 1<<20, 2 << 30}[rng.IntN(4)]
+	t.PerDisk.Permissive = rng.IntN(2) == 0
+}
+
+// poolShaped makes an arrangement a pool's (or a vm-disk's) disk:
+// spec.storage on a class of the source's driver, the source's volume mode
+// or none, sizeless or the source's size.
+func poolShaped(rng *rand.Rand, a *diffArrangement) {
+	t := &a.target
+	t.Kind, t.ContentType = cdirules.KindStorage, ""
+	t.VolumeMode = []string{"", a.src.mode, a.src.mode}[rng.IntN(3)]
+	t.Class, a.classSet = []string{"replicated", "replicated", "replicated-b"}[rng.IntN(3)], true
+	if rng.IntN(4) == 0 {
+		t.Class, a.classSet = "replicated", false // the virtualization default
+	}
+	t.Bytes = []int64{0, 0, a.src.bytes}[rng.IntN(3)]
+}
+
+// genPerDisk draws the per-disk annotations CDI reads: cloneType (often
+// csi-clone, the annotation that makes CDI clone where it would copy; the
+// other strategies, a value CDI does not know and the empty one),
+// usePopulator (true, false and values strconv.ParseBool refuses) and
+// permissiveClone; most disks carry none.
+func genPerDisk(rng *rand.Rand) cdirules.PerDisk {
+	ann := map[string]string{}
+	switch n := rng.IntN(24); {
+	case n < 6:
+		ann[cdirules.AnnCloneType] = cdirules.StrategyCSIClone
+	case n < 8:
+		ann[cdirules.AnnCloneType] = cdirules.StrategySnapshot
+	case n < 9:
+		ann[cdirules.AnnCloneType] = cdirules.StrategyCopy
+	case n < 10:
+		ann[cdirules.AnnCloneType] = []string{"fast", "", "CSI-Clone"}[rng.IntN(3)]
+	}
+	switch n := rng.IntN(24); {
+	case n < 2:
+		ann[cdirules.AnnUsePopulator] = []string{"false", "0", "False"}[rng.IntN(3)]
+	case n < 4:
+		ann[cdirules.AnnUsePopulator] = []string{"true", "1"}[rng.IntN(2)]
+	case n < 5:
+		ann[cdirules.AnnUsePopulator] = []string{"yes", "", "off"}[rng.IntN(3)]
+	}
+	if rng.IntN(10) == 0 {
+		ann[cdirules.AnnPermissiveClone] = "true"
+	}
+	return cdirules.PerDiskOf(ann)
 }
 
 // createDiffDataVolume creates the arrangement's DataVolume; a clone of the
@@ -414,7 +542,10 @@ func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster,
 		if err != nil {
 			t.Fatal(err)
 		}
-		dv.Annotations = map[string]string{cluster.AnnCloneToken: tok}
+		if dv.Annotations == nil {
+			dv.Annotations = map[string]string{}
+		}
+		dv.Annotations[cluster.AnnCloneToken] = tok
 	}
 	if _, err := c.CreateDataVolume(ctx, dv); err != nil {
 		t.Fatalf("%s: %v", a.name, err)
@@ -443,7 +574,7 @@ func diffDataVolume(a diffArrangement, ns, srcNS string) *cdiv1.DataVolume {
 		class = &tg.Class
 	}
 	dv := &cdiv1.DataVolume{TypeMeta: metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
-		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: ns, Annotations: tg.PerDisk.Annotations()},
 		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: srcNS, Name: a.src.name}},
 			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
 	if tg.Kind == cdirules.KindPVC {
@@ -498,6 +629,9 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 	}
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
+		if _, ok := dv.GetAnnotations()[cdirules.AnnUsePopulator]; ok && cdiLogged(c, ns, name, "strconv.ParseBool") {
+			return "populator-error", ""
+		}
 		return "", "no claim: " + err.Error()
 	}
 	ann := pvc.Annotations
@@ -509,9 +643,20 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 	switch {
 	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], "smaller than the source"):
 		return "validation", seen
+	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], "volumesnapshotclass"):
+		return "error: snapshot class", seen
+	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], "must support resize"):
+		// PrepClaimPhase raising the tmp claim's request, refused by the
+		// API server's resize admission on a class without expansion.
+		return "error: resize forbidden", seen
 	case phase == "Error":
 		return "error: " + ann["cdi.kubevirt.io/cloneError"], seen
 	case ct == "" || phase == "" || phase == "Pending" || !cdirules.KnownStrategy(ct):
+		return "", seen
+	case storageLayerPhases[phase]:
+		// A storage-layer clone is decided only once its claim is prepared:
+		// PrepClaimPhase is where a resize the class refuses turns it into
+		// an Error.
 		return "", seen
 	case ann["cdi.kubevirt.io/cloneFallbackReason"] != "":
 		return "copy/" + diffFallbacks[ann["cdi.kubevirt.io/cloneFallbackReason"]], seen
@@ -519,9 +664,51 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 	return ct, seen
 }
 
-// expectedOutcome is what the prediction says CDI does, in decideCDI's words.
-func expectedOutcome(p predict.Prediction) string {
+// storageLayerPhases are the clone populator's phases before PrepClaim on
+// the csi-clone and snapshot plans (pkg/controller/clone/planner.go,
+// planCSIClone and planSnapshotFromPVC in CDI v1.65).
+var storageLayerPhases = map[string]bool{"CSIClone": true, "Snapshot": true, "SnapshotClone": true}
+
+// cdiLogged reports whether cdi-controller logged a reconcile error
+// containing what for the DataVolume ns/name: the only trace of a sync that
+// fails before CDI writes anything (shouldUseCDIPopulator on a usePopulator
+// value it cannot parse).
+func cdiLogged(c *cluster.Cluster, ns, name, what string) bool {
+	log, err := os.ReadFile(c.LogPath("cdi-controller"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, what) && strings.Contains(line, `"`+name+`"`) && strings.Contains(line, `"`+ns+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// expectedOutcome is what the prediction for target says CDI does, in
+// decideCDI's words.
+func expectedOutcome(p predict.Prediction, target predict.Target) string {
+	populatorForced := target.PerDisk.UsePopulator != nil && strings.Contains(" 1 t T TRUE true True ", " "+*target.PerDisk.UsePopulator+" ")
 	switch p.Reason {
+	case predict.ReasonUsePopulatorInvalid:
+		return "populator-error"
+	case predict.ReasonPopulatorOff:
+		return "legacy-copy"
+	case predict.ReasonCloneTypeCopy:
+		return cdirules.StrategyCopy
+	case predict.ReasonCloneTypeNoExpansion:
+		return "error: resize forbidden"
+	case predict.ReasonSnapshotClassNotFound:
+		return "error: snapshot class"
+	case predict.ReasonClassNotFound:
+		if populatorForced {
+			// The populator's claimReadyForPopulation finds no class.
+			return "error: storage class " + target.Class + " not found"
+		}
+		// CDI finds no CSIDriver for a missing class: the legacy path, whose
+		// claim never binds.
+		return "legacy-copy"
 	case predict.ReasonTargetTooSmall, predict.ReasonContentTypeMismatch:
 		return "validation"
 	case predict.ReasonClaimInvalid:
@@ -529,10 +716,6 @@ func expectedOutcome(p predict.Prediction) string {
 	case predict.ReasonUnknownStrategy:
 		return "error: unknown strategy/source " + p.Strategy
 	case predict.ReasonNoPopulator:
-		return "legacy-copy"
-	case predict.ReasonClassNotFound:
-		// CDI finds no CSIDriver for a missing class: the legacy path, whose
-		// claim never binds.
 		return "legacy-copy"
 	case predict.ReasonCopyStrategy, predict.ReasonDerivedCopy:
 		return cdirules.StrategyCopy

@@ -54,7 +54,9 @@ func TestAdmissionGuardOpenAlertFires(t *testing.T) {
 	waitAdmissionParams(t, ctx, c, golden+".class", "replicated")
 	applyChartAdmission(t, ctx, c, "admissionGuard.validationActions={Deny}")
 	a := newAdmissionClient(t, c)
-	mismatched := func() ([]string, error) { return a.create(ctx, "mismatched", golden, "no-such-class", "20Gi", false) }
+	mismatched := func() ([]string, error) {
+		return a.create(ctx, "mismatched", golden, "no-such-class", "20Gi", false, nil)
+	}
 	waitGuard(t, ctx, c, func() (bool, string) {
 		_, err := mismatched()
 		return apierrors.IsInvalid(err), fmt.Sprintf("error %v", err)

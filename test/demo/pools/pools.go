@@ -1,6 +1,6 @@
-// Package pools is the scenario of `make demo`: its one golden flavor, its
-// StorageClasses and its worker pools, each taking another path from the
-// golden. test/demo plays it and prints what happened; test/e2e plays the
+// Package pools is the scenario of `make demo`: its golden flavor, its
+// vm-default-images golden, its StorageClasses and its pools of disks, each
+// taking another path from its golden. test/demo plays it and prints what happened; test/e2e plays the
 // same pools and asserts on them (the prediction made before each pool's
 // first disk, 0 wrong), so the demo and its proof cannot drift apart.
 package pools
@@ -29,7 +29,8 @@ const (
 // Volumes are sparse files of the test driver, so the platform's real sizes
 // (6Gi golden, 20Gi workers) cost no time or disk.
 
-// Pool is one worker pool of the demo: its disks and what it exercises.
+// Pool is one pool of the demo's disks and what it exercises: a worker pool
+// of the Talos golden, or tenant disks of the vm-default-images golden.
 type Pool struct {
 	Namespace, Name string
 	Disks           int
@@ -37,22 +38,50 @@ type Pool struct {
 	Size            string
 	HTTP            bool   // imports from the Factory instead of cloning the golden
 	What            string // printed by the demo before the run
+	// Image: the pool is one tenant vm-disk named Name (a pool of its own,
+	// by its release label) cloned from the image's vm-default-images
+	// golden, with no worker annotation.
+	Image string
+	// DataSource: the Image disk names only the image's DataSource in
+	// cozy-public (spec.sourceRef), and no release: pooled by its namespace.
+	DataSource bool
 }
 
 // All are the demo's pools, in the order it creates them.
 var All = []Pool{
-	{"tenant-alpha", "kubernetes-alpha-md0", 8, GoldenClass, "20Gi", false,
-		"golden's class, larger: CSI clone, then expand"},
-	{"tenant-beta", "kubernetes-beta-md0", 4, GoldenClass, GoldenSize, false,
-		"golden's class and size: CSI clone, nothing to expand"},
-	{"tenant-beta", "kubernetes-beta-md1", 2, "", "20Gi", false,
-		"no class: the default virtualization class (replicated) wins over the Kubernetes default (replicated-b)"},
-	{"tenant-gamma", "kubernetes-gamma-md0", 2, "replicated-fixed", "20Gi", false,
-		"class without allowVolumeExpansion, larger target: CDI falls back to a host-assisted copy"},
-	{"tenant-gamma", "kubernetes-gamma-md1", 2, "replicated-b", "20Gi", false,
-		"another class (pool) of the same driver: CDI asks the driver for a cross-class clone"},
-	{"tenant-delta", "kubernetes-delta-md0", 2, GoldenClass, "20Gi", true,
-		"no golden: source.http from the Factory URL of the flavor, as before the feature"},
+	{Namespace: "tenant-alpha", Name: "kubernetes-alpha-md0", Disks: 8, Class: GoldenClass, Size: "20Gi",
+		What: "golden's class, larger: CSI clone, then expand"},
+	{Namespace: "tenant-beta", Name: "kubernetes-beta-md0", Disks: 4, Class: GoldenClass, Size: GoldenSize,
+		What: "golden's class and size: CSI clone, nothing to expand"},
+	{Namespace: "tenant-beta", Name: "kubernetes-beta-md1", Disks: 2, Size: "20Gi",
+		What: "no class: the default virtualization class (replicated) wins over the Kubernetes default (replicated-b)"},
+	{Namespace: "tenant-gamma", Name: "kubernetes-gamma-md0", Disks: 2, Class: "replicated-fixed", Size: "20Gi",
+		What: "class without allowVolumeExpansion, larger target: CDI falls back to a host-assisted copy"},
+	{Namespace: "tenant-gamma", Name: "kubernetes-gamma-md1", Disks: 2, Class: "replicated-b", Size: "20Gi",
+		What: "another class (pool) of the same driver: CDI asks the driver for a cross-class clone"},
+	{Namespace: "tenant-delta", Name: "kubernetes-delta-md0", Disks: 2, Class: GoldenClass, Size: "20Gi", HTTP: true,
+		What: "no golden: source.http from the Factory URL of the flavor, as before the feature"},
+	{Namespace: "tenant-epsilon", Name: "vm-disk-web", Disks: 1, Class: GoldenClass, Size: "20Gi", Image: Image,
+		What: "a vm-disk of the ubuntu image (vm-default-images golden): CSI clone, then expand"},
+	{Namespace: "tenant-epsilon", Name: "vm-disk-fixed", Disks: 1, Class: "replicated-fixed", Size: "20Gi", Image: Image,
+		What: "a vm-disk on the class without allowVolumeExpansion: a host-assisted copy"},
+	{Namespace: "tenant-epsilon", Name: "boot-db", Disks: 1, Class: GoldenClass, Size: "20Gi", Image: Image, DataSource: true,
+		What: "a disk naming only the DataSource cozy-public/ubuntu, no annotation: CSI clone"},
+}
+
+// Image is the demo's vm-default-images image: its golden and the
+// DataSource of the same name in cozy-public that publishes it.
+const Image = "ubuntu"
+
+// VMImage is the demo's vm-default-images golden.
+func VMImage() cluster.VMImage {
+	return cluster.VMImage{Image: Image, StorageClass: GoldenClass, Size: "5Gi"}
+}
+
+// PublishImage publishes the image's golden as the DataSource
+// cozy-public/<image>, as a boot source.
+func PublishImage(ctx context.Context, c *cluster.Cluster) error {
+	return c.PublishDataSource(ctx, cluster.NamespaceGolden, Image, cluster.NamespaceGolden, cluster.VMImageGoldenName(Image))
 }
 
 // StorageClasses are three pools of one driver: the goldens' class (also the
@@ -83,20 +112,29 @@ func DiskCount() int {
 	return n
 }
 
-// DiskName is the name of the pool's i-th worker disk (from 0).
-func (p Pool) DiskName(i int) string { return fmt.Sprintf("%s-%02d-system", p.Name, i+1) }
+// DiskName is the name of the pool's i-th disk (from 0): a vm-disk is named
+// after its release.
+func (p Pool) DiskName(i int) string {
+	if p.Image != "" {
+		return p.Name
+	}
+	return fmt.Sprintf("%s-%02d-system", p.Name, i+1)
+}
 
-// Create creates the pool's namespace and its worker disks: clones of the
-// golden, or Factory imports for an HTTP pool.
+// Create creates the pool's namespace and its disks: clones of a golden, or
+// Factory imports for an HTTP pool.
 func (p Pool) Create(ctx context.Context, c *cluster.Cluster) error {
 	if err := c.CreateNamespace(ctx, p.Namespace); err != nil {
 		return err
 	}
 	for i := range p.Disks {
 		var err error
-		if p.HTTP {
+		switch {
+		case p.HTTP:
 			err = p.createHTTPDisk(ctx, c, p.DiskName(i))
-		} else {
+		case p.Image != "":
+			err = p.createVMDisk(ctx, c)
+		default:
 			_, err = c.CreateWorkerDisk(ctx, cluster.Worker{Namespace: p.Namespace, Name: p.DiskName(i),
 				Golden: GoldenName(), Pool: p.Name, StorageClass: p.Class, Size: p.Size})
 		}
@@ -105,6 +143,16 @@ func (p Pool) Create(ctx context.Context, c *cluster.Cluster) error {
 		}
 	}
 	return nil
+}
+
+// createVMDisk creates the pool's one tenant disk of its image's golden.
+func (p Pool) createVMDisk(ctx context.Context, c *cluster.Cluster) error {
+	d := cluster.VMDisk{Namespace: p.Namespace, Name: p.Name, Image: p.Image, StorageClass: p.Class, Size: p.Size}
+	if p.DataSource {
+		d.DataSource = cluster.NamespaceGolden + "/" + p.Image
+	}
+	_, err := c.CreateVMDisk(ctx, d)
+	return err
 }
 
 // createHTTPDisk creates the worker disk of a pool that has not opted in: it

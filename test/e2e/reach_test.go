@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/report"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+)
+
+// The routes test: disks that reach a golden other than the Talos catalog's,
+// by another route than source.pvc plus the pool annotation, shaped as
+// Cozystack and KubeVirt make them.
+
+const (
+	reachTenant  = "tenant-reach"
+	reachSources = "tenant-sources" // holds a DataSource, as a boot-source namespace would
+	vmImage      = "ubuntu"
+)
+
+var vmGolden = cluster.VMImageGoldenName(vmImage)
+
+// TestVerdictsForEveryRoute: a vm-disk cloned from a vm-default-images golden
+// through source.pvc, and a disk with no annotation at all that reaches the
+// same golden through a DataSource in another namespace, each get their
+// verdict from the tap, their own prediction, metrics and a report row,
+// pooled by vm-disk's release and by namespace.
+func TestVerdictsForEveryRoute(t *testing.T) {
+	c := verdictCluster(t, cluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if _, err := c.CreateVMImage(ctx, cluster.VMImage{Image: vmImage, StorageClass: "replicated", Size: "5Gi"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, vmGolden, cdiv1.Succeeded)
+	for _, ns := range []string{reachTenant, reachSources} {
+		if err := c.CreateNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.PublishDataSource(ctx, reachSources, vmImage, cluster.NamespaceGolden, vmGolden); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []cluster.VMDisk{
+		{Namespace: reachTenant, Name: "vm-disk-web", Image: vmImage, StorageClass: "replicated", Size: "20Gi"},
+		{Namespace: reachTenant, Name: "boot-db", Image: vmImage, DataSource: reachSources + "/" + vmImage, StorageClass: "replicated", Size: "20Gi"},
+	} {
+		if _, err := c.CreateVMDisk(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, name := range []string{"vm-disk-web", "boot-db"} {
+		rec := waitVerdict(t, ctx, c, reachTenant, name, record.VerdictCSIClone, 4*time.Minute)
+		assertReasons(t, name, rec, nil)
+		if rec.Source != record.SourceCSITap || rec.Predicted != predict.PathCSIClone || rec.Golden != cluster.NamespaceGolden+"/"+vmGolden {
+			t.Errorf("%s: source %q, predicted %q, golden %q; want the tap's, csi-clone, %s/%s (%+v)",
+				name, rec.Source, rec.Predicted, rec.Golden, cluster.NamespaceGolden, vmGolden, rec)
+		}
+		t.Logf("%s: %s from %s, predicted %s, pool %q", name, rec.Verdict, rec.ContentSource, rec.Predicted, rec.Pool)
+	}
+	wantPools := map[string]string{"vm-disk-web": "vm-disk-web", "boot-db": reachTenant}
+	for name, pool := range wantPools {
+		if rec := readRecord(t, ctx, c, reachTenant, name); rec.Pool != pool {
+			t.Errorf("%s: pool %q, want %q", name, rec.Pool, pool)
+		}
+	}
+	waitMetrics(t, ctx, c, checkRouteMetrics)
+	checkRouteReport(t, ctx, c, wantPools)
+}
+
+// checkRouteMetrics: the two disks are worker disks, counted under their
+// golden's image, and both predictions held.
+func checkRouteMetrics(s scrape) error {
+	if got, _ := s.value("csi_clone_worker_disks", map[string]string{"verdict": record.VerdictCSIClone}); got != 2 {
+		return fmt.Errorf("csi-clone worker disks = %v, want 2", got)
+	}
+	img := map[string]string{"namespace": cluster.NamespaceGolden, "golden": vmGolden, "image": vmImage}
+	if got, _ := s.value("csi_clone_image_disks", with(img, "verdict", record.VerdictCSIClone)); got != 2 {
+		return fmt.Errorf("csi_clone_image_disks{golden=%s,verdict=csi-clone} = %v, want 2", vmGolden, got)
+	}
+	if got, _ := s.value("csi_clone_image_golden_info", with(img, "phase", string(cdiv1.Succeeded))); got != 1 {
+		return fmt.Errorf("csi_clone_image_golden_info for %s = %v, want 1", vmGolden, got)
+	}
+	if right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"}); right != 2 {
+		return fmt.Errorf("prediction checks right = %v, want 2", right)
+	}
+	if _, ok := s.value("csi_clone_bad_disks", nil); ok {
+		return fmt.Errorf("bad-disk series for two good clones")
+	}
+	return nil
+}
+
+// checkRouteReport: `report -o json` has a pool row per disk and the image
+// golden with both consumers.
+func checkRouteReport(t *testing.T, ctx context.Context, c *cluster.Cluster, wantPools map[string]string) {
+	t.Helper()
+	var out bytes.Buffer
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var rep report.ReportData
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, p := range rep.Pools {
+		got[p.Namespace+"/"+p.Pool] = fmt.Sprint(p.Verdicts)
+	}
+	for _, pool := range wantPools {
+		if v := got[reachTenant+"/"+pool]; v != fmt.Sprint(map[string]int{record.VerdictCSIClone: 1}) {
+			t.Errorf("report: pool %s/%s verdicts %s, want one csi-clone (pools %v)", reachTenant, pool, v, got)
+		}
+	}
+	// Read as JSON, not as the report's type: the field is what users parse.
+	var images struct {
+		Images []struct {
+			Namespace, Name, Image string
+			Consumers              int
+		} `json:"images"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &images); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, g := range images.Images {
+		if g.Namespace == cluster.NamespaceGolden && g.Name == vmGolden {
+			found = true
+			if g.Image != vmImage || g.Consumers != 2 {
+				t.Errorf("report: image golden %+v, want image %s with 2 consumers", g, vmImage)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("report: no image golden %s/%s in %s", cluster.NamespaceGolden, vmGolden, out.String())
+	}
+	var table bytes.Buffer
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &table, "table"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), vmGolden) {
+		t.Errorf("report table does not show %s:\n%s", vmGolden, table.String())
+	}
+}
+
+// TestUsePopulatorFalseIsPredictedHostAssisted: Cozystack's worker template
+// sets cdi.kubevirt.io/storage.usePopulator: "false"; on the golden's own
+// class CDI then copies host-assisted (legacy path, NoPopulator). The disk's
+// own prediction says so before the verdict does, and the two agree.
+func TestUsePopulatorFalseIsPredictedHostAssisted(t *testing.T) {
+	c := verdictCluster(t, cluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if _, err := c.CreateVMImage(ctx, cluster.VMImage{Image: vmImage, StorageClass: "replicated", Size: "5Gi"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, vmGolden, cdiv1.Succeeded)
+	if err := c.CreateNamespace(ctx, reachTenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateVMDisk(ctx, cluster.VMDisk{Namespace: reachTenant, Name: "vm-disk-legacy", Image: vmImage, StorageClass: "replicated",
+		Size: "20Gi", Annotations: map[string]string{"cdi.kubevirt.io/storage.usePopulator": "false"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitVerdict(t, ctx, c, reachTenant, "vm-disk-legacy", record.VerdictHostAssisted, 4*time.Minute)
+	if rec.Predicted != predict.PathHostAssisted || rec.PredictedReason != predict.ReasonPopulatorOff {
+		t.Errorf("predicted %s/%s, want %s/%s (%+v)", rec.Predicted, rec.PredictedReason, predict.PathHostAssisted, predict.ReasonPopulatorOff, rec)
+	}
+	for _, r := range rec.BadReasons() {
+		if r == record.ReasonPredictionWrong {
+			t.Errorf("flagged %s: %s", r, rec.Message)
+		}
+	}
+	t.Logf("vm-disk-legacy: %s (%s), predicted %s/%s, findings %v", rec.Verdict, rec.Source, rec.Predicted, rec.PredictedReason, rec.BadReasons())
+}
