@@ -105,16 +105,58 @@ func (c Cluster) obeyed(src Source, claim Claim, strategy string) Outcome {
 	switch strategy {
 	case StrategyCopy:
 		return o
-	case StrategyCSIClone:
-		return c.resizeRefused(o, src, claim)
-	case StrategySnapshot:
-		if o = c.planSnapshot(o, claim); o.Error != "" {
+	case StrategyCSIClone, StrategySnapshot:
+		if strategy == StrategySnapshot {
+			if o = c.planSnapshot(o, claim); o.Error != "" {
+				return o
+			}
+		}
+		if o.Stuck = c.provisionerRefuses(src, claim); o.Stuck != "" {
 			return o
 		}
 		return c.resizeRefused(o, src, claim)
 	}
 	o.Error = fmt.Sprintf("unknown strategy/source %s", strategy)
 	return o
+}
+
+// What the external-provisioner refuses when CDI obeys a cloneType it would
+// not have chosen (Outcome.Stuck).
+const (
+	// StuckDriver: the source volume is another driver's
+	// ("claim in dataSource not bound or invalid", or the snapshot content
+	// "is not handled by CSI driver of StorageClass").
+	StuckDriver = "driver"
+	// StuckVolumeMode: the claim asks another volume mode than the
+	// source's ("must have the same volume mode for cloning", or a restore
+	// that "modifies the mode of the source volume").
+	StuckVolumeMode = "volume mode"
+)
+
+// provisionerRefuses is external-provisioner v6.4.0's getPVCSource and
+// getSnapshotSource (pkg/controller/controller.go) on the claim CDI makes
+// for an obeyed storage-layer clone: CDI's tmp claim has the disk's class and
+// volume mode; the provisioner checks the source's driver first, then the
+// volume mode (a snapshot restore refuses a mode change, its
+// --prevent-volume-mode-conversion is on by default). It retries for ever.
+func (c Cluster) provisionerRefuses(src Source, claim Claim) string {
+	driver := src.Driver
+	if driver == "" {
+		if sc := c.Classes[src.Class]; sc != nil {
+			driver = sc.Provisioner
+		}
+	}
+	if sc := c.Classes[claim.Class]; sc != nil && driver != "" && sc.Provisioner != driver {
+		return StuckDriver
+	}
+	mode := claim.VolumeMode
+	if mode == "" {
+		mode = Filesystem
+	}
+	if src.VolumeMode != "" && mode != src.VolumeMode {
+		return StuckVolumeMode
+	}
+	return ""
 }
 
 // ErrResizeRefused is the words of the API server's PersistentVolumeClaimResize

@@ -41,7 +41,12 @@ func TestPerDiskAnnotations(t *testing.T) {
 		{"cloneType csi-clone skips the planner's size check", "copy", false, fsGolden, with(fsSmall, ct("csi-clone")), obeyed(StrategyCSIClone)},
 		{"cloneType does not skip the DataVolume's validation", "copy", false, blockGolden, with(pvcSmall, ct("csi-clone")),
 			Outcome{Validation: "target resources requests storage size is smaller than the source 9663676416 < 10737418240"}},
-		{"cloneType csi-clone onto another driver: no fallback", "", false, blockGolden, with(other, ct("csi-clone")), obeyed(StrategyCSIClone)},
+		{"cloneType csi-clone onto another driver: no fallback, the provisioner refuses", "", false, blockGolden, with(other, ct("csi-clone")),
+			Outcome{CloneType: StrategyCSIClone, Strategy: StrategyCSIClone, StrategyFrom: FromAnnotation, Stuck: StuckDriver}},
+		{"cloneType csi-clone onto another volume mode: the provisioner refuses", "", false, fsGolden, with(sized, ct("csi-clone")),
+			Outcome{CloneType: StrategyCSIClone, Strategy: StrategyCSIClone, StrategyFrom: FromAnnotation, Stuck: StuckVolumeMode}},
+		{"cloneType snapshot onto another volume mode: the restore is refused", "", true, fsGolden, with(sized, ct("snapshot")),
+			Outcome{CloneType: StrategySnapshot, Strategy: StrategySnapshot, StrategyFrom: FromAnnotation, Stuck: StuckVolumeMode}},
 		{"cloneType copy against a csi-clone override", "csi-clone", false, blockGolden, with(sized, ct("copy")), obeyed(StrategyCopy)},
 		{"cloneType snapshot without a VolumeSnapshotClass", "csi-clone", false, blockGolden, with(sized, ct("snapshot")),
 			Outcome{CloneType: StrategySnapshot, Strategy: StrategySnapshot, StrategyFrom: FromAnnotation, Error: ErrNoCompatibleSnapshotClass}},
@@ -187,7 +192,7 @@ func TestObeyedCloneLargerThanItsSourceNeedsExpansion(t *testing.T) {
 						}}},
 						SnapshotClasses: []SnapshotClass{{Name: "snap", Driver: linstor}},
 					}
-					o := c.obeyed(src, Claim{Class: "replicated", HasClass: true, Bytes: bytes}, strategy)
+					o := c.obeyed(src, Claim{Class: "replicated", HasClass: true, VolumeMode: Block, Bytes: bytes}, strategy)
 					refused := strategy != StrategyCopy && recorded && sizeName == "larger" && (expand == nil || !*expand)
 					if got := o.Error == ErrResizeRefused; got != refused {
 						t.Errorf("%s, expansion %s, claim %s than the source, capacity recorded %v: refused %v, want %v (%+v)",

@@ -46,6 +46,10 @@ type Outcome struct {
 	// (CloneValidationFailed), Error when it fails another way, retried
 	// for ever; Waits says what it waits for, something that may come.
 	Validation, Error, Waits string
+	// Stuck is set when CDI plans a storage-layer clone the external-provisioner
+	// below it refuses for ever (StuckDriver, StuckVolumeMode): the clone
+	// stays in CDI's CSIClone or SnapshotClone phase.
+	Stuck string
 	// Render: Error is CDI's failure to render the claim (an ErrClaimNotValid
 	// event on the DataVolume).
 	Render bool
@@ -53,7 +57,9 @@ type Outcome struct {
 
 // Refused reports whether CDI never makes the disk (or not until something
 // changes): a validation failure, an error, a wait.
-func (o Outcome) Refused() bool { return o.Validation != "" || o.Error != "" || o.Waits != "" }
+func (o Outcome) Refused() bool {
+	return o.Validation != "" || o.Error != "" || o.Waits != "" || o.Stuck != ""
+}
 
 // StorageLayer reports whether CDI clones at the storage layer (csi-clone
 // or snapshot).

@@ -119,6 +119,7 @@ var reasonCases = map[string]struct {
 	ReasonCloneTypeAnnotation:  {baseInputs("copy"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "csi-clone")}},
 	ReasonCloneTypeCopy:        {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "copy")}},
 	ReasonCloneTypeNoExpansion: {baseInputs("csi-clone"), golden, Target{Class: "replicated-fixed", Bytes: 20 * gi, AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "csi-clone")}},
+	ReasonCloneTypeRefused:     {baseInputs("csi-clone"), golden, Target{Class: "ceph", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "csi-clone")}},
 	ReasonPopulatorOff:         {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnUsePopulator, "false")}},
 	ReasonUsePopulatorInvalid:  {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnUsePopulator, "no")}},
 }

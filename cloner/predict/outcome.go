@@ -48,6 +48,10 @@ func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 			": CDI fails every sync of it and retries for ever; the DataVolume stays Pending without a claim")
 	case o.Error != "" && s.cdiProblem != "" && o.CloneType == "" && o.Fallback == "" && o.Error == s.cdiProblem:
 		return blocked(ReasonNoActiveCDI, s.cdiProblem+": CDI cannot choose a clone strategy")
+	case o.Stuck != "":
+		return withStrategy(blocked(ReasonCloneTypeRefused, "the DataVolume's annotation "+cdirules.AnnCloneType+": "+o.CloneType+
+			" is obeyed as is onto class "+t.Class+", whose "+o.Stuck+" is not golden "+g.ref()+
+			"'s: the external-provisioner refuses CDI's clone claim for ever (ProvisioningFailed on its tmp-pvc)"), o.CloneType)
 	case o.Error == cdirules.ErrResizeRefused:
 		return withStrategy(blocked(ReasonCloneTypeNoExpansion, "the DataVolume's annotation "+cdirules.AnnCloneType+": "+o.CloneType+
 			" is obeyed as is: CDI clones at golden "+g.ref()+"'s capacity, then the API server refuses to grow the claim on class "+t.Class+

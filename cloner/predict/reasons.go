@@ -47,6 +47,11 @@ const (
 	// snapshot) is obeyed for a disk larger than the golden on a class
 	// without allowVolumeExpansion: the clone fails where CDI would copy.
 	ReasonCloneTypeNoExpansion = "clone-type-no-expansion"
+	// ReasonCloneTypeRefused: the DataVolume's cloneType (csi-clone or
+	// snapshot) is obeyed onto a class of another driver or another volume
+	// mode than the golden's: the external-provisioner refuses CDI's clone
+	// claim for ever (ProvisioningFailed on the tmp-pvc).
+	ReasonCloneTypeRefused = "clone-type-refused"
 )
 
 // Reasons lists every reason.
@@ -55,7 +60,7 @@ var Reasons = []string{ReasonCDIOverride, ReasonStorageProfile, ReasonDefaultSna
 	ReasonNoVolumeExpansion, ReasonGoldenFailed, ReasonClassUnresolved, ReasonClassNotFound, ReasonNoActiveCDI,
 	ReasonTargetTooSmall, ReasonSnapshotClassNotFound, ReasonNodeLocalTarget, ReasonDerivedCopy, ReasonContentTypeMismatch,
 	ReasonUnknownStrategy, ReasonClaimInvalid, ReasonCloneTypeAnnotation, ReasonCloneTypeCopy, ReasonPopulatorOff,
-	ReasonUsePopulatorInvalid, ReasonCloneTypeNoExpansion}
+	ReasonUsePopulatorInvalid, ReasonCloneTypeNoExpansion, ReasonCloneTypeRefused}
 
 // fixDerived is the fix when CDI itself chose the copy: give the class a
 // strategy, or give the driver a VolumeSnapshotClass.
@@ -87,6 +92,7 @@ var fixes = map[string]string{
 	ReasonCloneTypeCopy:            "remove the annotation cdi.kubevirt.io/cloneType: copy from the DataVolume (CDI then chooses the strategy), or set it to csi-clone",
 	ReasonPopulatorOff:             "remove the annotation cdi.kubevirt.io/storage.usePopulator: \"false\" from the DataVolume (or its template)",
 	ReasonUsePopulatorInvalid:      "set the DataVolume's annotation cdi.kubevirt.io/storage.usePopulator to \"true\" or \"false\", or remove it",
+	ReasonCloneTypeRefused:         "put the disk on the golden's class (same driver and volume mode), or remove the annotation cdi.kubevirt.io/cloneType from the DataVolume (CDI then picks a path it can run)",
 	ReasonCloneTypeNoExpansion:     "set allowVolumeExpansion: true on the class, size the disk at most the golden's capacity, or remove the annotation cdi.kubevirt.io/cloneType from the DataVolume (CDI then copies host-assisted)",
 }
 
