@@ -42,7 +42,7 @@ var diffClasses = []string{"replicated", "replicated-fixed", "replicated-b", oth
 
 var (
 	diffOverrides          = []string{"", "csi-clone", "", "snapshot", "", "copy"}
-	diffProfileStrategies  = []string{"", "csi-clone", "snapshot", "copy", "fast"}
+	diffProfileStrategies  = []string{"", "csi-clone", "snapshot", "copy", "fast", "csi-clone", ""}
 	diffClassStrategies    = []string{"", "copy", "snapshot", "csi-clone", "fast", ""}
 	diffPropertySetLayouts = []string{"", "block-fs", "fs-block", "fs", "block"}
 	diffMinimums           = []string{"", "10752Mi", "", "16Gi"}

@@ -393,18 +393,21 @@ func listAs[T any](t *testing.T, ctx context.Context, c *cluster.Cluster, gvr sc
 
 // genArrangement draws one worker DataVolume under a configuration.
 func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig) diffArrangement {
-	// One in four is a spec.storage Filesystem clone of a Filesystem source
+	// One in nine is a spec.storage Filesystem clone of a Filesystem source
 	// onto a class of its driver, sized within the overhead of it: where the
 	// class's overhead, minimum size and expansion decide between a clone,
 	// NoVolumeExpansion and CloneValidationFailed.
 	//
-	// Half are shaped as a pool's disk (poolShaped), most of which CDI
-	// clones at the storage layer unless the configuration says copy.
+	// Five in nine are shaped as a pool's disk (poolShaped), most of which
+	// CDI clones at the storage layer unless the configuration says copy:
+	// a third or more of all end in a storage-layer clone, which the
+	// guard's invariant is about.
 	//
-	// One in eight is a spec.storage disk smaller than its source
+	// One in nine is a spec.storage disk smaller than its source
 	// (sizeEdge): where permissiveClone, set by hand or by CDI from the
 	// golden's recorded image size, decides between a clone and a refusal.
-	shape := rng.IntN(8)
+	// The other two draw every input freely.
+	shape := rng.IntN(9)
 	boundary := shape == 0
 	src := sources[rng.IntN(len(sources))]
 	for boundary && (src.golden || src.mode != cdirules.Filesystem || src.imageBytes > 0) {
@@ -452,7 +455,7 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 	if boundary {
 		t.Bytes = sizes[7+rng.IntN(3)] // edge + 1MiB, between, the source's - 1MiB
 	}
-	if shape >= 1 && shape <= 4 {
+	if shape >= 1 && shape <= 5 {
 		poolShaped(rng, &a)
 	}
 	if t.Kind == cdirules.KindPVC && t.Bytes == 0 {
@@ -462,7 +465,7 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 		t.ContentType = cdirules.ContentKubeVirt // vm-disk's, written out
 	}
 	t.PerDisk = genPerDisk(rng)
-	if shape == 5 {
+	if shape == 6 {
 		sizeEdge(rng, &a, sources)
 	}
 	return a
@@ -474,7 +477,7 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 // annotation (half of them) or because detectCloneSize found the image
 // fits (a Block target of a Filesystem image source).
 func sizeEdge(rng *rand.Rand, a *diffArrangement, sources []diffSource) {
-	withImage := rng.IntN(2) == 0
+	withImage := rng.IntN(4) != 0
 	for a.src.golden || a.src.mode != cdirules.Filesystem || withImage && a.src.imageBytes == 0 {
 		a.src = sources[rng.IntN(len(sources))]
 	}
@@ -483,8 +486,8 @@ func sizeEdge(rng *rand.Rand, a *diffArrangement, sources []diffSource) {
 	t.VolumeMode = []string{cdirules.Block, cdirules.Filesystem}[rng.IntN(2)]
 	// 9Gi lies between the image (8Gi) and the largest image its source
 	// could hold: only the recorded size makes that claim permissive.
-	t.Bytes = []int64{9 << 30, 19 << 29, a.src.bytes - 1<<20, 2 << 30}[rng.IntN(4)]
-	t.PerDisk.Permissive = rng.IntN(2) == 0
+	t.Bytes = []int64{9 << 30, 9 << 30, 19 << 29, a.src.bytes - 1<<20, 2 << 30}[rng.IntN(5)]
+	t.PerDisk.Permissive = rng.IntN(3) == 0
 }
 
 // poolShaped makes an arrangement a pool's (or a vm-disk's) disk:
@@ -654,14 +657,53 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 	case ct == "" || phase == "" || phase == "Pending" || !cdirules.KnownStrategy(ct):
 		return "", seen
 	case storageLayerPhases[phase]:
-		// A storage-layer clone is decided only once its claim is prepared:
-		// PrepClaimPhase is where a resize the class refuses turns it into
-		// an Error.
+		// A storage-layer clone is decided only once its claim is prepared
+		// (PrepClaimPhase is where a resize the class refuses turns it into
+		// an Error), or once a component after CDI refuses it for good.
+		if refused := refusedBelowCDI(ctx, c, dv.GetNamespace(), pvc); refused != "" {
+			return refused, seen
+		}
 		return "", seen
 	case ann["cdi.kubevirt.io/cloneFallbackReason"] != "":
 		return "copy/" + diffFallbacks[ann["cdi.kubevirt.io/cloneFallbackReason"]], seen
 	}
 	return ct, seen
+}
+
+// refusedBelowCDI reads the Warning events on the objects CDI's
+// storage-layer plan makes for the claim (tmp-pvc-<uid>, tmp-snapshot-<uid>,
+// in the source's namespace) for a refusal that does not pass: the
+// external-provisioner's getPVCSource and getSnapshotSource (v6.4.0
+// pkg/controller/controller.go) on another driver or volume mode. Another
+// warning is returned as it is, to be read as a mismatch.
+func refusedBelowCDI(ctx context.Context, c *cluster.Cluster, ns string, pvc *corev1.PersistentVolumeClaim) string {
+	srcNS := pvc.Annotations["cdi.kubevirt.io/dataSourceNamespace"]
+	if srcNS == "" {
+		srcNS = ns
+	}
+	uid := string(pvc.UID)
+	for _, name := range []string{"tmp-pvc-" + uid, "tmp-snapshot-" + uid} {
+		events, err := c.Client.CoreV1().Events(srcNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			continue
+		}
+		for _, e := range events.Items {
+			if e.Type != corev1.EventTypeWarning {
+				continue
+			}
+			switch {
+			case strings.Contains(e.Message, "must have the same volume mode"),
+				strings.Contains(e.Message, "modifies the mode of the source volume"):
+				return "stuck: volume mode"
+			case strings.Contains(e.Message, "claim in dataSource not bound or invalid"),
+				strings.Contains(e.Message, "is not handled by CSI driver of StorageClass"):
+				return "stuck: driver"
+			case e.Reason == "ProvisioningFailed" || strings.HasPrefix(e.Reason, "Snapshot"):
+				return "stuck: " + e.Reason + ": " + e.Message
+			}
+		}
+	}
+	return ""
 }
 
 // storageLayerPhases are the clone populator's phases before PrepClaim on
@@ -699,6 +741,11 @@ func expectedOutcome(p predict.Prediction, target predict.Target) string {
 		return cdirules.StrategyCopy
 	case predict.ReasonCloneTypeNoExpansion:
 		return "error: resize forbidden"
+	case predict.ReasonCloneTypeRefused:
+		if strings.Contains(p.Message, "whose "+cdirules.StuckVolumeMode+" ") {
+			return "stuck: " + cdirules.StuckVolumeMode
+		}
+		return "stuck: " + cdirules.StuckDriver
 	case predict.ReasonSnapshotClassNotFound:
 		return "error: snapshot class"
 	case predict.ReasonClassNotFound:
