@@ -82,7 +82,7 @@ type seenCount struct {
 // its bar in pixels.
 type fetchRow struct {
 	Label, Goldens    string
-	Made              string
+	Made, MadeDetail  string
 	Avoided           int64
 	BytesAvoided      string
 	MadeW, AvoidedW   int
@@ -100,7 +100,7 @@ type badRow struct {
 }
 
 // barWidth is the width in pixels of the longest fetch bar.
-const barWidth = 280
+const barWidth = 200
 
 func buildPage(d *ReportData, now time.Time) htmlPage {
 	p := htmlPage{Generated: now.UTC().Format("2006-01-02 15:04:05 UTC"), Ledger: d.Ledger, BarWidth: barWidth,
@@ -211,7 +211,7 @@ func fetchRows(d *ReportData) []fetchRow {
 		}
 		m := f.GoldenImports + f.WorkerImports
 		rows = append(rows, fetchRow{Label: shortFlavor(f.SchematicID, f.Version), Goldens: strings.Join(goldens, " "),
-			Made:    fmt.Sprintf("%d (golden %d, worker %d)", m, f.GoldenImports, f.WorkerImports),
+			Made: fmt.Sprint(m), MadeDetail: fmt.Sprintf("golden %d, worker %d", f.GoldenImports, f.WorkerImports),
 			Avoided: f.FetchesAvoided, BytesAvoided: bytesText(f.BytesAvoided), Counted: "Image Factory fetches"})
 		made, avoided = append(made, m), append(avoided, f.FetchesAvoided)
 	}

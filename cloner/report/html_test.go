@@ -120,10 +120,10 @@ func TestHTMLShowsTheNumbers(t *testing.T) {
 	if len(p.Classes) != 2 || p.Classes[1] != predict.EmptyClass {
 		t.Fatalf("classes %q: want the named class, then %q", p.Classes, predict.EmptyClass)
 	}
-	if f := p.Fetches[0]; f.AvoidedW+f.MadeW != barWidth || f.Made != "3 (golden 1, worker 2)" {
+	if f := p.Fetches[0]; f.AvoidedW+f.MadeW != barWidth || f.Made != "3" || f.MadeDetail != "golden 1, worker 2" {
 		t.Fatalf("the largest bar %+v: want %d px and 3 made", f, barWidth)
 	}
-	for _, want := range []string{"2026-12-06 05:00:00 UTC", ">9<", ">7<", "3Gi", "3 (golden 1, worker 2)", "resolves to resolved"} {
+	for _, want := range []string{"2026-12-06 05:00:00 UTC", ">9<", ">7<", "3Gi", ">3<", "golden 1, worker 2", "resolves to resolved"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the page lacks %q", want)
 		}
