@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -143,7 +143,7 @@ func pathMatrix(d *ReportData) ([]string, []goldenRow) {
 	for _, s := range d.SeenPaths {
 		classSet[s.StorageClass], goldenSet[s.Golden] = true, true
 	}
-	classes := sortedKeys(classSet)
+	classes := slices.Sorted(maps.Keys(classSet))
 	slices.SortStableFunc(classes, func(a, b string) int {
 		switch {
 		case a == predict.EmptyClass && b != predict.EmptyClass:
@@ -155,7 +155,7 @@ func pathMatrix(d *ReportData) ([]string, []goldenRow) {
 	})
 	labels := goldenLabels(d)
 	var rows []goldenRow
-	for _, g := range sortedKeys(goldenSet) {
+	for _, g := range slices.Sorted(maps.Keys(goldenSet)) {
 		row := goldenRow{Golden: g, Label: labels[g]}
 		for _, class := range classes {
 			row.Cells = append(row.Cells, pathCellOf(d, g, class))
@@ -244,7 +244,7 @@ func imagesAvoided(d *ReportData) int64 {
 // counts orders a verdict count by verdict.
 func counts(v map[string]int) []seenCount {
 	out := []seenCount{}
-	for _, k := range sortedKeys(v) {
+	for _, k := range slices.Sorted(maps.Keys(v)) {
 		out = append(out, seenCount{Verdict: k, Tone: tone(k), N: v[k]})
 	}
 	return out
@@ -263,13 +263,4 @@ func tone(pathOrVerdict string) string {
 		return "neutral"
 	}
 	return "wait"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

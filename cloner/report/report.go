@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -557,7 +558,7 @@ func bytesText(b int64) string {
 }
 
 func verdictsText(v map[string]int) string {
-	keys := sortedKeys(v)
+	keys := slices.Sorted(maps.Keys(v))
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, v[k]))
