@@ -128,10 +128,10 @@ bench-scale: tools build
 	$(GO) build -o bin/csi-clone-benchscale ./test/benchscale
 	test/e2e/run-in-netns.sh bin/csi-clone-benchscale -sidecar bin/csi-clone-sidecar $(BENCH_SCALE_FLAGS)
 
-## demo: one golden, 20 worker disks in 6 pools on the loopback stack; the verdicts, the report, the metrics (KEEP=1 leaves it running)
+## demo: one golden, 20 worker disks in 6 pools on the loopback stack; the verdicts, the report (also as $(BIN)/demo-report.html), the metrics (KEEP=1 leaves it running)
 demo: tools build
 	$(GO) build -o bin/csi-clone-demo ./test/demo
-	test/e2e/run-in-netns.sh bin/csi-clone-demo -sidecar bin/csi-clone-sidecar $(if $(filter-out 0,$(KEEP)),-keep)
+	test/e2e/run-in-netns.sh bin/csi-clone-demo -sidecar bin/csi-clone-sidecar -html $(BIN)/demo-report.html $(if $(filter-out 0,$(KEEP)),-keep)
 
 ## chart: regenerate what is derived from deploy/'s sources: the chart's files/ (rules, dashboard, RBAC rules, admission policy and binding), deploy/linstor/podtemplate.yaml and the PrometheusRule (needs Helm: make tools)
 chart:

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
+	"github.com/cozystack/csi-clone-sidecar/test/headless"
 )
 
 func reportWorld() (*clonertest.World, string) {
@@ -42,13 +46,16 @@ func reportWorld() (*clonertest.World, string) {
 	return &w, "hunter2"
 }
 
-// reportOf runs one verdict pass over reportWorld, then `report` with cfg
-// in format; it returns the output, the credential the world hides and the
-// cluster.
-func reportOf(t *testing.T, cfg config.Config, format string) (string, string, *fakeCluster) {
+// reportOf runs one verdict pass over reportWorld (after setup, if any, on
+// its cluster), then `report` with cfg in format; it returns the output, the
+// credential the world hides and the cluster.
+func reportOf(t *testing.T, cfg config.Config, format string, setup ...func(*fakeCluster)) (string, string, *fakeCluster) {
 	t.Helper()
 	w, secret := reportWorld()
 	fc := newFakeCluster(t, w)
+	for _, s := range setup {
+		s(fc)
+	}
 	ctx := t.Context()
 	if err := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour))).Pass(ctx); err != nil {
 		t.Fatal(err)
@@ -184,5 +191,65 @@ func TestReportChecksTheGrafanaDashboard(t *testing.T) {
 			!strings.Contains(out.String(), "dashboard  "+tc.want) {
 			t.Errorf("%s: table %v\n%s; want the check in a CHECK section", name, err, out.String())
 		}
+	}
+}
+
+// `report -o html` of reportWorld, rendered by headless Chromium at
+// 1280×800: it loads with no console error or exception, asks for nothing
+// but itself, and the browser lays out the numbers a reader looks for.
+// The page and its screenshot land in the test's artifact directory (go
+// test -artifacts -outputdir DIR keeps them).
+func TestReportHTMLRendersInChromium(t *testing.T) {
+	headless.RequireChromium(t)
+	cfg := clonertest.TestConfig()
+	// With CDI's resource and the driver's CSIDriver (servePredictionInputs)
+	// the page predicts a path on the world's class too.
+	page, _, fc := reportOf(t, cfg, "html", func(fc *fakeCluster) { servePredictionInputs(t, fc) })
+	var js bytes.Buffer
+	if err := report.Report(t.Context(), fc.clients(), cfg, &js, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var d report.ReportData
+	if err := json.Unmarshal(js.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.ArtifactDir()
+	file := filepath.Join(dir, "report.html")
+	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r, err := headless.Render(ctx, "file://"+file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.png"), r.PNG, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Problems) > 0 || len(r.Requests) > 0 {
+		t.Errorf("console errors or exceptions %q, requests %q; want none", r.Problems, r.Requests)
+	}
+	var avoided int64
+	for _, f := range d.Flavors {
+		avoided += f.FetchesAvoided
+	}
+	want := []string{fmt.Sprintf("%d\nfetches avoided", avoided), "12Gi", "csi-clone 1", "host-assisted 1", "http-import 1"}
+	for _, b := range d.BadDisks {
+		want = append(want, b.Namespace+"/"+b.Name, b.Reasons[0].Fix)
+	}
+	for _, p := range d.ClonePaths {
+		want = append(want, p.Golden, "predicted "+p.Path)
+	}
+	if avoided != 2 || len(d.BadDisks) != 1 || len(d.ClonePaths) < 4 || len(d.SeenPaths) != 1 {
+		t.Fatalf("the world changed: %d fetches avoided, %d bad disks, %d predicted paths, seen %+v; want 2, 1, 4 (2 goldens on 2 classes), one golden on one class", avoided, len(d.BadDisks), len(d.ClonePaths), d.SeenPaths)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.Text, w) {
+			t.Errorf("the rendered page does not show %q", w)
+		}
+	}
+	if t.Failed() {
+		t.Logf("rendered text:\n%s", r.Text)
 	}
 }

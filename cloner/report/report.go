@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -18,6 +20,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
@@ -40,6 +43,9 @@ type ReportData struct {
 	// it is missing when the prediction's objects cannot be read.
 	ClonePaths      []verdict.ClonePathReport `json:"clonePaths"`
 	ClonePathsError string                    `json:"clonePathsError,omitempty"`
+	// SeenPaths are the paths the disks took, per golden and class: the
+	// verdicts next to the prediction.
+	SeenPaths []SeenPathReport `json:"seenPaths"`
 	// Checks are the checks of the install that no verdict covers
 	// (checks.go).
 	Checks []CheckReport `json:"checks"`
@@ -65,6 +71,18 @@ type ImageReport struct {
 	StorageClass string         `json:"storageClass"`
 	SizeBytes    int64          `json:"sizeBytes"`
 	Consumers    int            `json:"consumers"`
+	Verdicts     map[string]int `json:"verdicts"`
+}
+
+// SeenPathReport counts the disks that clone one golden on one class by
+// verdict.
+type SeenPathReport struct {
+	// Golden is "namespace/name", as in ClonePaths.
+	Golden string `json:"golden"`
+	// StorageClass is the disk's class, or "(default)" for a disk that names
+	// none and has no claim yet.
+	StorageClass string         `json:"storageClass"`
+	Disks        int            `json:"disks"`
 	Verdicts     map[string]int `json:"verdicts"`
 }
 
@@ -126,21 +144,26 @@ const VerdictUnjudged = "unjudged"
 // Report prints the catalog, the pools and the bad disks from the verdicts
 // persisted on worker PVCs and the ledger. It changes nothing and needs no
 // leadership. cfg.LedgerNamespace may be empty: the ledger is then found by
-// its label. format is "table" or "json".
+// its label. format is "table", "json" or "html" (one self-contained page,
+// html.go).
 func Report(ctx context.Context, clients config.Clients, cfg config.Config, w io.Writer, format string) error {
-	if err := checkFormat(format); err != nil {
+	if err := checkFormat(format, "table", "json", FormatHTML); err != nil {
 		return err
 	}
 	data, err := gatherReport(ctx, clients, cfg)
 	if err != nil {
 		return err
 	}
+	if format == FormatHTML {
+		return WriteHTML(w, data, cfg.Clock())
+	}
 	return writeReport(w, format, data, func(w io.Writer) error { return printTable(w, data) })
 }
 
-func checkFormat(format string) error {
-	if format != "table" && format != "json" {
-		return fmt.Errorf("unknown output format %q: use table or json", format)
+// checkFormat refuses a format that is not one of allowed.
+func checkFormat(format string, allowed ...string) error {
+	if !slices.Contains(allowed, format) {
+		return fmt.Errorf("unknown output format %q: use %s", format, strings.Join(allowed, " or "))
 	}
 	return nil
 }
@@ -192,6 +215,7 @@ func gatherReport(ctx context.Context, clients config.Clients, cfg config.Config
 	ev := JudgeClaimless(inv, cfg, pred)
 	data.Pools, data.BadDisks = ReportDisks(inv, ev)
 	data.Images = ReportImages(inv, ev)
+	data.SeenPaths = ReportSeenPaths(inv, ev)
 	data.Untrusted = ReportUntrusted(inv)
 	data.Checks = []CheckReport{checkDashboard(ctx, clients, cfg.LedgerNamespace)}
 	return data, nil
@@ -416,6 +440,48 @@ func ReportImages(inv *fleet.Inventory, claimless map[types.UID]*record.Record) 
 	return out
 }
 
+// ReportSeenPaths counts the clone disks by golden, class and verdict.
+func ReportSeenPaths(inv *fleet.Inventory, claimless map[types.UID]*record.Record) []SeenPathReport {
+	byKey := map[[2]string]*SeenPathReport{}
+	for _, d := range inv.Disks {
+		if d.Kind != fleet.DiskClone {
+			continue
+		}
+		rec := diskRecord(inv, d, claimless)
+		key := [2]string{d.GoldenRef.String(), diskClass(inv, d, rec)}
+		s := byKey[key]
+		if s == nil {
+			s = &SeenPathReport{Golden: key[0], StorageClass: key[1], Verdicts: map[string]int{}}
+			byKey[key] = s
+		}
+		s.Disks++
+		s.Verdicts[rec.Verdict]++
+	}
+	out := make([]SeenPathReport, 0, len(byKey))
+	for _, s := range byKey {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Golden+"\x00"+out[i].StorageClass < out[j].Golden+"\x00"+out[j].StorageClass
+	})
+	return out
+}
+
+// diskClass is the class a disk landed on: the record's, else its claim's,
+// else the one its DataVolume asks for, else predict.EmptyClass.
+func diskClass(inv *fleet.Inventory, d *fleet.WorkerDisk, rec *record.Record) string {
+	if rec.Class != "" {
+		return rec.Class
+	}
+	if c := inv.ClaimOf(d.Namespace, d.ClaimName); c != nil && c.Spec.StorageClassName != nil && *c.Spec.StorageClassName != "" {
+		return *c.Spec.StorageClassName
+	}
+	if d.RequestedClass != nil && *d.RequestedClass != "" {
+		return *d.RequestedClass
+	}
+	return predict.EmptyClass
+}
+
 // printTable writes the report for a terminal: flavors, pools, bad disks.
 func printTable(w io.Writer, d *ReportData) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -492,11 +558,7 @@ func bytesText(b int64) string {
 }
 
 func verdictsText(v map[string]int) string {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(v))
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, v[k]))

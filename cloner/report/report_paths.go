@@ -23,7 +23,7 @@ import (
 // class (every CSI class and the empty one when class is ""), in format
 // "table" or "json". It reads the objects once and changes nothing.
 func ReportClonePaths(ctx context.Context, clients config.Clients, cfg config.Config, w io.Writer, format, class string) error {
-	if err := checkFormat(format); err != nil {
+	if err := checkFormat(format, "table", "json"); err != nil {
 		return err
 	}
 	inv, err := readInventory(ctx, clients, cfg)

@@ -96,13 +96,17 @@ func runReport(args []string) error {
 	var c config.Config
 	registerClonerFlags(fs, &c)
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig; in-cluster config when empty.")
-	format := fs.String("o", "table", "Output format: table or json.")
+	format := fs.String("o", "table", "Output format: table, json or html (one self-contained page on stdout: inline CSS and SVG, nothing fetched).")
 	predictClass := fs.String("predict", "", "Print only the predicted clone path of every golden on this StorageClass (\"(default)\": a disk that names none), with the reason and the fix.")
-	if err := parseFlags(lookupCommand("report"), fs, args); err != nil {
+	cmd := lookupCommand("report")
+	if err := parseFlags(cmd, fs, args); err != nil {
 		return err
 	}
-	if *format != "table" && *format != "json" {
-		return fmt.Errorf("-o %q: want table or json", *format)
+	switch {
+	case *format != "table" && *format != "json" && *format != report.FormatHTML:
+		return &usageError{cmd, fmt.Errorf("-o %q: want table, json or html", *format)}
+	case *format == report.FormatHTML && *predictClass != "":
+		return &usageError{cmd, errors.New("-o html does not go with --predict: the page shows every class's predicted path; use -o table or json with --predict")}
 	}
 	if err := c.ValidateReport(); err != nil {
 		return err

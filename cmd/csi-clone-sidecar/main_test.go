@@ -43,7 +43,6 @@ func TestBadFlagsExitWithOneLine(t *testing.T) {
 		"--stuck-after must be positive":                         {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--stuck-after=0s"},
 		"--evidence-grace must not be negative":                  {"--listen-address=" + dir + "/s", "--ledger-namespace=ns", "--evidence-grace=-1s"},
 		"POD_NAMESPACE is not set":                               {"--listen-address=" + dir + "/s"},
-		"want table or json":                                     {"report", "-o", "yaml"},
 		`--csi-address: "tcp://host:1" is not a unix socket`:     {"--listen-address=" + dir + "/s", "--csi-address=tcp://host:1"},
 		`--listen-address: "unix://" has an empty path`:          {"--listen-address=unix://"},
 		`--listen-address: "relay.sock" is not an absolute path`: {"--listen-address=relay.sock"},

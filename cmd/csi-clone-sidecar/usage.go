@@ -75,15 +75,18 @@ and /readyz on --http-endpoint. It never changes a byte of a relayed call and ne
 		},
 		{
 			name:     "report",
-			synopsis: "report [--kubeconfig FILE] [-o table|json] [--predict CLASS]",
+			synopsis: "report [--kubeconfig FILE] [-o table|json|html] [--predict CLASS]",
 			about: `Prints what the verdicts say, read once from the cluster with read access only: per flavor the
 golden, its consumers and the Image Factory fetches made and avoided; per pool the worker disks
 by verdict; every bad disk with its reason and fix; goldens safe to delete; the predicted clone
-path of the next disk; and the checks of the install (e.g. a GrafanaDashboard the chart left out).`,
+path of the next disk; and the checks of the install (e.g. a GrafanaDashboard the chart left out).
+-o html writes the same as one self-contained HTML page (no script, nothing fetched) to open
+in a browser without Grafana.`,
 			examples: []string{
 				"csi-clone-sidecar report",
 				"csi-clone-sidecar report -o json --ledger-namespace cozy-linstor",
 				"csi-clone-sidecar report --predict replicated",
+				"csi-clone-sidecar report -o html > report.html",
 			},
 			groups: []flagGroup{groupOutput, groupKube, groupVerdicts},
 			run:    runReport,

@@ -110,6 +110,8 @@ func TestUsageErrorsExit2WithTheUsage(t *testing.T) {
 		{[]string{"--stuck-after=soon"}, []string{"invalid value", "usage: csi-clone-sidecar [serve]"}},
 		{[]string{"report", "--no-such-flag"}, []string{"flag provided but not defined", "usage: csi-clone-sidecar report"}},
 		{[]string{"report", "extra"}, []string{`unexpected argument "extra"`, "usage: csi-clone-sidecar report"}},
+		{[]string{"report", "-o", "yaml"}, []string{`-o "yaml": want table, json or html`, "usage: csi-clone-sidecar report"}},
+		{[]string{"report", "-o", "html", "--predict", "replicated"}, []string{"-o html does not go with --predict", "usage: csi-clone-sidecar report"}},
 		{[]string{"linstor-patch"}, []string{"-f is required", "usage: csi-clone-sidecar linstor-patch"}},
 		{[]string{"linstor-patch", "-x"}, []string{"flag provided but not defined", "usage: csi-clone-sidecar linstor-patch"}},
 		{[]string{"version", "extra"}, []string{`unexpected argument "extra"`, "usage: csi-clone-sidecar version"}},

@@ -3,9 +3,9 @@
 // take another path from it (CSI clone, an empty class, a host-assisted
 // fallback, another class of the same driver, an HTTP import), waits for the
 // sidecar's verdicts, prints what CDI recorded next to them, the sidecar's
-// `report` table and its key metric lines, and tears everything down. With
-// -keep the stack stays up in the background and the demo prints how to reach
-// and stop it.
+// `report` table (with -html, also its HTML page, written to a file) and its
+// key metric lines, and tears everything down. With -keep the stack stays up
+// in the background and the demo prints how to reach and stop it.
 //
 // It prints what happened; it asserts nothing about which verdict each pool
 // gets, so a wrong verdict shows up in its output instead of being hidden.
@@ -31,6 +31,7 @@ import (
 type options struct {
 	keep    bool   // leave the stack running (KEEP=1)
 	sidecar string // the csi-clone-sidecar binary whose `report` is shown
+	html    string // where `report -o html` goes ("" = nowhere)
 	timeout time.Duration
 }
 
@@ -39,6 +40,7 @@ func main() {
 	var o options
 	flag.BoolVar(&o.keep, "keep", false, "Keep the stack running in the background and print how to reach and stop it.")
 	flag.StringVar(&o.sidecar, "sidecar", "bin/csi-clone-sidecar", "csi-clone-sidecar binary to run `report` with (make build).")
+	flag.StringVar(&o.html, "html", "", "Also write `report -o html` to this file and print its path.")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up if the disks have no final verdict by then.")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -49,6 +51,12 @@ func main() {
 		fatal(err)
 	}
 	o.sidecar = abs
+	if o.html != "" {
+		// Absolute, so that the path printed opens from anywhere.
+		if o.html, err = filepath.Abs(o.html); err != nil {
+			fatal(err)
+		}
+	}
 	if _, err := os.Stat(o.sidecar); err != nil {
 		fatal(fmt.Errorf("-sidecar: %w (run `make build`)", err))
 	}
@@ -100,7 +108,7 @@ func run(o options) (err error) {
 	if played != nil && !errors.Is(played, errIncomplete) {
 		return played
 	}
-	if err := show(ctx, c, o.sidecar); err != nil {
+	if err := show(ctx, c, o.sidecar, o.html); err != nil {
 		return errors.Join(played, err)
 	}
 	if played != nil {

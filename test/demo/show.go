@@ -25,8 +25,9 @@ import (
 
 // show prints what the cluster holds once the disks are judged: per pool
 // what CDI recorded next to the sidecar's verdicts, the sidecar's Warning
-// events, its `report` table and its key metric lines.
-func show(ctx context.Context, c *cluster.Cluster, sidecarBin string) error {
+// events, its `report` table and its key metric lines; with htmlPath set it
+// writes the report as an HTML page there and prints the path.
+func show(ctx context.Context, c *cluster.Cluster, sidecarBin, htmlPath string) error {
 	ds, err := disks(ctx, c)
 	if err != nil {
 		return err
@@ -35,8 +36,13 @@ func show(ctx context.Context, c *cluster.Cluster, sidecarBin string) error {
 	if err := showEvents(ctx, c, ds); err != nil {
 		return err
 	}
-	if err := showReport(ctx, c, sidecarBin); err != nil {
+	if err := showReport(ctx, c, sidecarBin, "table", os.Stdout); err != nil {
 		return err
+	}
+	if htmlPath != "" {
+		if err := writeHTMLReport(ctx, c, sidecarBin, htmlPath); err != nil {
+			return err
+		}
 	}
 	return showMetrics(c)
 }
@@ -196,15 +202,33 @@ func namespaces() []string {
 	return out
 }
 
-// showReport runs the real `csi-clone-sidecar report`, as an operator would.
-func showReport(ctx context.Context, c *cluster.Cluster, bin string) error {
-	args := []string{"report", "--kubeconfig", c.Kubeconfig, "-o", "table"}
+// showReport runs the real `csi-clone-sidecar report -o format`, as an
+// operator would, its output to out.
+func showReport(ctx context.Context, c *cluster.Cluster, bin, format string, out io.Writer) error {
+	args := []string{"report", "--kubeconfig", c.Kubeconfig, "-o", format}
 	header("csi-clone-sidecar " + strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Stdout, cmd.Stderr = out, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("csi-clone-sidecar report: %w", err)
+		return fmt.Errorf("csi-clone-sidecar report -o %s: %w", format, err)
 	}
+	return nil
+}
+
+// writeHTMLReport writes `report -o html` to path and says where it is.
+func writeHTMLReport(ctx context.Context, c *cluster.Cluster, bin, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-html: %w", err)
+	}
+	err = showReport(ctx, c, bin, "html", f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  the report as one HTML page (no script, nothing fetched; open it in a browser): %s\n", path)
 	return nil
 }
 

@@ -4,12 +4,13 @@
 # the dashboard), iproute2 (ip brings up lo in the tests' network namespace),
 # podman and runc (run the image `make image` builds; Debian's crun refuses
 # these machines' hybrid cgroup layout), buildah (builds the Dockerfile for
-# each platform in deploy/image_test.go). Without root or apt-get it says what
+# each platform in deploy/image_test.go), chromium (renders `report -o html`
+# headless to a PNG in the report's test). Without root or apt-get it says what
 # to install and fails. Everything else the tests run (kubectl
 # among them) is built by build.sh from pinned modules.
 set -euo pipefail
 
-declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [ip]=iproute2 [podman]=podman [runc]=runc [buildah]=buildah)
+declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [ip]=iproute2 [podman]=podman [runc]=runc [buildah]=buildah [chromium]=chromium)
 missing=()
 for cmd in "${!package_of[@]}"; do
 	command -v "$cmd" >/dev/null || missing+=("${package_of[$cmd]}")
@@ -26,4 +27,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 	echo "tools: Debian packages installed in $((SECONDS - start))s"
 fi
-echo "tools: Debian packages present (prometheus, iproute2, podman, runc, buildah)"
+echo "tools: Debian packages present (prometheus, iproute2, podman, runc, buildah, chromium)"
