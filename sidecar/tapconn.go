@@ -86,7 +86,7 @@ func (tc *TapConn) Close() {
 	}
 	tc.mu.Lock()
 	open := tc.calls
-	tc.calls = nil
+	tc.calls, tc.spare = nil, nil
 	tc.mu.Unlock()
 	now := time.Now()
 	for _, c := range open {
@@ -132,7 +132,7 @@ func (tc *TapConn) abandon(reason string, err error) {
 	for _, c := range tc.calls {
 		c.free(tc.tap.budget)
 	}
-	tc.calls = nil
+	tc.calls, tc.spare = nil, nil
 	tc.mu.Unlock()
 	// A direction that is feeding right now frees itself when it returns.
 	for _, d := range []*direction{tc.client, tc.driver} {
@@ -261,7 +261,7 @@ func (tc *TapConn) driverCall(id uint32) *call {
 func (tc *TapConn) newCall(early bool) *call {
 	var c *call
 	if n := len(tc.spare); n > 0 {
-		c, tc.spare[n-1], tc.spare = tc.spare[n-1], nil, tc.spare[:n-1]
+		c, tc.spare = tc.spare[n-1], tc.spare[:n-1]
 	} else {
 		c = new(call)
 	}
