@@ -66,13 +66,14 @@ unit: noskip
 		(cd test/tools/mod/$$m && CGO_ENABLED=0 $(GO) test -mod=mod -trimpath -count=1 ./...) || exit 1; \
 	done
 
-## fuzz: short runs of the tap's fuzz targets: the parser, and the wire decoder against protobuf (FUZZTIME=10m for long ones)
+## fuzz: short runs of the tap's fuzz targets: the parser, the wire decoder against protobuf, the frame reader against x/net's Framer (FUZZTIME=10m for long ones)
 # -fuzzminimizetime 0: a smoke run keeps new inputs as found; minimizing one
 # found near the end can outlast -fuzztime and end the run with "context
 # deadline exceeded" although nothing failed.
 fuzz:
 	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzTap$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0
 	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0
+	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzWireFramesMatchXNetFramer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0
 
 ## diff: the tap's differential property test: random sessions encoded by x/net, checked call by call (DIFFTIME=10m for a long one)
 diff:

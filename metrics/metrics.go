@@ -9,10 +9,8 @@ import (
 	"regexp"
 	"time"
 
-	cmetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
@@ -20,7 +18,7 @@ import (
 // Metrics implements sidecar.Recorder and owns the registries served on the
 // metrics path.
 type Metrics struct {
-	operations cmetrics.CSIMetricsManager
+	operations *operations
 	registry   *prometheus.Registry
 
 	tapped    prometheus.Counter
@@ -33,7 +31,7 @@ type Metrics struct {
 // "unknown-driver" until SetDriverName is called, as in csi-lib-utils.
 func New() *Metrics {
 	m := &Metrics{
-		operations: cmetrics.NewCSIMetricsManagerForSidecar(""),
+		operations: newOperations(),
 		registry:   prometheus.NewRegistry(),
 		tapped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "csi_clone_tap_connections_total",
@@ -74,7 +72,7 @@ func (m *Metrics) SetDriverName(name string) error {
 	if !driverNameRule.MatchString(name) {
 		return fmt.Errorf("driver name %q is not a valid CSI plugin name; keeping the metrics' driver_name %q", name, "unknown-driver")
 	}
-	m.operations.SetDriverName(name)
+	m.operations.setDriverName(name)
 	return nil
 }
 
@@ -83,7 +81,7 @@ func (m *Metrics) Register(c prometheus.Collector) error { return m.registry.Reg
 
 // Gatherer returns everything served on the metrics path.
 func (m *Metrics) Gatherer() prometheus.Gatherer {
-	return prometheus.Gatherers{m.operations.GetRegistry(), m.registry}
+	return prometheus.Gatherers{m.operations.registry, m.registry}
 }
 
 // CallFinished implements sidecar.Recorder with the labels csi-lib-utils
@@ -91,14 +89,10 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 // CSI methods (else "unknown") and gRPC's codes (a code from outside the
 // spec's 0-16 becomes Unknown, as its name would be "Code(n)").
 func (m *Metrics) CallFinished(method string, code codes.Code, d time.Duration) {
-	var err error
 	if code > codes.Unauthenticated {
 		code = codes.Unknown
 	}
-	if code != codes.OK {
-		err = status.Error(code, "")
-	}
-	m.operations.RecordMetrics(sidecar.CanonicalMethod(method), err, d)
+	m.operations.observe(method, code, d)
 }
 
 // CallUndecoded implements sidecar.Recorder.

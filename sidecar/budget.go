@@ -53,6 +53,9 @@ const (
 	// before it has parsed the client's request headers (the two directions
 	// are parsed by two goroutines, so a fast reply can overtake them).
 	maxEarlyCalls = 64
+	// maxSpareCalls bounds the emptied call records a connection keeps for
+	// its next calls.
+	maxSpareCalls = 16
 	// maxLostReplies bounds the streams whose early driver frames found no
 	// record (tapconn.go): a relay read of 64 KiB holds at most about 7,000
 	// request HEADERS frames the driver may answer before the tap parsed
@@ -68,10 +71,11 @@ const (
 
 // HeldBytesBound returns the most memory, in bytes, the relay and its tap
 // hold for the given number of open connections and calls in flight on each:
-// per connection two relay buffers; per direction the bytes of an incomplete
-// frame or header block (at most twice their limits, as a slice grows), the
-// framer's frame buffer, an assembled header block and one HPACK table; per
-// call a small record with at most maxStatusMessageBytes of status message;
+// per connection two relay buffers and maxSpareCalls emptied call records;
+// per direction the bytes of an incomplete frame or header block (at most
+// twice their limits, as a slice grows), an assembled header block and one
+// HPACK table; per call a small record with at most maxStatusMessageBytes of
+// status message;
 // the numbers of the streams whose early replies found no record (at most
 // maxLostReplies); the observations queued for the Observer (the default
 // queue of defaultQueueSize, each with its message); and every buffered
@@ -82,8 +86,8 @@ const (
 func HeldBytesBound(connections, callsPerConn int) int64 {
 	const callRecordBytes = 512 + maxStatusMessageBytes
 	const lostStreamBytes = 16 // a map entry of a uint32
-	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxFrameBytes + maxHeaderBlockBytes + maxHeaderTableBytes)
-	perConn := 2*int64(relayBufferBytes) + 2*perDirection + maxLostReplies*lostStreamBytes +
+	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxHeaderBlockBytes + maxHeaderTableBytes)
+	perConn := 2*int64(relayBufferBytes) + maxSpareCalls*callRecordBytes + 2*perDirection + maxLostReplies*lostStreamBytes +
 		int64(min(callsPerConn, maxCallsPerConn+maxEarlyCalls))*callRecordBytes
 	queued := int64(defaultQueueSize) * callRecordBytes
 	return int64(connections)*perConn + queued + maxBufferedBytes

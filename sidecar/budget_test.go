@@ -69,7 +69,7 @@ func TestAbandonFreesEverything(t *testing.T) {
 		t.Errorf("after abandon: budget used %d, calls %v", u.budgetUsed(), u.tc.calls)
 	}
 	for _, d := range []*direction{u.tc.client, u.tc.driver} {
-		if !d.released || d.buf != nil || d.headers.dec != nil || d.fr != nil {
+		if !d.released || d.buf != nil || d.block != nil || d.headers.dec != nil {
 			t.Errorf("direction (client %v) still holds state after abandon", d.fromClient)
 		}
 	}

@@ -33,8 +33,7 @@ type direction struct {
 	released bool
 	preface  bool // still expecting the client's connection preface
 	buf      []byte
-	src      bytes.Reader
-	fr       *http2.Framer
+	wire     wireReader
 	headers  *headerDecoder
 	data     dataState
 	// block assembles a header block split over CONTINUATION frames.
@@ -45,8 +44,6 @@ type direction struct {
 
 func newDirection(tc *TapConn, fromClient bool) *direction {
 	d := &direction{conn: tc, fromClient: fromClient, preface: fromClient}
-	d.fr = http2.NewFramer(nil, &d.src)
-	d.fr.SetMaxReadFrameSize(maxFrameBytes)
 	d.headers = newHeaderDecoder()
 	return d
 }
@@ -233,26 +230,25 @@ func (d *direction) parse(b []byte, at time.Time) int {
 }
 
 // parseFrame reads one whole frame. DATA frames, which carry every message
-// byte, are read here without the framer: it would copy each payload into a
-// buffer of its own first. Every other frame goes through x/net's framer,
-// which checks it (and, across calls, that CONTINUATIONs follow their
-// HEADERS; completeFrames already refuses anything in between).
+// byte, are read here: x/net's framer would copy each payload into a buffer
+// of its own first. Every other frame goes through wireReader, which checks
+// it as x/net's framer does (and, across calls, that CONTINUATIONs follow
+// their HEADERS; completeFrames already refuses anything in between)
+// without allocating a frame for it.
 func (d *direction) parseFrame(b []byte, at time.Time) (string, error) {
 	switch http2.FrameType(b[3]) {
 	case http2.FrameData:
 		return d.dataFrame(b, at)
 	case http2.FramePing, http2.FrameWindowUpdate, http2.FramePriority:
 		// Nothing in them concerns a call, and grpc-go sends a PING and
-		// WINDOW_UPDATEs around nearly every call: the framer would
-		// allocate a frame for each only for the tap to drop it.
+		// WINDOW_UPDATEs around nearly every call.
 		return "", nil
 	}
-	d.src.Reset(b)
-	f, err := d.fr.ReadFrame()
+	f, err := d.wire.read(b)
 	if err != nil {
 		return AbandonFraming, err
 	}
-	return d.onFrame(f, at)
+	return d.onFrame(&f, at)
 }
 
 // dataFrame applies a whole DATA frame: its payload less its padding
@@ -304,39 +300,38 @@ func (d *direction) release() {
 	d.released = true
 	// headers itself stays: the other direction may still tell it a SETTINGS
 	// value (an atomic store); the decoder and its table go.
-	d.buf, d.block, d.fr, d.headers.dec = nil, nil, nil, nil
-	d.src.Reset(nil)
+	d.buf, d.block, d.headers.dec = nil, nil, nil
 }
 
 // onFrame decodes header blocks and hands every frame that matters to the
 // connection. A failure names the abandon reason.
-func (d *direction) onFrame(f http2.Frame, at time.Time) (string, error) {
-	switch f := f.(type) {
-	case *http2.HeadersFrame:
-		d.block, d.blockStream, d.blockEnd = d.block[:0], f.StreamID, f.StreamEnded()
-		return d.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded(), at)
-	case *http2.ContinuationFrame:
-		return d.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded(), at)
-	case *http2.PushPromiseFrame:
+func (d *direction) onFrame(f *wireFrame, at time.Time) (string, error) {
+	switch f.typ {
+	case http2.FrameHeaders:
+		d.block, d.blockStream, d.blockEnd = d.block[:0], f.stream, f.endStream()
+		return d.headerFragment(f.fragment, f.endHeaders(), at)
+	case http2.FrameContinuation:
+		return d.headerFragment(f.fragment, f.endHeaders(), at)
+	case http2.FramePushPromise:
 		// gRPC never pushes; its header block would have to be decoded to
 		// keep the table in step, and nothing in it is a CSI call.
 		return AbandonFraming, errors.New("PUSH_PROMISE frame: not gRPC")
-	case *http2.SettingsFrame:
-		if v, ok := f.Value(http2.SettingHeaderTableSize); ok && !f.IsAck() {
-			d.conn.peerOf(d).headers.allow(v)
+	case http2.FrameSettings:
+		if f.hasTableSize && !f.ack() {
+			d.conn.peerOf(d).headers.allow(f.tableSize)
 		}
-	case *http2.RSTStreamFrame:
-		d.conn.onReset(f.StreamID, f.ErrCode, d.fromClient, at)
-	case *http2.GoAwayFrame:
+	case http2.FrameRSTStream:
+		d.conn.onReset(f.stream, f.code, d.fromClient, at)
+	case http2.FrameGoAway:
 		if !d.fromClient {
-			d.conn.onGoAway(f.LastStreamID)
+			d.conn.onGoAway(f.last)
 		}
 	}
 	return "", nil
 }
 
 // headerFragment collects one fragment of a header block and decodes the
-// block once it is whole; the framer has already checked that CONTINUATION
+// block once it is whole; wireReader has already checked that CONTINUATION
 // frames follow their HEADERS without anything in between.
 func (d *direction) headerFragment(p []byte, end bool, at time.Time) (string, error) {
 	if !end || len(d.block) > 0 {
@@ -380,7 +375,7 @@ func (d *direction) consumePreface(p []byte) []byte {
 
 // completeFrames returns how many leading bytes of b are whole frames that
 // can be read without waiting: a header block counts only once all of its
-// CONTINUATION frames are there, because the framer reads them together.
+// CONTINUATION frames are there, because the tap decodes them together.
 func completeFrames(b []byte) (int, error) {
 	done, blockStart := 0, -1
 	for off := 0; len(b)-off >= frameHeaderLen; {

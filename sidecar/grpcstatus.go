@@ -3,7 +3,6 @@ package sidecar
 import (
 	"encoding/base64"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -103,9 +102,12 @@ func grpcTimeout(s string) (d, unit time.Duration, ok bool) {
 	if unit = timeoutUnit(s[len(s)-1]); unit == 0 {
 		return 0, 0, false
 	}
-	n, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
-	if err != nil {
-		return 0, 0, false
+	var n uint64 // at most 8 digits: no overflow
+	for i := 0; i < len(s)-1; i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, 0, false
+		}
+		n = n*10 + uint64(s[i]-'0')
 	}
 	if n > uint64(math.MaxInt64/unit) { // only hours get here: 8 digits of any other unit fit
 		return math.MaxInt64, unit, true

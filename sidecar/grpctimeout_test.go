@@ -35,6 +35,12 @@ func TestGRPCTimeoutFollowsDecodeTimeout(t *testing.T) {
 		{"1s", 0, false},
 		{"+1S", 0, false},
 		{"1.5S", 0, false},
+		{"-1S", 0, false},
+		{" 1S", 0, false},
+		{"1_0S", 0, false},
+		{"0x1S", 0, false},
+		{"00000000S", 0, true},
+		{"99999999m", 99999999 * time.Millisecond, true},
 	} {
 		if got, _, ok := grpcTimeout(tc.in); got != tc.want || ok != tc.ok {
 			t.Errorf("grpcTimeout(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)

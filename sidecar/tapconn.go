@@ -39,6 +39,9 @@ type TapConn struct {
 	// More than maxLostReplies of them gives the connection's tap up.
 	lost     map[uint32]struct{}
 	overflow atomic.Bool
+	// spare are records of published calls, emptied, for the next calls:
+	// a long connection's calls allocate none (at most maxSpareCalls).
+	spare []*call
 	// share is what this connection's messages hold of the tap's budget.
 	share share
 }
@@ -83,7 +86,7 @@ func (tc *TapConn) Close() {
 	}
 	tc.mu.Lock()
 	open := tc.calls
-	tc.calls = nil
+	tc.calls, tc.spare = nil, nil
 	tc.mu.Unlock()
 	now := time.Now()
 	for _, c := range open {
@@ -129,7 +132,7 @@ func (tc *TapConn) abandon(reason string, err error) {
 	for _, c := range tc.calls {
 		c.free(tc.tap.budget)
 	}
-	tc.calls = nil
+	tc.calls, tc.spare = nil, nil
 	tc.mu.Unlock()
 	// A direction that is feeding right now frees itself when it returns.
 	for _, d := range []*direction{tc.client, tc.driver} {
@@ -160,6 +163,7 @@ func (tc *TapConn) onHeaders(h *headerBlock, fromClient bool, at time.Time) {
 func (tc *TapConn) update(id uint32, apply func() *call) {
 	if c := tc.completed(id, apply); c != nil {
 		tc.publish(c)
+		tc.recycle(c)
 	}
 	if tc.overflow.Load() {
 		tc.abandon(AbandonFraming, fmt.Errorf("driver frames on more than %d streams the client had not opened", maxLostReplies))
@@ -252,11 +256,30 @@ func (tc *TapConn) driverCall(id uint32) *call {
 	return c
 }
 
-// newCall is a record whose messages hold of this connection's share.
+// newCall is a record whose messages hold of this connection's share, a
+// spare one if there is. The caller holds tc.mu.
 func (tc *TapConn) newCall(early bool) *call {
-	c := &call{early: early, buffer: tc.tap.buffers}
+	var c *call
+	if n := len(tc.spare); n > 0 {
+		c, tc.spare = tc.spare[n-1], tc.spare[:n-1]
+	} else {
+		c = new(call)
+	}
+	*c = call{early: early, buffer: tc.tap.buffers}
 	c.req.acct.share, c.resp.acct.share = &tc.share, &tc.share
 	return c
+}
+
+// recycle keeps the record of a published call, emptied, for a later
+// call: publish has handed on or freed everything it held, and nothing
+// refers to it any more.
+func (tc *TapConn) recycle(c *call) {
+	*c = call{}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.calls != nil && len(tc.spare) < maxSpareCalls {
+		tc.spare = append(tc.spare, c)
+	}
 }
 
 // loseEarly remembers a stream whose driver frame found no room for an
