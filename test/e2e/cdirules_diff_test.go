@@ -393,21 +393,22 @@ func listAs[T any](t *testing.T, ctx context.Context, c *cluster.Cluster, gvr sc
 
 // genArrangement draws one worker DataVolume under a configuration.
 func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig) diffArrangement {
-	// One in nine is a spec.storage Filesystem clone of a Filesystem source
+	// One in ten is a spec.storage Filesystem clone of a Filesystem source
 	// onto a class of its driver, sized within the overhead of it: where the
 	// class's overhead, minimum size and expansion decide between a clone,
 	// NoVolumeExpansion and CloneValidationFailed.
 	//
-	// Five in nine are shaped as a pool's disk (poolShaped), most of which
-	// CDI clones at the storage layer unless the configuration says copy:
-	// a third or more of all end in a storage-layer clone, which the
-	// guard's invariant is about.
+	// Six in ten are shaped as a pool's disk (poolShaped), most of which
+	// CDI clones at the storage layer unless the configuration says copy,
+	// half of those without a cloneType annotated csi-clone: a third or
+	// more of all end in a storage-layer clone, which the guard's
+	// invariant is about.
 	//
-	// One in nine is a spec.storage disk smaller than its source
+	// Two in ten are a spec.storage disk smaller than its source
 	// (sizeEdge): where permissiveClone, set by hand or by CDI from the
 	// golden's recorded image size, decides between a clone and a refusal.
-	// The other two draw every input freely.
-	shape := rng.IntN(9)
+	// The last one draws every input freely.
+	shape := rng.IntN(10)
 	boundary := shape == 0
 	src := sources[rng.IntN(len(sources))]
 	for boundary && (src.golden || src.mode != cdirules.Filesystem || src.imageBytes > 0) {
@@ -455,7 +456,8 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 	if boundary {
 		t.Bytes = sizes[7+rng.IntN(3)] // edge + 1MiB, between, the source's - 1MiB
 	}
-	if shape >= 1 && shape <= 5 {
+	pool := shape >= 1 && shape <= 6
+	if pool {
 		poolShaped(rng, &a)
 	}
 	if t.Kind == cdirules.KindPVC && t.Bytes == 0 {
@@ -465,7 +467,13 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 		t.ContentType = cdirules.ContentKubeVirt // vm-disk's, written out
 	}
 	t.PerDisk = genPerDisk(rng)
-	if shape == 6 {
+	if pool && t.PerDisk.CloneType == nil && rng.IntN(2) == 0 {
+		// The operator's csi-clone on a pool's disk, which CDI obeys where
+		// it would copy: what the guard must never refuse.
+		csiClone := cdirules.StrategyCSIClone
+		t.PerDisk.CloneType = &csiClone
+	}
+	if shape == 7 || shape == 8 {
 		sizeEdge(rng, &a, sources)
 	}
 	return a
@@ -484,10 +492,14 @@ func sizeEdge(rng *rand.Rand, a *diffArrangement, sources []diffSource) {
 	t := &a.target
 	t.Kind, t.ContentType, t.Class, a.classSet = cdirules.KindStorage, "", "replicated", true
 	t.VolumeMode = []string{cdirules.Block, cdirules.Filesystem}[rng.IntN(2)]
+	if withImage && rng.IntN(2) == 0 {
+		t.VolumeMode = cdirules.Block // where detectCloneSize reads the image's size
+	}
 	// 9Gi lies between the image (8Gi) and the largest image its source
 	// could hold: only the recorded size makes that claim permissive.
 	t.Bytes = []int64{9 << 30, 9 << 30, 19 << 29, a.src.bytes - 1<<20, 2 << 30}[rng.IntN(5)]
-	t.PerDisk.Permissive = rng.IntN(3) == 0
+	// Sizes alone decide: no other per-disk annotation.
+	t.PerDisk = cdirules.PerDisk{Permissive: rng.IntN(3) == 0}
 }
 
 // poolShaped makes an arrangement a pool's (or a vm-disk's) disk:
