@@ -194,14 +194,7 @@ func verdictOf(t *testing.T, ctx context.Context, c *cluster.Cluster, name strin
 	if _, err := c.Client.CoreV1().PersistentVolumeClaims(verdictTenant).Get(ctx, name, metav1.GetOptions{}); err == nil {
 		return nil // a claim that carries no verdict yet
 	}
-	var out bytes.Buffer
-	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
-		t.Fatal(err)
-	}
-	var rep report.ReportData
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _ := reportJSON(t, ctx, c)
 	for _, b := range rep.BadDisks {
 		if b.Namespace == verdictTenant && b.Name == name {
 			j := &judged{verdict: b.Verdict, message: b.Reasons[0].Message}
@@ -212,6 +205,20 @@ func verdictOf(t *testing.T, ctx context.Context, c *cluster.Cluster, name strin
 		}
 	}
 	return nil
+}
+
+// reportJSON is `report -o json` of the cluster, parsed and as printed.
+func reportJSON(t *testing.T, ctx context.Context, c *cluster.Cluster) (report.ReportData, []byte) {
+	t.Helper()
+	var out bytes.Buffer
+	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var rep report.ReportData
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, out.Bytes()
 }
 
 // checkFailure asserts what an operator sees of one failure.

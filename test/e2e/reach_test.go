@@ -39,10 +39,7 @@ func TestVerdictsForEveryRoute(t *testing.T) {
 	c := verdictCluster(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	if _, err := c.CreateVMImage(ctx, cluster.VMImage{Image: vmImage, StorageClass: "replicated", Size: "5Gi"}); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, vmGolden, cdiv1.Succeeded)
+	importVMImage(t, ctx, c)
 	for _, ns := range []string{reachTenant, reachSources} {
 		if err := c.CreateNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
@@ -101,18 +98,20 @@ func checkRouteMetrics(s scrape) error {
 	return nil
 }
 
+// importVMImage imports the vm-default-images golden the tests clone.
+func importVMImage(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	if _, err := c.CreateVMImage(ctx, cluster.VMImage{Image: vmImage, StorageClass: "replicated", Size: "5Gi"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, vmGolden, cdiv1.Succeeded)
+}
+
 // checkRouteReport: `report -o json` has a pool row per disk and the image
 // golden with both consumers.
 func checkRouteReport(t *testing.T, ctx context.Context, c *cluster.Cluster, wantPools map[string]string) {
 	t.Helper()
-	var out bytes.Buffer
-	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
-		t.Fatal(err)
-	}
-	var rep report.ReportData
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, printed := reportJSON(t, ctx, c)
 	got := map[string]string{}
 	for _, p := range rep.Pools {
 		got[p.Namespace+"/"+p.Pool] = fmt.Sprint(p.Verdicts)
@@ -129,7 +128,7 @@ func checkRouteReport(t *testing.T, ctx context.Context, c *cluster.Cluster, wan
 			Consumers              int
 		} `json:"images"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &images); err != nil {
+	if err := json.Unmarshal(printed, &images); err != nil {
 		t.Fatal(err)
 	}
 	found := false
@@ -142,7 +141,7 @@ func checkRouteReport(t *testing.T, ctx context.Context, c *cluster.Cluster, wan
 		}
 	}
 	if !found {
-		t.Errorf("report: no image golden %s/%s in %s", cluster.NamespaceGolden, vmGolden, out.String())
+		t.Errorf("report: no image golden %s/%s in %s", cluster.NamespaceGolden, vmGolden, printed)
 	}
 	var table bytes.Buffer
 	if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &table, "table"); err != nil {
@@ -161,10 +160,7 @@ func TestUsePopulatorFalseIsPredictedHostAssisted(t *testing.T) {
 	c := verdictCluster(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	if _, err := c.CreateVMImage(ctx, cluster.VMImage{Image: vmImage, StorageClass: "replicated", Size: "5Gi"}); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, vmGolden, cdiv1.Succeeded)
+	importVMImage(t, ctx, c)
 	if err := c.CreateNamespace(ctx, reachTenant); err != nil {
 		t.Fatal(err)
 	}
