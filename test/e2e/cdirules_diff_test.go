@@ -686,8 +686,9 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 // storage-layer plan makes for the claim (tmp-pvc-<uid>, tmp-snapshot-<uid>,
 // in the source's namespace) for a refusal that does not pass: the
 // external-provisioner's getPVCSource and getSnapshotSource (v6.4.0
-// pkg/controller/controller.go) on another driver or volume mode. Another
-// warning is returned as it is, to be read as a mismatch.
+// pkg/controller/controller.go) on another driver or volume mode, or a
+// claim of the class no provisioner serves. Another warning is returned as
+// it is, to be read as a mismatch.
 func refusedBelowCDI(ctx context.Context, c *cluster.Cluster, ns string, pvc *corev1.PersistentVolumeClaim) string {
 	srcNS := pvc.Annotations["cdi.kubevirt.io/dataSourceNamespace"]
 	if srcNS == "" {
@@ -700,6 +701,11 @@ func refusedBelowCDI(ctx context.Context, c *cluster.Cluster, ns string, pvc *co
 			continue
 		}
 		for _, e := range events.Items {
+			if e.Reason == "ExternalProvisioning" && strings.Contains(e.Message, "'"+diffNoCSIProvisioner+"'") {
+				// The class's provisioner runs nowhere in the stack: the
+				// claim waits for ever.
+				return "stuck: driver"
+			}
 			if e.Type != corev1.EventTypeWarning {
 				continue
 			}
