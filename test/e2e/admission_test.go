@@ -180,13 +180,18 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		// Per-disk annotations: usePopulator "false" is CDI's legacy
 		// host-assisted path even on the golden's class (Cozystack's worker
 		// template sets it); cloneType csi-clone is obeyed as is, so a disk
-		// CDI would otherwise copy (no volume expansion) is CSI-cloned.
+		// at the golden's size is CSI-cloned and admitted.
 		{"use-populator-false", golden, "replicated", "20Gi", []string{
 			"CDI will take path host-assisted (reason populator-off) for golden " + golden + " on StorageClass replicated"},
 			map[string]string{cdirules.AnnUsePopulator: "false"}},
 		{"use-populator-garbage", golden, "replicated", "20Gi", []string{
 			"CDI will take path blocked (reason use-populator-invalid)"}, map[string]string{cdirules.AnnUsePopulator: "no"}},
-		{"clone-type-csi-clone", golden, "replicated-fixed", "20Gi", nil, map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
+		{"clone-type-csi-clone", golden, "replicated-fixed", "6Gi", nil, map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
+		// Obeyed larger than the golden on a class without expansion, it
+		// fails in CDI's PrepClaim phase (the resize is refused).
+		{"clone-type-csi-clone-larger", golden, "replicated-fixed", "20Gi", []string{
+			"CDI will take path blocked (reason clone-type-no-expansion) for golden " + golden + " on StorageClass replicated-fixed"},
+			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
 		{"clone-type-copy", golden, "replicated", "20Gi", []string{"CDI will take path host-assisted (reason clone-type-copy)"},
 			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCopy}},
 	}
