@@ -163,7 +163,7 @@ func MalformedFrom(u *unstructured.Unstructured, err error) MalformedObject {
 // clone it (only then do the metrics and the report show it).
 func (inv *Inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespaces config.Namespaces) {
 	for _, dv := range dvs {
-		if !goldenNamespaces.Has(dv.Namespace) {
+		if !goldenNamespaces.Has(dv.Namespace) || namesItsGolden(dv) {
 			continue
 		}
 		g := newGolden(dv, inv)
@@ -187,13 +187,21 @@ func (inv *Inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespaces confi
 		return false
 	}
 	for _, dv := range dvs {
-		if goldenNamespaces.Has(dv.Namespace) {
-			continue // a golden: nothing in a golden namespace is judged as a disk
+		if goldenNamespaces.Has(dv.Namespace) && !namesItsGolden(dv) {
+			continue // a golden
 		}
 		if d, ok := classifyDisk(dv, goldenNamespaces, inv.DataSource, known, knownFlavor); ok {
 			inv.Disks = append(inv.Disks, d)
 		}
 	}
+}
+
+// namesItsGolden: a DataVolume of a golden namespace that carries the golden
+// annotation is a disk made there (a snapshot is restored where it lives),
+// never a golden; a Talos golden is one whatever it carries.
+func namesItsGolden(dv *cdiv1.DataVolume) bool {
+	_, ok := dv.Annotations[AnnGolden]
+	return ok && !isTalosGolden(dv)
 }
 
 // indexSnapshotContents maps snapshot handles to their source volume

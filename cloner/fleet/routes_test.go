@@ -57,6 +57,10 @@ func TestEveryRouteToAGoldenMakesADisk(t *testing.T) {
 			routeDV(sources, "via-own-ns", nil, nil, sourceRef(nil, "local")),
 			routeDV(sources, "via-chain", nil, nil, sourceRef(&srcNS, "chained")),
 			routeDV(sources, "second-namespace", nil, nil, pvcSource(other.Namespace, other.Name)),
+			// A disk made in the golden namespace (a restore of the golden's
+			// snapshot, where it lives) names its golden: a disk, not a golden.
+			routeDV(talos.Namespace, "restore", nil, map[string]string{AnnGolden: talos.Name, AnnPool: "restores"},
+				cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: talos.Namespace, Name: "golden-snap"}}}),
 			// Routes to no golden.
 			routeDV(sources, "tenant-pvc", nil, nil, pvcSource("", "data")),
 			routeDV(sources, "no-such-source", nil, nil, sourceRef(&srcNS, "missing")),
@@ -84,6 +88,7 @@ func TestEveryRouteToAGoldenMakesADisk(t *testing.T) {
 		"via-own-ns":       {ubuntu, sources, true},
 		"via-chain":        {ubuntu, sources, true},
 		"second-namespace": {other, sources, true},
+		"restore":          {talos, "restores", false},
 	}
 	got := map[string]want{}
 	for _, d := range inv.Disks {
