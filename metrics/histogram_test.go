@@ -27,7 +27,7 @@ func TestOperationsHistogramCountsEachCallOnceWithItsDuration(t *testing.T) {
 		w.check(w.driver.WriteRSTStream(id, http2.ErrCodeRefusedStream))
 		id += 2
 	}
-	w.feed(tc, false)
+	w.feed(tc)
 	for range 10 { // reset by the driver after its headers
 		w.request(id, true)
 		w.headers(false, id, false, ":status", "200", "content-type", "application/grpc")
@@ -39,13 +39,13 @@ func TestOperationsHistogramCountsEachCallOnceWithItsDuration(t *testing.T) {
 		w.check(w.client.WriteRSTStream(id, http2.ErrCodeCancel))
 		id += 2
 	}
-	w.feed(tc, false)
-	for range 10 { // answered before the tap parsed the request
-		w.reply(id)
+	w.feed(tc)
+	for range 10 { // answered
 		w.request(id, true)
+		w.reply(id)
 		id += 2
 	}
-	w.feed(tc, true)
+	w.feed(tc)
 	tc.Close()
 	tap.Close()
 
@@ -118,17 +118,11 @@ func (w *histogramWire) reply(id uint32) {
 	w.headers(false, id, true, "grpc-status", "0")
 }
 
-// feed hands what both directions hold to the tap, the driver's first if
-// driverFirst, and empties them.
-func (w *histogramWire) feed(tc *sidecar.TapConn, driverFirst bool) {
-	client, driver := func() { tc.FromClient().Feed(w.Client.Bytes(), time.Now()) }, func() { tc.FromDriver().Feed(w.Driver.Bytes(), time.Now()) }
-	if driverFirst {
-		driver()
-		client()
-	} else {
-		client()
-		driver()
-	}
+// feed hands what both directions hold to the tap, the client's first,
+// and empties them.
+func (w *histogramWire) feed(tc *sidecar.TapConn) {
+	tc.FromClient().Feed(w.Client.Bytes(), time.Now())
+	tc.FromDriver().Feed(w.Driver.Bytes(), time.Now())
 	w.Client.Reset()
 	w.Driver.Reset()
 }

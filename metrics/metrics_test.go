@@ -17,7 +17,7 @@ func TestAbandonReasonsStartAtZero(t *testing.T) {
 	var want strings.Builder
 	want.WriteString("# HELP csi_clone_tap_connections_abandoned_total Relayed CSI connections the tap stopped following (the relay went on untapped), by reason.\n")
 	want.WriteString("# TYPE csi_clone_tap_connections_abandoned_total counter\n")
-	for _, r := range []string{"framing", "not-http2", "oversized", "panic"} {
+	for _, r := range []string{"backlog", "framing", "not-http2", "oversized", "panic"} {
 		v := "0"
 		if r == sidecar.AbandonFraming {
 			v = "1"

@@ -37,9 +37,9 @@ const (
 	// the size of every HPACK table until a peer says otherwise.
 	defaultHeaderTableBytes = 4096
 	// headerTableFloorBytes is the size an encoder's size update may name
-	// even before the tap has seen the SETTINGS that allowed it: the
-	// SETTINGS travel the other way, parsed by another goroutine, and may
-	// reach the tap after the header block that relies on them.
+	// even before the tap has seen the SETTINGS that allowed it (a peer may
+	// act on SETTINGS the relay has not read yet, as with any ordering of
+	// two sockets' reads).
 	headerTableFloorBytes = 64 << 10
 	// maxHeaderTableBytes bounds a decoder table however much a peer
 	// advertises; a larger size update abandons the connection's tap.
@@ -49,18 +49,12 @@ const (
 	// maxCallsPerConn bounds the calls followed at once on one connection.
 	// The kubernetes-csi sidecars run at most a few hundred workers.
 	maxCallsPerConn = 1024
-	// maxEarlyCalls bounds the calls the tap follows from the driver's side
-	// before it has parsed the client's request headers (the two directions
-	// are parsed by two goroutines, so a fast reply can overtake them).
-	maxEarlyCalls = 64
+	// maxAwaitingCalls bounds the calls the driver reset whose requests are
+	// still coming: a client that read the reset sends no more.
+	maxAwaitingCalls = 64
 	// maxSpareCalls bounds the emptied call records a connection keeps for
 	// its next calls.
 	maxSpareCalls = 16
-	// maxLostReplies bounds the streams whose early driver frames found no
-	// record (tapconn.go): a relay read of 64 KiB holds at most about 7,000
-	// request HEADERS frames the driver may answer before the tap parsed
-	// them, so more means a driver speaking of streams nobody opened.
-	maxLostReplies = 8192
 	// maxStatusMessageBytes bounds the grpc-message a call record or a
 	// queued observation keeps; the rest is cut off.
 	maxStatusMessageBytes = 1024
@@ -71,13 +65,15 @@ const (
 
 // HeldBytesBound returns the most memory, in bytes, the relay and its tap
 // hold for the given number of open connections and calls in flight on each:
-// per connection two relay buffers and maxSpareCalls emptied call records;
+// per connection two relay buffers, maxSpareCalls emptied call records and
+// the hand-off's two buffers kept between batches;
 // per direction the bytes of an incomplete frame or header block (at most
 // twice their limits, as a slice grows), an assembled header block and one
 // HPACK table; per call a small record with at most maxStatusMessageBytes of
 // status message;
-// the numbers of the streams whose early replies found no record (at most
-// maxLostReplies); the observations queued for the Observer (the default
+// the relayed bytes waiting for or in a parser, at most
+// maxHandoffTotalBytes of all connections together (twice that in capacity,
+// as a slice grows); the observations queued for the Observer (the default
 // queue of defaultQueueSize, each with its message); and every buffered
 // message of all connections together, at most maxBufferedBytes. Only
 // messages of the methods the tap decodes are buffered (never a ListVolumes
@@ -85,12 +81,11 @@ const (
 // 4 KiB tables) a direction holds about 40 KiB, not this worst case.
 func HeldBytesBound(connections, callsPerConn int) int64 {
 	const callRecordBytes = 512 + maxStatusMessageBytes
-	const lostStreamBytes = 16 // a map entry of a uint32
 	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxHeaderBlockBytes + maxHeaderTableBytes)
-	perConn := 2*int64(relayBufferBytes) + maxSpareCalls*callRecordBytes + 2*perDirection + maxLostReplies*lostStreamBytes +
-		int64(min(callsPerConn, maxCallsPerConn+maxEarlyCalls))*callRecordBytes
+	perConn := 2*int64(relayBufferBytes) + maxSpareCalls*callRecordBytes + 2*perDirection + 2*keptHandoffBytes +
+		int64(min(callsPerConn, maxCallsPerConn))*callRecordBytes
 	queued := int64(defaultQueueSize) * callRecordBytes
-	return int64(connections)*perConn + queued + maxBufferedBytes
+	return int64(connections)*perConn + queued + maxBufferedBytes + 2*maxHandoffTotalBytes
 }
 
 // budget is the shared allowance of buffered message bytes.

@@ -56,12 +56,12 @@ func TestAbandonFreesEverything(t *testing.T) {
 	w.check(w.cfr.WriteData(1, false, binary.BigEndian.AppendUint32([]byte{0}, 2<<20)))
 	w.check(w.cfr.WriteData(1, false, []byte("secrets...")))
 	u.feed(w)
-	u.tc.FromDriver().Feed([]byte{0, 0}, time.Now()) // half a frame header, kept
+	feedParsed(u.tc, u.tc.FromDriver(), []byte{0, 0}) // half a frame header, kept
 	if u.budgetUsed() == 0 || u.records() != 1 {
 		t.Fatal("nothing held before the garbage; the test proves nothing")
 	}
-	u.tc.FromClient().Feed([]byte{0, 0, 4, 0xff, 0, 0, 0, 0, 0, 'x', 'x', 'x', 'x'}, time.Now()) // oversized-type garbage
-	u.tc.FromClient().Feed(bytes.Repeat([]byte{0xff}, frameHeaderLen), time.Now())
+	feedParsed(u.tc, u.tc.FromClient(), []byte{0, 0, 4, 0xff, 0, 0, 0, 0, 0, 'x', 'x', 'x', 'x'}) // oversized-type garbage
+	feedParsedAt(u.tc, u.tc.FromClient(), bytes.Repeat([]byte{0xff}, frameHeaderLen), time.Now())
 	if len(u.rec.abandoned) != 1 {
 		t.Fatalf("abandoned %v, want once", u.rec.abandoned)
 	}
@@ -94,7 +94,7 @@ func TestOneConnectionCannotStarveTheOthers(t *testing.T) {
 			hw.check(hw.cfr.WriteData(id, false, b[:min(len(b), 16<<10)]))
 		}
 	}
-	hog.FromClient().Feed(hw.client.Bytes(), time.Now())
+	feedParsedAt(hog, hog.FromClient(), hw.client.Bytes(), time.Now())
 	if got := u.budgetUsed(); got == 0 || got > maxConnBufferedBytes {
 		t.Fatalf("the stalled connection holds %d bytes, want some and at most %d", got, maxConnBufferedBytes)
 	}
@@ -147,7 +147,7 @@ func TestStalledConnectionsCannotStarveTheOthers(t *testing.T) {
 			var hogs []*TapConn
 			for range stalled {
 				tc := u.tap.NewConn()
-				tc.FromClient().Feed(hog, time.Now())
+				feedParsedAt(tc, tc.FromClient(), hog, time.Now())
 				hogs = append(hogs, tc)
 			}
 			w := newWire(t)

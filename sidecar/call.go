@@ -19,7 +19,7 @@ const (
 	UndecodedMalformed  = "malformed"  // not a valid gRPC message or protobuf
 	UndecodedTruncated  = "truncated"  // the stream ended inside a message
 	UndecodedBudget     = "budget"     // the tap's shared buffer allowance was spent
-	UndecodedStreams    = "streams"    // more calls at once on a connection than the tap follows, or replies ahead of their requests
+	UndecodedStreams    = "streams"    // more calls at once on a connection than the tap follows
 	UndecodedPanic      = "panic"      // decoding panicked
 )
 
@@ -27,11 +27,9 @@ const (
 var UndecodedReasons = []string{UndecodedTooLarge, UndecodedCompressed, UndecodedMalformed,
 	UndecodedTruncated, UndecodedBudget, UndecodedStreams, UndecodedPanic}
 
-// call is one gRPC stream. Its two halves are parsed by two goroutines that
-// may get to it in either order, so whichever half completes it publishes it.
+// call is one gRPC stream; whichever half's frame completes it publishes it.
 type call struct {
 	method      string // canonical; "" until the request headers were parsed
-	early       bool   // created by the driver's half before the request headers
 	buffer      bool   // the messages are kept for decoding
 	start, end  time.Time
 	req, resp   message
@@ -66,8 +64,8 @@ func (c *call) complete() bool {
 }
 
 // awaitsRequest tells whether a call the driver reset still waits for its
-// request: the client's bytes sent before the reset are parsed by the other
-// goroutine and may reach the tap after it.
+// request: the client sends on until it reads the reset, so the relay may
+// read the rest of the request after it.
 func (c *call) awaitsRequest() bool {
 	return c.buffer && c.undecoded == "" && !c.req.done()
 }
@@ -75,7 +73,7 @@ func (c *call) awaitsRequest() bool {
 // open applies the request headers; wanted tells whether the observer
 // takes the method's calls.
 func (c *call) open(h *headerBlock, at time.Time, b *budget, wanted func(string) bool) {
-	c.method, c.start, c.early = CanonicalMethod(h.path), at, false
+	c.method, c.start = CanonicalMethod(h.path), at
 	c.setDeadline(h.timeout)
 	c.req.method = c.method
 	c.requestDone = c.requestDone || h.endStream

@@ -1108,12 +1108,19 @@ func (b *diffBuilder) callLanes() []*diffLane {
 	var lanes []*diffLane
 	for i, c := range b.s.calls {
 		client := &diffLane{steps: b.halfSteps(0, c.id, &c.client, c.endAlone)}
-		open := client.steps[0]
-		client.steps[0] = func() { open(); b.opened[i] = true }
+		open, openedAt := client.steps[0], 0
+		client.steps[0] = func() { open(); b.opened[i], openedAt = true, b.w[0].out.Len() }
 		if i > 0 {
 			client.ready = func() bool { return b.opened[i-1] }
 		}
 		driver := &diffLane{steps: b.halfSteps(1, c.id, &c.driver, false), ready: func() bool { return b.opened[i] }}
+		if len(driver.steps) > 0 { // the driver answers only a request the relay brought it
+			first := driver.steps[0]
+			driver.steps[0] = func() {
+				b.s.deps[1] = append(b.s.deps[1], diffDep{at: b.w[1].out.Len(), need: openedAt})
+				first()
+			}
+		}
 		if c.client.reset {
 			b.cancelAfterReply(client, driver)
 		}

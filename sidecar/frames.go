@@ -19,10 +19,9 @@ var (
 	errInterleaved = errors.New("a frame other than CONTINUATION inside a header block")
 )
 
-// direction parses one way of a connection. Feed runs on that direction's
-// relay goroutine right after the bytes were forwarded, so parsing adds no
-// latency to the call and needs no goroutine or queue of its own; it only
-// ever parses complete frames, so it never waits for bytes.
+// direction parses one way of a connection. Feed runs on the connection's
+// parser goroutine (handoff), off the relay's path; it only ever parses
+// complete frames, so it never waits for bytes.
 type direction struct {
 	conn       *TapConn
 	fromClient bool

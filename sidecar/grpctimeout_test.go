@@ -56,9 +56,9 @@ func TestAHugeTimeoutPutsNoDeadlineNear(t *testing.T) {
 	start := time.Now()
 	w.headers(true, 1, false, ":method", "POST", ":path", MethodProbe, "content-type", "application/grpc", "grpc-timeout", "5124096H")
 	w.check(w.cfr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
-	u.tc.FromClient().Feed(w.client.Bytes(), start)
+	feedParsedAt(u.tc, u.tc.FromClient(), w.client.Bytes(), start)
 	w.check(w.dfr.WriteRSTStream(1, http2.ErrCodeCancel))
-	u.tc.FromDriver().Feed(w.driver.Bytes(), start.Add(30*time.Minute))
+	feedParsedAt(u.tc, u.tc.FromDriver(), w.driver.Bytes(), start.Add(30*time.Minute))
 	if got := fmt.Sprint(u.rec.finished); got != fmt.Sprint([]codes.Code{codes.Canceled}) {
 		t.Fatalf("finished %s, want one Canceled", got)
 	}
@@ -75,10 +75,10 @@ func cancelledAt(t *testing.T, timeout string, after time.Duration) []codes.Code
 	start := time.Now()
 	w.headers(true, 1, false, ":method", "POST", ":path", MethodProbe, "content-type", "application/grpc", "grpc-timeout", timeout)
 	w.check(w.cfr.WriteData(1, true, []byte{0, 0, 0, 0, 0}))
-	u.tc.FromClient().Feed(w.client.Bytes(), start)
+	feedParsedAt(u.tc, u.tc.FromClient(), w.client.Bytes(), start)
 	w.client.Reset()
 	w.check(w.cfr.WriteRSTStream(1, http2.ErrCodeCancel))
-	u.tc.FromClient().Feed(w.client.Bytes(), start.Add(after))
+	feedParsedAt(u.tc, u.tc.FromClient(), w.client.Bytes(), start.Add(after))
 	return u.rec.finished
 }
 

@@ -315,40 +315,69 @@ func (r *Relay) handle(client *net.UnixConn) {
 	<-done
 }
 
-// byteSink sees the bytes relayed in one direction. Feed must not block and
-// must not keep p.
+// byteSink sees the bytes relayed in one direction. A pump puts each read
+// in line with feedRead before forwarding it and hands the turn back to
+// parseAfter once forwarded; neither waits for anything. Feed is both at
+// once, for a caller without a relay buffer; it does not keep p.
 type byteSink interface {
 	Feed(p []byte, at time.Time)
+	feedRead(r *relayRead, n int, at time.Time) turn
+	parseAfter(turn)
 }
 
 type discard struct{}
 
-func (discard) Feed([]byte, time.Time) {}
+func (discard) Feed([]byte, time.Time)                   {}
+func (discard) feedRead(*relayRead, int, time.Time) turn { return turn{} }
+func (discard) parseAfter(turn)                          {}
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+// relayRead is a buffer one pump read into. The pump forwards from it and
+// the tap's parser may parse from it meanwhile (both only read it); it goes
+// back to the pool when the last of them releases it, never before.
+type relayRead struct {
+	b    []byte
+	refs atomic.Int32
+}
+
+var readPool = sync.Pool{New: func() any { return &relayRead{b: make([]byte, relayBufferBytes)} }}
+
+func newRelayRead() *relayRead {
+	r := readPool.Get().(*relayRead)
+	r.refs.Store(1)
+	return r
+}
+
+func (r *relayRead) hold() { r.refs.Add(1) }
+
+func (r *relayRead) release() {
+	if r.refs.Add(-1) == 0 {
+		readPool.Put(r)
+	}
+}
 
 // pump copies src to dst until src ends. A clean end of src is passed on as a
 // half-close of dst, so either side can finish sending and still read the
 // other's reply; an error closes both, as a reset would.
 func pump(dst, src *net.UnixConn, sink byteSink) {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
 	for {
-		n, err := src.Read(buf)
+		r := newRelayRead()
+		n, err := src.Read(r.b)
 		if n > 0 {
-			at := time.Now()
-			_, werr := dst.Write(buf[:n])
-			// Only after forwarding: the tap parses what is complete and
-			// returns, it never waits for bytes or for an observer. It sees
-			// what was sent even when the peer was already gone.
-			sink.Feed(buf[:n], at)
+			// In line before forwarding: the tap must have the request
+			// before the driver can answer it, and the reply before the
+			// client can react. Parsed after forwarding, and even when the
+			// peer was already gone.
+			t := sink.feedRead(r, n, time.Now())
+			_, werr := dst.Write(r.b[:n])
+			sink.parseAfter(t)
 			if werr != nil {
+				r.release()
 				src.Close()
 				dst.Close()
 				return
 			}
 		}
+		r.release()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				dst.CloseWrite()

@@ -36,18 +36,20 @@ const (
 	AbandonFraming   = "framing"
 	AbandonOversized = "oversized"
 	AbandonPanic     = "panic"
+	AbandonBacklog   = "backlog"
 )
 
 // AbandonReasons lists every reason, so a metric can show each at zero
 // before the first time it happens.
-var AbandonReasons = []string{AbandonNotHTTP2, AbandonFraming, AbandonOversized, AbandonPanic}
+var AbandonReasons = []string{AbandonNotHTTP2, AbandonFraming, AbandonOversized, AbandonPanic, AbandonBacklog}
 
-// Tap turns relayed bytes into Observations. Each direction is parsed by its
-// relay goroutine right after forwarding, only ever as far as the complete
-// frames go, so the relay never waits for the tap. Finished calls reach a
-// goroutine of the tap's own through a bounded queue; it decodes their
-// messages and hands them to the Observer, so neither a large message nor a
-// slow Observer holds up a relayed byte.
+// Tap turns relayed bytes into Observations. Each relayed connection has
+// one parser goroutine of its own, fed by both relay goroutines in the
+// order they read (handoff), only ever as far as the complete frames go,
+// so the relay never waits for the tap. Finished calls reach a goroutine
+// of the tap's own through a bounded queue; it decodes their messages and
+// hands them to the Observer, so neither a large message nor a slow
+// Observer holds up a relayed byte.
 type Tap struct {
 	observer Observer
 	recorder Recorder
@@ -55,11 +57,14 @@ type Tap struct {
 	// message is kept at all.
 	buffers bool
 	// wants tells which methods' calls the observer takes.
-	wants   func(string) bool
-	budget  *budget
-	queue   chan pending
-	done    chan struct{}
-	closeMu sync.Once
+	wants  func(string) bool
+	budget *budget
+	// handoffBytes is what every connection's relayed bytes waiting for
+	// their parser may hold together.
+	handoffBytes *allowance
+	queue        chan pending
+	done         chan struct{}
+	closeMu      sync.Once
 
 	// abandonLog keeps a client that opens connection after connection
 	// the tap cannot follow from writing a log line each.
@@ -94,7 +99,7 @@ func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 	if r == nil {
 		r = noRecorder{}
 	}
-	t := &Tap{observer: o, recorder: r, buffers: hasObserver(o), wants: observes(o), budget: newBudget(maxBufferedBytes),
+	t := &Tap{observer: o, recorder: r, buffers: hasObserver(o), wants: observes(o), budget: newBudget(maxBufferedBytes), handoffBytes: newAllowance(maxHandoffTotalBytes),
 		queue: make(chan pending, queueSize), done: make(chan struct{}), abandonLog: newLogThrottle(abandonLogInterval)}
 	go t.deliver()
 	return t

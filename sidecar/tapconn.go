@@ -12,19 +12,19 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// TapConn follows one relayed connection: one parser per direction, each
-// run by that direction's relay goroutine, sharing the calls in flight.
+// TapConn follows one relayed connection: a parser per direction, both
+// run by the connection's one parser goroutine in the order the relay read
+// their bytes (handoff), sharing the calls in flight.
 //
-// Only the client's request headers open a call record. The driver's half
-// may get to a stream first (its goroutine can parse the reply before the
-// client's goroutine parsed the request), so it may open an early record, but
-// only for a stream the client can still open, and at most maxEarlyCalls of
-// them. Frames of finished or unknown streams, WINDOW_UPDATE and PRIORITY
-// never make or keep a record.
+// Only the client's request headers open a call record: read in order, a
+// request always comes before the driver's frames of its stream. Frames of
+// finished or unknown streams, WINDOW_UPDATE and PRIORITY never make or
+// keep a record.
 type TapConn struct {
 	tap       *Tap
 	abandoned atomic.Bool
 	tapped    atomic.Bool
+	handoff   *handoff
 	client    *direction
 	driver    *direction
 
@@ -32,13 +32,6 @@ type TapConn struct {
 	calls      map[uint32]*call
 	lastOpened uint32 // the highest stream the client opened
 	goAway     uint32 // streams above this the driver will not process
-	early      int    // records opened by the driver's half
-	// lost are streams above lastOpened whose driver frames came when
-	// maxEarlyCalls records were taken: their calls cannot be followed, so
-	// their request opens none (it would wait for a status already gone).
-	// More than maxLostReplies of them gives the connection's tap up.
-	lost     map[uint32]struct{}
-	overflow atomic.Bool
 	// spare are records of published calls, emptied, for the next calls:
 	// a long connection's calls allocate none (at most maxSpareCalls).
 	spare []*call
@@ -51,14 +44,17 @@ func (t *Tap) NewConn() *TapConn {
 	tc := &TapConn{tap: t, calls: map[uint32]*call{}, goAway: math.MaxUint32}
 	tc.client = newDirection(tc, true)
 	tc.driver = newDirection(tc, false)
+	tc.handoff = newHandoff(tc)
 	return tc
 }
 
-// FromClient is the sink for bytes the client sent to the driver.
-func (tc *TapConn) FromClient() byteSink { return tc.client }
+// FromClient is the sink for bytes the client sent to the driver; feed it
+// before forwarding them.
+func (tc *TapConn) FromClient() byteSink { return handoffSink{tc.handoff, true} }
 
-// FromDriver is the sink for bytes the driver sent to the client.
-func (tc *TapConn) FromDriver() byteSink { return tc.driver }
+// FromDriver is the sink for bytes the driver sent to the client; feed it
+// before forwarding them.
+func (tc *TapConn) FromDriver() byteSink { return handoffSink{tc.handoff, false} }
 
 // sawBytes counts the connection as tapped once bytes flow: a connection
 // closed without a byte (a health check's, say) was never a CSI client.
@@ -79,6 +75,7 @@ func (tc *TapConn) peerOf(d *direction) *direction {
 // Calls still open when a connection ends are reported as Unavailable:
 // that is what the client got.
 func (tc *TapConn) Close() {
+	tc.handoff.close()
 	defer tc.release()
 	defer tc.recoverInto("close")
 	if tc.abandoned.Load() {
@@ -134,6 +131,9 @@ func (tc *TapConn) abandon(reason string, err error) {
 	}
 	tc.calls, tc.spare = nil, nil
 	tc.mu.Unlock()
+	tc.handoff.mu.Lock()
+	tc.handoff.dropQueuedLocked()
+	tc.handoff.mu.Unlock()
 	// A direction that is feeding right now frees itself when it returns.
 	for _, d := range []*direction{tc.client, tc.driver} {
 		if d.mu.TryLock() {
@@ -149,7 +149,7 @@ func (tc *TapConn) onHeaders(h *headerBlock, fromClient bool, at time.Time) {
 		if fromClient {
 			return tc.openCall(h, at)
 		}
-		c := tc.driverCall(h.streamID)
+		c := tc.calls[h.streamID]
 		if c != nil {
 			c.onResponseHeaders(h, at)
 		}
@@ -164,9 +164,6 @@ func (tc *TapConn) update(id uint32, apply func() *call) {
 	if c := tc.completed(id, apply); c != nil {
 		tc.publish(c)
 		tc.recycle(c)
-	}
-	if tc.overflow.Load() {
-		tc.abandon(AbandonFraming, fmt.Errorf("driver frames on more than %d streams the client had not opened", maxLostReplies))
 	}
 }
 
@@ -184,8 +181,7 @@ func (tc *TapConn) completed(id uint32, apply func() *call) *call {
 	return c
 }
 
-// openCall applies request headers: a new stream opens a record (or
-// completes the driver's early one).
+// openCall applies request headers: a new stream opens a record.
 func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 	id := h.streamID
 	c := tc.calls[id]
@@ -197,75 +193,26 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 		return nil // not a client stream, finished, or refused by the GOAWAY
 	}
 	tc.lastOpened = id
-	tc.dropSkippedEarly(id)
-	if _, lost := tc.lost[id]; lost {
-		delete(tc.lost, id)
+	if len(tc.calls) >= maxCallsPerConn {
 		tc.tap.recorder.CallUndecoded(UndecodedStreams)
 		return nil
 	}
-	if c == nil {
-		if len(tc.calls) >= maxCallsPerConn {
-			tc.tap.recorder.CallUndecoded(UndecodedStreams)
-			return nil
-		}
-		c = tc.newCall(false)
-		tc.calls[id] = c
-	} else {
-		tc.early--
-	}
-	c.open(h, at, tc.tap.budget, tc.tap.wants)
-	return c
-}
-
-// dropSkippedEarly forgets early records of streams below id the client
-// never opened: stream IDs only grow, so it never will.
-func (tc *TapConn) dropSkippedEarly(id uint32) {
-	for sid := range tc.lost {
-		if sid < id {
-			delete(tc.lost, sid)
-		}
-	}
-	if tc.early == 0 {
-		return
-	}
-	for sid, c := range tc.calls {
-		if c.early && sid < id {
-			c.free(tc.tap.budget)
-			delete(tc.calls, sid)
-			tc.early--
-		}
-	}
-}
-
-// driverCall returns the record a driver frame of stream id applies to,
-// opening an early one when the client may not have been parsed yet.
-func (tc *TapConn) driverCall(id uint32) *call {
-	if c := tc.calls[id]; c != nil {
-		return c
-	}
-	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway {
-		return nil
-	}
-	if tc.early >= maxEarlyCalls || len(tc.calls) >= maxCallsPerConn {
-		tc.loseEarly(id)
-		return nil
-	}
-	c := tc.newCall(true)
+	c = tc.newCall()
 	tc.calls[id] = c
-	tc.early++
+	c.open(h, at, tc.tap.budget, tc.tap.wants)
 	return c
 }
 
 // newCall is a record whose messages hold of this connection's share, a
 // spare one if there is. The caller holds tc.mu.
-func (tc *TapConn) newCall(early bool) *call {
+func (tc *TapConn) newCall() *call {
 	var c *call
 	if n := len(tc.spare); n > 0 {
 		c, tc.spare = tc.spare[n-1], tc.spare[:n-1]
 	} else {
 		c = new(call)
 	}
-	*c = call{early: early, buffer: tc.tap.buffers}
+	*c = call{buffer: tc.tap.buffers}
 	c.req.acct.share, c.resp.acct.share = &tc.share, &tc.share
 	return c
 }
@@ -282,22 +229,6 @@ func (tc *TapConn) recycle(c *call) {
 	}
 }
 
-// loseEarly remembers a stream whose driver frame found no room for an
-// early record.
-func (tc *TapConn) loseEarly(id uint32) {
-	if _, ok := tc.lost[id]; ok {
-		return
-	}
-	if len(tc.lost) >= maxLostReplies {
-		tc.overflow.Store(true)
-		return
-	}
-	if tc.lost == nil {
-		tc.lost = map[uint32]struct{}{}
-	}
-	tc.lost[id] = struct{}{}
-}
-
 // onData applies one DATA frame.
 func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Time) {
 	tc.update(id, func() *call {
@@ -310,7 +241,7 @@ func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Tim
 			c.requestDone = c.requestDone || end
 			return c
 		}
-		c := tc.driverCall(id)
+		c := tc.calls[id]
 		if c != nil {
 			c.onData(p, false, tc.tap.budget)
 			c.onReplyData(p, end, at)
@@ -323,9 +254,6 @@ func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Tim
 func (tc *TapConn) onReset(id uint32, ec http2.ErrCode, fromClient bool, at time.Time) {
 	tc.update(id, func() *call {
 		c := tc.calls[id]
-		if !fromClient {
-			c = tc.driverCall(id)
-		}
 		if c != nil {
 			c.onReset(ec, fromClient, at, tc.tap.budget)
 			if c.awaitsRequest() {
@@ -337,7 +265,7 @@ func (tc *TapConn) onReset(id uint32, ec http2.ErrCode, fromClient bool, at time
 }
 
 // boundAwaiting gives up on the oldest call that waits for the rest of a
-// request the driver reset, once more than maxEarlyCalls wait: a client that
+// request the driver reset, once more than maxAwaitingCalls wait: a client that
 // got the reset sends no more, and a connection lives for days.
 func (tc *TapConn) boundAwaiting() {
 	var oldest uint32
@@ -350,7 +278,7 @@ func (tc *TapConn) boundAwaiting() {
 			}
 		}
 	}
-	if waiting > maxEarlyCalls {
+	if waiting > maxAwaitingCalls {
 		c := tc.calls[oldest]
 		c.giveUp(UndecodedTruncated, tc.tap.budget)
 		delete(tc.calls, oldest)
@@ -370,9 +298,6 @@ func (tc *TapConn) onGoAway(last uint32) {
 	}
 	for id, c := range tc.calls {
 		if id > tc.goAway {
-			if c.early {
-				tc.early--
-			}
 			c.free(tc.tap.budget)
 			delete(tc.calls, id)
 		}

@@ -1,0 +1,120 @@
+package sidecar_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/cozystack/csi-clone-sidecar/sidecar"
+)
+
+// The tap parses what crossed the relay in the order it crossed: grpc-go's
+// client answers a malformed reply with its own RST_STREAM, and a tap that
+// parsed that reaction before the reply recorded the reset's code, not the
+// status the client saw (issue 38: 45 of 4,000 trailers-only replies with
+// grpc-status "abc" at GOMAXPROCS 4, when the two directions were parsed
+// by the two relay goroutines after each write). A real grpc-go client
+// calls through the real relay into the oracle's raw driver; every code
+// the client saw must be the code the tap recorded, at GOMAXPROCS 2, 4
+// and 8.
+func TestTapRecordsWhatTheClientSawAtAnyParallelism(t *testing.T) {
+	o, err := oracle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	malformed := []diffHalf{
+		{blocks: [][]hpack.HeaderField{{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"},
+			{Name: "grpc-status", Value: "abc"}}}, endOnBlock: true},
+		{blocks: [][]hpack.HeaderField{{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}}},
+			dataAfter: 1, data: []byte{0, 0x7f, 0xff, 0xff, 0xff}}, // announces 2 GiB: over the client's limit
+	}
+	for _, procs := range []int{2, 4, 8} {
+		t.Run("GOMAXPROCS="+strconv.Itoa(procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			saw, recorded := callThroughRelay(t, o, malformed, 4000, 8)
+			slices.Sort(saw)
+			slices.Sort(recorded)
+			if !slices.Equal(saw, recorded) {
+				t.Errorf("the client saw %v, the tap recorded %v", countCodes(saw), countCodes(recorded))
+			}
+		})
+	}
+}
+
+// callThroughRelay makes n CreateVolume calls at the given concurrency
+// through a tapped relay in front of the oracle's driver, each answered
+// with one of replies in turn, and returns the codes the client saw and
+// the codes the tap recorded.
+func callThroughRelay(t *testing.T, o *grpcOracle, replies []diffHalf, n, concurrency int) (saw, recorded []codes.Code) {
+	rec := &codeRecorder{}
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	r, err := sidecar.NewRelay(sidecar.Config{ListenPath: sock, DriverPath: o.addr, Recorder: rec, Tap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(context.Background())
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range concurrency {
+		wg.Go(func() {
+			for i := range next {
+				code := oracleCallVia(conn, o, replies[i%len(replies)])
+				mu.Lock()
+				saw = append(saw, code)
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	conn.Close()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return saw, slices.Clone(rec.finished)
+}
+
+// oracleCallVia makes one CreateVolume call over conn that the oracle's
+// driver answers with reply, and returns the code the client saw.
+func oracleCallVia(conn *grpc.ClientConn, o *grpcOracle, reply diffHalf) codes.Code {
+	token := "relay-" + strconv.FormatUint(o.next.Add(1), 10)
+	o.plans.Store(token, &oraclePlan{reply: reply})
+	defer o.plans.Delete(token)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, oracleTokenField, token)
+	var resp []byte
+	err := conn.Invoke(ctx, sidecar.MethodCreateVolume, []byte{}, &resp, grpc.ForceCodec(rawCodec{}))
+	return status.Code(err)
+}
+
+func countCodes(cs []codes.Code) string {
+	counts := map[codes.Code]int{}
+	for _, c := range cs {
+		counts[c]++
+	}
+	return fmt.Sprint(counts)
+}
