@@ -75,7 +75,7 @@ fuzz:
 	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0
 	$(GO) test ./sidecar -run '^$$' -fuzz '^FuzzWireFramesMatchXNetFramer$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 0
 
-## diff: the tap's differential property test: random sessions encoded by x/net, checked call by call (DIFFTIME=10m for a long one)
+## diff: the tap's differential property test: random sessions encoded by x/net (grpc-go's reaction resets included), at GOMAXPROCS 2, 4 and 8 in turn, checked call by call (DIFFTIME=10m for a long one)
 diff:
 	CSI_CLONE_DIFF_TIME=$(DIFFTIME) $(GO) test -count=1 -v -run '^TestTapDifferential$$' ./sidecar
 

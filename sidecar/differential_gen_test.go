@@ -692,6 +692,9 @@ type diffCall struct {
 	published   bool
 	tags        []string
 	defected    bool // changed by a deliberate defect after its expectation was set
+	// reaction, when not 0, is the RST_STREAM the client sends once it has
+	// read the driver's whole half.
+	reaction http2.ErrCode
 }
 
 func (g diffGen) call(id uint32, o diffOutcome) *diffCall {
@@ -706,6 +709,13 @@ func (g diffGen) call(id uint32, o diffOutcome) *diffCall {
 	c.endAlone = g.chance(0.2)
 	g.reply(c, o, b, st)
 	c.expect(o, b)
+	if o <= outDriverReset && g.chance(0.25) {
+		// grpc-go's client resets a stream whose reply it rejected
+		// (PROTOCOL_ERROR for malformed headers, CANCEL once RecvMsg
+		// failed): a reaction to the status it already has.
+		c.reaction = []http2.ErrCode{http2.ErrCodeProtocol, http2.ErrCodeCancel}[g.IntN(2)]
+		c.tags = append(c.tags, "client-reaction")
+	}
 	return c
 }
 
@@ -1122,6 +1132,10 @@ func (b *diffBuilder) callLanes() []*diffLane {
 			}
 		}
 		if c.client.reset {
+			b.cancelAfterReply(client, driver)
+		} else if c.reaction != 0 {
+			id, code := c.id, c.reaction
+			client.steps = append(client.steps, func() { diffMust(b.w[0].fr.WriteRSTStream(id, code)) })
 			b.cancelAfterReply(client, driver)
 		}
 		lanes = append(lanes, client, driver)

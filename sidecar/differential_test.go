@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +22,10 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/sidecar"
 )
 
+// diffProcs are the GOMAXPROCS the differential's sessions run at in turn:
+// the sidecar has no CPU limit, so in production it is the node's cores.
+var diffProcs = []int{2, 4, 8}
+
 // TestTapDifferential feeds random sessions (differential_gen_test.go) to a
 // tap and checks that it reports exactly the calls that were made. It runs
 // for CSI_CLONE_DIFF_TIME (a Go duration, 3s by default); each session is
@@ -28,15 +33,19 @@ import (
 // replays from that session on. Sessions of odd seeds are fed by two
 // goroutines, one per direction, as the relay feeds them; their replay has
 // the same bytes in the same chunks, not necessarily in the same order.
+// Sessions run at each of diffProcs in turn.
 func TestTapDifferential(t *testing.T) {
 	budget := diffEnvDuration(t, "CSI_CLONE_DIFF_TIME", 3*time.Second)
 	seed := diffEnvSeed(t)
 	var sessions, calls, failing int
 	tags := map[string]int{}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for deadline := time.Now().Add(budget); time.Now().Before(deadline); sessions++ {
 		s := generateDiffSession(seed+uint64(sessions), nil)
 		calls += len(s.calls)
 		concurrent := s.seed%2 == 1
+		procs := diffProcs[s.seed/2%uint64(len(diffProcs))]
+		runtime.GOMAXPROCS(procs)
 		problems := runDiffSession(s, concurrent)
 		if len(problems) == 0 {
 			continue
@@ -50,8 +59,8 @@ func TestTapDifferential(t *testing.T) {
 			}
 		}
 		if failing <= 3 {
-			t.Errorf("session with seed %d (CSI_CLONE_DIFF_SEED=%d to replay; fed concurrently: %v): %d mismatches\n%s",
-				s.seed, s.seed, concurrent, len(problems), describeDiffSession(s, problems))
+			t.Errorf("session with seed %d (CSI_CLONE_DIFF_SEED=%d to replay; fed concurrently: %v, GOMAXPROCS %d): %d mismatches\n%s",
+				s.seed, s.seed, concurrent, procs, len(problems), describeDiffSession(s, problems))
 		}
 	}
 	t.Logf("checked %d sessions, %d calls, in %v (seed %d)", sessions, calls, budget, seed)
@@ -417,7 +426,11 @@ func diffCheckWire(s *diffSession) error {
 		}
 	}
 	for _, c := range s.calls {
-		if err := diffSameHalf(c.client, read[0].streams[c.id]); err != nil {
+		client := c.client
+		if c.reaction != 0 {
+			client.reset, client.code = true, c.reaction
+		}
+		if err := diffSameHalf(client, read[0].streams[c.id]); err != nil {
 			return fmt.Errorf("client side of stream %d: %w", c.id, err)
 		}
 		if err := diffSameHalf(c.driver, read[1].streams[c.id]); err != nil {
@@ -656,7 +669,7 @@ type diffDropReplyHeaders struct{}
 
 func (*diffDropReplyHeaders) beforeEncoding(s *diffSession) {
 	for _, c := range s.calls {
-		if len(c.driver.blocks) > 0 && c.published && !c.client.reset && !c.driver.reset && c.want.Code != codes.Unavailable {
+		if len(c.driver.blocks) > 0 && c.published && !c.client.reset && !c.driver.reset && c.reaction == 0 && c.want.Code != codes.Unavailable {
 			c.driver.blocks, c.driver.dataAfter, c.driver.endOnBlock = nil, 0, false
 			c.defected = true
 			return
