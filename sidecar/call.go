@@ -36,7 +36,9 @@ type call struct {
 	requestDone bool // the client sent END_STREAM
 	reset       bool // either side reset the stream
 	clientReset bool // the client reset it: nothing more comes from the client
-	refused     bool // the driver refused it: the client retries it elsewhere
+	refused     bool // the driver refused it (retries.go says whether the client retries it)
+	goAwayed    bool // refused by the driver's GOAWAY, not by RST_STREAM
+	shape       requestShape
 	statusKnown bool
 	code        codes.Code
 	message     string
@@ -59,6 +61,9 @@ type call struct {
 func (c *call) complete() bool {
 	if c.method == "" || !(c.statusKnown || c.refused) {
 		return false
+	}
+	if c.refused { // whether grpc-go retries it depends on the request's size
+		return c.shape.known() || c.requestDone || c.clientReset
 	}
 	return c.requestDone || c.clientReset || (c.reset && !c.awaitsRequest())
 }
@@ -156,6 +161,22 @@ func (c *call) fail(code codes.Code, msg string, at time.Time) {
 	}
 }
 
+// refuse marks a stream the driver did not process; the messages are let
+// go at once, whether or not the client retries it.
+func (c *call) refuse(at time.Time, b *budget) {
+	c.refused, c.buffer, c.end = true, false, at
+	c.free(b)
+}
+
+// refusedStatus is what grpc-go's client reports of a refused stream it
+// does not retry (http2ErrConvTab, statusGoAway in internal/transport).
+func (c *call) refusedStatus() (codes.Code, string) {
+	if c.goAwayed {
+		return codes.Unavailable, "the stream is rejected because server is draining the connection"
+	}
+	return codes.Unavailable, "stream terminated by RST_STREAM with error code: REFUSED_STREAM"
+}
+
 func (c *call) setStatus(code codes.Code, at time.Time) {
 	if !c.statusKnown {
 		c.code, c.statusKnown, c.end = code, true, at
@@ -222,8 +243,7 @@ func (c *call) onReset(ec http2.ErrCode, fromClient bool, at time.Time, b *budge
 		return
 	}
 	if ec == http2.ErrCodeRefusedStream && !fromClient {
-		c.refused, c.buffer = true, false
-		c.free(b)
+		c.refuse(at, b)
 		return
 	}
 	code := resetCode(ec)

@@ -692,6 +692,7 @@ type diffCall struct {
 	published   bool
 	tags        []string
 	defected    bool // changed by a deliberate defect after its expectation was set
+	refusedSeen bool // refused, and the client saw it fail: timed, never observed
 	// reaction, when not 0, is the RST_STREAM the client sends once it has
 	// read the driver's whole half.
 	reaction http2.ErrCode
@@ -818,6 +819,13 @@ func (c *diffCall) expect(o diffOutcome, b diffBody) {
 	if p, ok := b.msgs.req.(interface{ GetParameters() map[string]string }); ok && len(p.GetParameters()) != len(c.want.Request.Parameters) {
 		c.tags = append(c.tags, "parameters-filtered")
 	}
+	if !c.finished && diffReplayBytes(b.req) > 256<<10 {
+		// grpc-go committed the call (over its replay buffer): no retry,
+		// the client sees Unavailable (stream.go shouldRetry).
+		c.finished, c.refusedSeen = true, true
+		c.want.Code = codes.Unavailable
+		c.tags = append(c.tags, "refused-over-replay-buffer")
+	}
 }
 
 // askGRPCGo sets the code and message the tap must report of each call
@@ -833,7 +841,7 @@ func askGRPCGo(s *diffSession) error {
 	errs := make([]error, len(s.calls))
 	var wg sync.WaitGroup
 	for i, c := range s.calls {
-		if !c.finished {
+		if !c.finished || c.refusedSeen {
 			continue
 		}
 		wg.Go(func() {
@@ -850,6 +858,15 @@ func askGRPCGo(s *diffSession) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// diffReplayBytes is what grpc-go's replay buffer holds of a unary
+// request: its first message's prefix and the size it announces.
+func diffReplayBytes(req []byte) int {
+	if len(req) < 5 {
+		return len(req)
+	}
+	return 5 + int(binary.BigEndian.Uint32(req[1:5]))
 }
 
 // diffSession is one generated connection.

@@ -323,7 +323,7 @@ func (d *direction) onFrame(f *wireFrame, at time.Time) (string, error) {
 		d.conn.onReset(f.stream, f.code, d.fromClient, at)
 	case http2.FrameGoAway:
 		if !d.fromClient {
-			d.conn.onGoAway(f.last)
+			d.conn.onGoAway(f.last, at)
 		}
 	}
 	return "", nil

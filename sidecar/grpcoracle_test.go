@@ -55,6 +55,11 @@ type grpcOracle struct {
 type oraclePlan struct {
 	reply  diffHalf
 	hangUp bool
+	// refuse is how many attempts of the call the driver refuses before
+	// it answers one: with RST_STREAM(REFUSED_STREAM), or with a GOAWAY
+	// naming the stream before it (and closing the connection) if goAway.
+	refuse atomic.Int32
+	goAway bool
 }
 
 var oracle = sync.OnceValues(startGRPCOracle)
@@ -147,6 +152,7 @@ func (o *grpcOracle) serve(c net.Conn) {
 	if fr.WriteSettings() != nil {
 		return
 	}
+	var drainAt uint32 // the stream whose first DATA ends the connection with a GOAWAY
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
@@ -173,7 +179,29 @@ func (o *grpcOracle) serve(c net.Conn) {
 				continue
 			}
 			p := plan.(*oraclePlan)
+			if p.refuse.Add(-1) >= 0 {
+				if p.goAway {
+					// Once the request's first bytes came: a stream whose
+					// request never crossed cannot be sized by the tap.
+					drainAt = f.StreamID
+					continue
+				}
+				if fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream) != nil {
+					return
+				}
+				continue
+			}
 			if writeOracleReply(fr, enc, &block, f.StreamID, p.reply) != nil || p.hangUp {
+				return
+			}
+		case *http2.DataFrame:
+			if drainAt != 0 && f.StreamID == drainAt {
+				fr.WriteGoAway(max(drainAt, 2)-2, http2.ErrCodeNo, nil) // the last stream processed: odd, or 0
+				return
+			}
+			// Large requests flow: the connection's window comes back at
+			// once (a refused stream's bytes included).
+			if n := uint32(len(f.Data())); n > 0 && fr.WriteWindowUpdate(0, n) != nil {
 				return
 			}
 		}

@@ -118,3 +118,80 @@ func countCodes(cs []codes.Code) string {
 	}
 	return fmt.Sprint(counts)
 }
+
+// A stream the driver refuses (RST_STREAM(REFUSED_STREAM), or beyond its
+// GOAWAY) is no call when grpc-go retries it transparently, and the
+// Unavailable call the client saw when it does not: a retry refused again,
+// or a request over grpc-go's 256 KiB replay buffer (stream.go shouldRetry,
+// bufferForRetryLocked). A real grpc-go client calls through the relay into
+// the oracle's driver, which refuses each call's first 0, 1 or 2 attempts
+// (a GOAWAY once the request's first DATA came: a stream whose request
+// never crossed the relay cannot be sized, and counts as retried); the
+// codes the tap recorded must be the codes the client saw.
+func TestRefusedStreamsCountAsGRPCGoRetriesThem(t *testing.T) {
+	o, err := oracle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := diffHalf{blocks: [][]hpack.HeaderField{{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}},
+		{{Name: "grpc-status", Value: "0"}}}, dataAfter: 1, data: []byte{0, 0, 0, 0, 0}, endOnBlock: true}
+	for _, goAway := range []bool{false, true} {
+		t.Run(fmt.Sprintf("goaway=%v", goAway), func(t *testing.T) {
+			var plans []refusalPlan
+			for refuse := range 3 {
+				for _, size := range []int{100, 300 << 10} {
+					plans = append(plans, refusalPlan{refuse: refuse, size: size, goAway: goAway})
+				}
+			}
+			saw, recorded := refuseThroughRelay(t, o, ok, plans, 4)
+			slices.Sort(saw)
+			slices.Sort(recorded)
+			if !slices.Equal(saw, recorded) {
+				t.Errorf("the client saw %v, the tap recorded %v", countCodes(saw), countCodes(recorded))
+			}
+		})
+	}
+}
+
+type refusalPlan struct {
+	refuse, size int
+	goAway       bool
+}
+
+// refuseThroughRelay makes each planned call `rounds` times, one at a
+// time, through a tapped relay in front of the oracle's driver.
+func refuseThroughRelay(t *testing.T, o *grpcOracle, reply diffHalf, plans []refusalPlan, rounds int) (saw, recorded []codes.Code) {
+	rec := &codeRecorder{}
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	r, err := sidecar.NewRelay(sidecar.Config{ListenPath: sock, DriverPath: o.addr, Recorder: rec, Tap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(context.Background())
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range rounds {
+		for _, p := range plans {
+			token := "refused-" + strconv.FormatUint(o.next.Add(1), 10)
+			plan := &oraclePlan{reply: reply, goAway: p.goAway}
+			plan.refuse.Store(int32(p.refuse))
+			o.plans.Store(token, plan)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx = metadata.AppendToOutgoingContext(ctx, oracleTokenField, token)
+			var resp []byte
+			err := conn.Invoke(ctx, sidecar.MethodCreateVolume, make([]byte, p.size), &resp, grpc.ForceCodec(rawCodec{}), grpc.WaitForReady(true))
+			cancel()
+			o.plans.Delete(token)
+			saw = append(saw, status.Code(err))
+		}
+	}
+	conn.Close()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return saw, slices.Clone(rec.finished)
+}

@@ -62,9 +62,11 @@ type Tap struct {
 	// handoffBytes is what every connection's relayed bytes waiting for
 	// their parser may hold together.
 	handoffBytes *allowance
-	queue        chan pending
-	done         chan struct{}
-	closeMu      sync.Once
+	// retries are the refused first attempts waiting for grpc-go's retry.
+	retries retryBook
+	queue   chan pending
+	done    chan struct{}
+	closeMu sync.Once
 
 	// abandonLog keeps a client that opens connection after connection
 	// the tap cannot follow from writing a log line each.

@@ -189,8 +189,8 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 		c.requestDone = c.requestDone || h.endStream
 		return c
 	}
-	if id%2 == 0 || id <= tc.lastOpened || id > tc.goAway {
-		return nil // not a client stream, finished, or refused by the GOAWAY
+	if id%2 == 0 || id <= tc.lastOpened {
+		return nil // not a client stream, or finished
 	}
 	tc.lastOpened = id
 	if len(tc.calls) >= maxCallsPerConn {
@@ -200,6 +200,10 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 	c = tc.newCall()
 	tc.calls[id] = c
 	c.open(h, at, tc.tap.budget, tc.tap.wants)
+	if id > tc.goAway { // sent before the client read the GOAWAY: refused
+		c.refuse(at, tc.tap.budget)
+		c.goAwayed = true
+	}
 	return c
 }
 
@@ -237,6 +241,7 @@ func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Tim
 			if c == nil || c.method == "" {
 				return nil
 			}
+			c.shape.note(p)
 			c.onData(p, true, tc.tap.budget)
 			c.requestDone = c.requestDone || end
 			return c
@@ -287,30 +292,50 @@ func (tc *TapConn) boundAwaiting() {
 	}
 }
 
-// onGoAway forgets the calls the driver says it will not process: the
-// client retries them on another connection, so they are no answer.
-func (tc *TapConn) onGoAway(last uint32) {
+// onGoAway ends the calls the driver says it will not process: refused
+// streams, which the client may retry on another connection.
+func (tc *TapConn) onGoAway(last uint32, at time.Time) {
+	var refused []*call
 	tc.mu.Lock()
-	defer tc.mu.Unlock()
 	tc.goAway = min(tc.goAway, last)
-	if tc.calls == nil {
-		return
-	}
 	for id, c := range tc.calls {
-		if id > tc.goAway {
+		if id <= tc.goAway {
+			continue
+		}
+		if c.method == "" || c.statusKnown {
 			c.free(tc.tap.budget)
 			delete(tc.calls, id)
+			continue
 		}
+		c.refuse(at, tc.tap.budget)
+		c.goAwayed = true
+		if c.complete() { // else once its request's size is known
+			delete(tc.calls, id)
+			refused = append(refused, c)
+		}
+	}
+	tc.mu.Unlock()
+	for _, c := range refused {
+		tc.publish(c)
 	}
 }
 
 // publish records the call's timing and hands it on to be decoded; a
-// refused call is neither (the client retries it).
+// refused call is timed only when the client did not retry it.
 func (tc *TapConn) publish(c *call) {
 	t := tc.tap
 	if c.refused {
+		// Timed if the client saw it fail; never observed: its messages
+		// were let go at the refusal.
+		if t.retries.refused(c.shape.signature(c.method), c.shape.size(), c.start, c.end) {
+			c.code, c.message = c.refusedStatus()
+			t.recordFinished(c)
+		}
 		c.free(t.budget)
 		return
+	}
+	if t.retries.pending.Load() > 0 {
+		t.retries.answered(c.shape.signature(c.method), c.start)
 	}
 	t.recordFinished(c)
 	if c.code != codes.OK { // a failed call's reply carries nothing the tap reports
