@@ -73,7 +73,8 @@ const (
 // status message;
 // the relayed bytes waiting for or in a parser, at most
 // maxHandoffTotalBytes of all connections together (twice that in capacity,
-// as a slice grows); the observations queued for the Observer (the default
+// as a slice grows); the refused first attempts waiting for their retry
+// (maxPendingRetries); the observations queued for the Observer (the default
 // queue of defaultQueueSize, each with its message); and every buffered
 // message of all connections together, at most maxBufferedBytes. Only
 // messages of the methods the tap decodes are buffered (never a ListVolumes
@@ -84,7 +85,8 @@ func HeldBytesBound(connections, callsPerConn int) int64 {
 	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxHeaderBlockBytes + maxHeaderTableBytes)
 	perConn := 2*int64(relayBufferBytes) + maxSpareCalls*callRecordBytes + 2*perDirection + 2*keptHandoffBytes +
 		int64(min(callsPerConn, maxCallsPerConn))*callRecordBytes
-	queued := int64(defaultQueueSize) * callRecordBytes
+	const pendingRetryBytes = 32 // a signature and a time (retries.go)
+	queued := int64(defaultQueueSize)*callRecordBytes + maxPendingRetries*pendingRetryBytes
 	return int64(connections)*perConn + queued + maxBufferedBytes + 2*maxHandoffTotalBytes
 }
 
