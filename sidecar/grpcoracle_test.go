@@ -60,6 +60,9 @@ type oraclePlan struct {
 	// naming the stream before it (and closing the connection) if goAway.
 	refuse atomic.Int32
 	goAway bool
+	// afterRequest answers once the whole request came, as a CSI driver
+	// does, rather than at its headers.
+	afterRequest bool
 }
 
 var oracle = sync.OnceValues(startGRPCOracle)
@@ -153,6 +156,7 @@ func (o *grpcOracle) serve(c net.Conn) {
 		return
 	}
 	var drainAt uint32 // the stream whose first DATA ends the connection with a GOAWAY
+	waiting := map[uint32]*oraclePlan{}
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
@@ -191,10 +195,20 @@ func (o *grpcOracle) serve(c net.Conn) {
 				}
 				continue
 			}
+			if p.afterRequest && !f.StreamEnded() {
+				waiting[f.StreamID] = p
+				continue
+			}
 			if writeOracleReply(fr, enc, &block, f.StreamID, p.reply) != nil || p.hangUp {
 				return
 			}
 		case *http2.DataFrame:
+			if p := waiting[f.StreamID]; p != nil && f.StreamEnded() {
+				delete(waiting, f.StreamID)
+				if writeOracleReply(fr, enc, &block, f.StreamID, p.reply) != nil {
+					return
+				}
+			}
 			if drainAt != 0 && f.StreamID == drainAt {
 				fr.WriteGoAway(max(drainAt, 2)-2, http2.ErrCodeNo, nil) // the last stream processed: odd, or 0
 				return
