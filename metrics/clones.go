@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,6 +53,12 @@ var (
 	descDuration = prometheus.NewDesc("csi_clone_duration_seconds",
 		"Seconds from a worker disk's first CreateVolume (as the tap saw it) to the disk being ready (its DataVolume's Ready condition, or its final capacity if later); observed once per disk (ledger ConfigMap).",
 		[]string{"verdict"}, nil)
+	descInFlight = prometheus.NewDesc("csi_clone_in_flight",
+		"Clone disks CDI has neither finished nor failed, per golden and phase (golden-import, planning, provisioning, create-volume, expand, bind, finishing).",
+		[]string{"namespace", "golden", "phase"}, nil)
+	descInFlightOldest = prometheus.NewDesc("csi_clone_in_flight_oldest_seconds",
+		"Seconds since the oldest clone in flight of a golden in a phase was requested (the later of the disk's creation and its golden's import finishing), at scrape time.",
+		[]string{"namespace", "golden", "phase"}, nil)
 	descMalformed = prometheus.NewDesc("csi_clone_malformed_objects_total",
 		"Objects the verdict engine could not read and skipped (distinct object versions seen by this leader process), by kind.",
 		[]string{"kind"}, nil)
@@ -74,7 +81,8 @@ func NewCloneCollector(src ClonesSource) prometheus.Collector { return clonesCol
 
 func (clonesCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerDisks, descFetchesAvoided, descFetches, descBytesAvoided,
-		descGoldenInfo, descGoldenConsumers, descImageGoldenInfo, descImageDisks, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired, descVerdictPasses} {
+		descGoldenInfo, descGoldenConsumers, descImageGoldenInfo, descImageDisks, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired, descVerdictPasses,
+		descInFlight, descInFlightOldest} {
 		ch <- d
 	}
 }
@@ -114,9 +122,24 @@ func collectState(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
 			label(f.SchematicID), label(f.Version))
 	}
 	collectImages(ch, s)
+	collectInFlight(ch, s, scrapeClock())
 	for _, b := range s.BadDisks {
 		ch <- prometheus.MustNewConstMetric(descBadDisks, prometheus.GaugeValue, float64(b.Count),
 			b.Namespace, label(b.Pool), label(b.Flavor.SchematicID), label(b.Flavor.Version), b.Reason)
+	}
+}
+
+// scrapeClock is the time ages are measured at (tests replace it).
+var scrapeClock = time.Now
+
+// collectInFlight emits the clones in flight per golden and phase, and the
+// age of the oldest, measured now: a clone that stays in a phase ages
+// between passes.
+func collectInFlight(ch chan<- prometheus.Metric, s *ledger.Snapshot, now time.Time) {
+	for _, c := range s.InFlight {
+		labels := []string{c.Golden.Namespace, label(c.Golden.Name), c.Phase}
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(c.Count), labels...)
+		ch <- prometheus.MustNewConstMetric(descInFlightOldest, prometheus.GaugeValue, max(now.Sub(c.Oldest), 0).Seconds(), labels...)
 	}
 }
 

@@ -2,9 +2,11 @@ package metrics
 
 import (
 	"bytes"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -141,5 +143,34 @@ csi_clone_image_golden_info{golden="vm-default-images-ubuntu",image="ubuntu",nam
 	}
 	if n := testutil.CollectAndCount(c, "csi_clone_golden_info"); n != 1 {
 		t.Fatalf("%d golden_info series: an image golden must not join the Talos catalog's", n)
+	}
+}
+
+// Clones in flight: a count per golden and phase, and the oldest's age
+// measured at scrape time, so it grows between two scrapes of one snapshot.
+func TestInFlightSeriesAgeAtScrapeTime(t *testing.T) {
+	s := leaderSnapshot()
+	golden := types.NamespacedName{Namespace: "cozy-public", Name: "talos-worker-" + sid + "-v1.13.2"}
+	requested := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	s.InFlight = []ledger.InFlightCount{
+		{InFlightKey: ledger.InFlightKey{Golden: golden, Phase: record.PhaseCreateVolume}, Count: 3, Oldest: requested},
+		{InFlightKey: ledger.InFlightKey{Golden: golden, Phase: record.PhasePlanning}, Count: 1, Oldest: requested.Add(5 * time.Minute)}}
+	c := NewCloneCollector(snapshotSource{s})
+	defer func(old func() time.Time) { scrapeClock = old }(scrapeClock)
+	for _, after := range []time.Duration{9 * time.Minute, 11 * time.Minute} {
+		scrapeClock = func() time.Time { return requested.Add(after) }
+		want := fmt.Sprintf(`
+# HELP csi_clone_in_flight Clone disks CDI has neither finished nor failed, per golden and phase (golden-import, planning, provisioning, create-volume, expand, bind, finishing).
+# TYPE csi_clone_in_flight gauge
+csi_clone_in_flight{golden="%[1]s",namespace="cozy-public",phase="create-volume"} 3
+csi_clone_in_flight{golden="%[1]s",namespace="cozy-public",phase="planning"} 1
+# HELP csi_clone_in_flight_oldest_seconds Seconds since the oldest clone in flight of a golden in a phase was requested (the later of the disk's creation and its golden's import finishing), at scrape time.
+# TYPE csi_clone_in_flight_oldest_seconds gauge
+csi_clone_in_flight_oldest_seconds{golden="%[1]s",namespace="cozy-public",phase="create-volume"} %[2]g
+csi_clone_in_flight_oldest_seconds{golden="%[1]s",namespace="cozy-public",phase="planning"} %[3]g
+`, golden.Name, after.Seconds(), (after - 5*time.Minute).Seconds())
+		if err := testutil.CollectAndCompare(c, strings.NewReader(want), "csi_clone_in_flight", "csi_clone_in_flight_oldest_seconds"); err != nil {
+			t.Fatalf("%v after the oldest request: %v", after, err)
+		}
 	}
 }

@@ -26,11 +26,16 @@ type FleetTally struct {
 	perClass             map[verdict.ClassDiskCount]int
 	images               map[ImageDiskCount]int
 	predRight, predWrong int
+	// inFlight are the clones in flight per golden and phase, each with
+	// when it was requested: the oldest is a minimum, which a count alone
+	// cannot keep as disks leave.
+	inFlight map[InFlightKey]map[string]time.Time
 }
 
 func NewFleetTally() *FleetTally {
 	return &FleetTally{Consumers: map[types.NamespacedName]int{}, disks: map[DiskCount]int{},
-		bad: map[BadDiskCount]int{}, perClass: map[verdict.ClassDiskCount]int{}, images: map[ImageDiskCount]int{}}
+		bad: map[BadDiskCount]int{}, perClass: map[verdict.ClassDiskCount]int{}, images: map[ImageDiskCount]int{},
+		inFlight: map[InFlightKey]map[string]time.Time{}}
 }
 
 // add counts a judged disk in (n = 1) or out (n = -1).
@@ -55,6 +60,26 @@ func (t *FleetTally) Add(d JudgedDisk, n int) {
 		if !slices.Contains(d.BadReasons[:i], r) { // a disk counts once per reason
 			bump(t.bad, BadDiskCount{Namespace: d.Namespace, Pool: d.Pool, Flavor: d.Flavor, Reason: r}, n)
 		}
+	}
+	if d.Kind == fleet.DiskClone && d.Phase != "" {
+		t.addInFlight(d, n)
+	}
+}
+
+func (t *FleetTally) addInFlight(d JudgedDisk, n int) {
+	k := InFlightKey{Golden: d.GoldenRef, Phase: d.Phase}
+	disks := t.inFlight[k]
+	if n > 0 {
+		if disks == nil {
+			disks = map[string]time.Time{}
+			t.inFlight[k] = disks
+		}
+		disks[d.Key] = d.Requested
+		return
+	}
+	delete(disks, d.Key)
+	if len(disks) == 0 {
+		delete(t.inFlight, k)
 	}
 }
 
@@ -87,6 +112,29 @@ func (t *FleetTally) Fill(s *Snapshot) {
 		s.ImageDisks = append(s.ImageDisks, k)
 	}
 	s.PredictionChecks.Right, s.PredictionChecks.Wrong = t.predRight, t.predWrong
+	for k, disks := range t.inFlight {
+		c := InFlightCount{InFlightKey: k, Count: len(disks)}
+		for _, at := range disks {
+			if c.Oldest.IsZero() || at.Before(c.Oldest) {
+				c.Oldest = at
+			}
+		}
+		s.InFlight = append(s.InFlight, c)
+	}
+}
+
+// InFlightKey is a golden and a phase of the clones in flight.
+type InFlightKey struct {
+	Golden types.NamespacedName
+	Phase  string
+}
+
+// InFlightCount is how many clones of a golden are in a phase, and when
+// the oldest of them was requested.
+type InFlightCount struct {
+	InFlightKey
+	Count  int
+	Oldest time.Time
 }
 
 // judgedDisk is what the metrics need of one judged worker disk.
@@ -100,6 +148,12 @@ type JudgedDisk struct {
 	Class           string // a clone's resolved class, "" otherwise
 	// Image: the disk clones a non-Talos golden (counted in ImageDisks).
 	Image bool
+	// Key is the disk's namespace/name; Phase where its clone is while in
+	// flight ("" once CDI finished or failed it), Requested when it was
+	// requested.
+	Key       string
+	Phase     string
+	Requested time.Time
 	// predictionChecked: the verdict showed the path taken, and
 	// predictionRight whether it was the one predicted.
 	PredictionChecked, PredictionRight bool
@@ -144,6 +198,8 @@ type Snapshot struct {
 	// (--admission-params): "" when off, else AdmissionParamsSynced or
 	// AdmissionParamsFailed.
 	AdmissionParams string
+	// InFlight are the clones in flight per golden and phase.
+	InFlight []InFlightCount
 	// Passes counts the verdict passes this process finished as leader: a
 	// count that advances says the engine looked again (tests wait on it,
 	// not on quiet).

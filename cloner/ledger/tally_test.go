@@ -5,10 +5,12 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 )
 
 // TestTallyEqualsASumOverTheJudgedDisks: after any sequence of disks judged,
@@ -17,7 +19,7 @@ import (
 func TestTallyEqualsASumOverTheJudgedDisks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
-	randomDisk := func() JudgedDisk {
+	randomDisk := func(key string) JudgedDisk {
 		d := JudgedDisk{Namespace: pick("a", "b"), Pool: pick("p1", "p2"), Kind: pick(fleet.DiskClone, fleet.DiskHTTPImport),
 			GoldenRef: types.NamespacedName{Namespace: "cozy-public", Name: pick("g1", "g2")},
 			Flavor:    fleet.Flavor{SchematicID: pick("s1", "s2"), Version: "v1"}, Verdict: pick("csi-clone", "host-assisted", "stuck"),
@@ -26,6 +28,8 @@ func TestTallyEqualsASumOverTheJudgedDisks(t *testing.T) {
 			d.BadReasons = append(d.BadReasons, pick("host-assisted", "class-mismatch"))
 		}
 		d.PredictionChecked, d.PredictionRight = rng.IntN(2) == 0, rng.IntN(2) == 0
+		d.Key, d.Phase = key, pick("", record.PhasePlanning, record.PhaseCreateVolume)
+		d.Requested = time.Unix(int64(rng.IntN(1000)), 0)
 		return d
 	}
 	judged, tally := map[string]JudgedDisk{}, NewFleetTally()
@@ -36,7 +40,7 @@ func TestTallyEqualsASumOverTheJudgedDisks(t *testing.T) {
 			delete(judged, k)
 		}
 		if rng.IntN(4) > 0 {
-			judged[k] = randomDisk()
+			judged[k] = randomDisk(k)
 			tally.Add(judged[k], 1)
 		}
 		if step%250 != 0 {
@@ -78,4 +82,51 @@ func TestImageDisksCountPerGoldenAndVerdictOnly(t *testing.T) {
 	if len(s.ClassDisks) != 1 || s.ClassDisks[0].Flavor.SchematicID != "s" {
 		t.Errorf("class disks %+v, want only the Talos disk's", s.ClassDisks)
 	}
+}
+
+// Clones in flight per golden and phase: a disk counts in its phase while
+// it has one, moves when its phase changes, and the oldest is recomputed
+// when the oldest leaves.
+func TestInFlightFollowsEachDisksPhase(t *testing.T) {
+	tally := NewFleetTally()
+	golden := types.NamespacedName{Namespace: "cozy-public", Name: "g"}
+	t0 := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	disk := func(key, phase string, requested time.Time) JudgedDisk {
+		return JudgedDisk{Namespace: "tenant-a", Kind: fleet.DiskClone, GoldenRef: golden, Verdict: record.VerdictPending,
+			Key: key, Phase: phase, Requested: requested}
+	}
+	a, b, c := disk("tenant-a/a", record.PhaseCreateVolume, t0), disk("tenant-a/b", record.PhaseCreateVolume, t0.Add(time.Minute)),
+		disk("tenant-a/c", record.PhasePlanning, t0.Add(2*time.Minute))
+	for _, d := range []JudgedDisk{a, b, c} {
+		tally.Add(d, 1)
+	}
+	check := func(when string, want map[string]InFlightCount) {
+		t.Helper()
+		var s Snapshot
+		tally.Fill(&s)
+		got := map[string]InFlightCount{}
+		for _, c := range s.InFlight {
+			got[c.Phase] = c
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: in flight %+v, want %+v", when, s.InFlight, want)
+		}
+		for phase, w := range want {
+			if g := got[phase]; g.Count != w.Count || !g.Oldest.Equal(w.Oldest) || g.Golden != golden {
+				t.Fatalf("%s: %s %+v, want %d from %v", when, phase, g, w.Count, w.Oldest)
+			}
+		}
+	}
+	check("three in flight", map[string]InFlightCount{record.PhaseCreateVolume: {Count: 2, Oldest: t0}, record.PhasePlanning: {Count: 1, Oldest: t0.Add(2 * time.Minute)}})
+	tally.Add(a, -1) // the oldest created its volume: now in expand
+	a.Phase = record.PhaseExpand
+	tally.Add(a, 1)
+	check("the oldest moved on", map[string]InFlightCount{record.PhaseCreateVolume: {Count: 1, Oldest: t0.Add(time.Minute)},
+		record.PhaseExpand: {Count: 1, Oldest: t0}, record.PhasePlanning: {Count: 1, Oldest: t0.Add(2 * time.Minute)}})
+	for _, d := range []JudgedDisk{a, b, c} {
+		tally.Add(d, -1)
+	}
+	d := disk("tenant-a/a", "", t0) // finished: no phase
+	tally.Add(d, 1)
+	check("every clone finished", map[string]InFlightCount{})
 }

@@ -8,12 +8,12 @@ import (
 )
 
 // What counts as progress, over every field of Record: a change of the
-// message, the volume handle, the capacity or the clone's claim alone is
-// progress (ProgressFree stays, the record is rewritten only when spaced);
+// message, the volume handle, the capacity, the clone's claim, the phase or
+// the timeline alone is progress (ProgressFree stays, the record is rewritten only when spaced);
 // a change of any other field (a driver error, a verdict, a finding, CDI's
 // clone type) is not; a change of Since alone is no change at all.
 func TestProgressIsTheMessageVolumeCapacityAndCloneClaimOnly(t *testing.T) {
-	progress := []string{"Message", "Volume", "CapacityBytes", "CloneClaim"}
+	progress := []string{"Message", "Volume", "CapacityBytes", "CloneClaim", "Phase", "Timeline"}
 	base := &Record{Verdict: VerdictPending, Source: "none"}
 	before := DigestRecord(base)
 	typ := reflect.TypeFor[Record]()
@@ -31,7 +31,12 @@ func TestProgressIsTheMessageVolumeCapacityAndCloneClaimOnly(t *testing.T) {
 		case reflect.Slice:
 			v.Set(reflect.ValueOf([]Finding{{Reason: "class-mismatch", Message: "m"}}))
 		case reflect.Struct:
-			v.Set(reflect.ValueOf(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+			at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			if v.Type() == reflect.TypeFor[Timeline]() {
+				v.Set(reflect.ValueOf(Timeline{Requested: at}))
+			} else {
+				v.Set(reflect.ValueOf(at))
+			}
 		default:
 			t.Fatalf("field %s of kind %s: the test cannot change it; add the kind", field.Name, v.Kind())
 		}

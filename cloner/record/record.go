@@ -50,6 +50,11 @@ type Record struct {
 	// contradicts it is the finding prediction-wrong.
 	Predicted       string `json:"predicted,omitempty"`
 	PredictedReason string `json:"predictedReason,omitempty"`
+
+	// Phase is where a clone in flight is (one of Phases), "" once CDI
+	// finished or failed it; Timeline when it passed each point.
+	Phase    string   `json:"phase,omitempty"`
+	Timeline Timeline `json:"timeline,omitzero"`
 }
 
 // Finding is one problem found on top of the verdict.

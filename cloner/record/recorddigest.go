@@ -160,6 +160,7 @@ func previousDigest(cached func(key string) (any, bool, error), pvc *corev1.Pers
 // withoutProgress is r less what only follows a clone's progress.
 func withoutProgress(r Record) Record {
 	r.Message, r.Volume, r.CapacityBytes, r.CloneClaim = "", "", 0, ""
+	r.Phase, r.Timeline = "", Timeline{}
 	return r
 }
 

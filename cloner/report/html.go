@@ -51,6 +51,7 @@ type htmlPage struct {
 	PathsError   string
 	Fetches      []fetchRow
 	Pools        []poolRow
+	PhaseLegend  []phaseBar
 	BadDisks     []badRow
 	Untrusted    []UntrustedGoldenReport
 	// Checks are the checks that did not pass.
@@ -93,6 +94,23 @@ type poolRow struct {
 	Pool     string
 	Disks    int
 	Verdicts []seenCount
+	// Phases are the bar's segments, median time per phase; InFlight the
+	// disks in flight now by phase.
+	Phases   []phaseBar
+	InFlight []seenCount
+}
+
+// phaseBar is one phase's segment of a pool's time bar.
+type phaseBar struct {
+	Phase, Text string
+	X, W        int
+	Color       string
+}
+
+// phaseColors tells the phases apart in the bars and their legend.
+var phaseColors = map[string]string{
+	record.PhasePlanning: "#8250df", record.PhaseProvisioning: "#bf8700", record.PhaseCreateVolume: "#0969da",
+	record.PhaseExpand: "#1a7f37", record.PhaseBind: "#57606a", record.PhaseFinishing: "#cf222e",
 }
 
 type badRow struct {
@@ -113,10 +131,20 @@ func buildPage(d *ReportData, now time.Time) htmlPage {
 	p.BytesAvoided = bytesText(bytesAvoided)
 	p.Fetches = fetchRows(d)
 	p.Avoided += imagesAvoided(d)
+	longest := 0.0
+	for _, pool := range d.Pools {
+		total := 0.0
+		for _, v := range pool.PhaseSeconds {
+			total += v
+		}
+		longest = max(longest, total)
+	}
 	for _, pool := range d.Pools {
 		p.Disks += pool.Disks
-		p.Pools = append(p.Pools, poolRow{Pool: pool.Namespace + "/" + pool.Pool, Disks: pool.Disks, Verdicts: counts(pool.Verdicts)})
+		p.Pools = append(p.Pools, poolRow{Pool: pool.Namespace + "/" + pool.Pool, Disks: pool.Disks, Verdicts: counts(pool.Verdicts),
+			Phases: phaseBars(pool.PhaseSeconds, longest), InFlight: counts(pool.InFlight)})
 	}
+	p.PhaseLegend = phaseLegend()
 	p.Bad = len(d.BadDisks)
 	for _, b := range d.BadDisks {
 		for _, r := range b.Reasons {
@@ -131,6 +159,35 @@ func buildPage(d *ReportData, now time.Time) htmlPage {
 	}
 	p.Classes, p.Goldens = pathMatrix(d)
 	return p
+}
+
+// phaseBars lays a pool's median time per phase out as segments of one bar,
+// barWidth long for the pool whose phases add up to longest seconds.
+func phaseBars(seconds map[string]float64, longest float64) []phaseBar {
+	var out []phaseBar
+	x := 0
+	for _, ph := range record.Phases {
+		v, ok := seconds[ph]
+		if !ok {
+			continue
+		}
+		w := 0
+		if longest > 0 {
+			w = max(int(v/longest*barWidth+0.5), 1)
+		}
+		out = append(out, phaseBar{Phase: ph, Text: secondsText(v), X: x, W: w, Color: phaseColors[ph]})
+		x += w
+	}
+	return out
+}
+
+// phaseLegend is every phase a bar may show, with its color.
+func phaseLegend() []phaseBar {
+	var out []phaseBar
+	for _, ph := range record.Phases[1:] {
+		out = append(out, phaseBar{Phase: ph, Color: phaseColors[ph]})
+	}
+	return out
 }
 
 // pathMatrix lays the predicted and the seen paths out as goldens × classes;

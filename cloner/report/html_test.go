@@ -9,6 +9,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -127,5 +128,48 @@ func TestHTMLShowsTheNumbers(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the page lacks %q", want)
 		}
+	}
+}
+
+// A pool's time per phase is a bar of one segment per dated phase, in the
+// phases' order, the longest pool's barWidth long, each labelled with its
+// median as text; the disks in flight are shown by phase.
+func TestHTMLShowsTimePerPhase(t *testing.T) {
+	d := hostileReport()
+	d.Pools = []PoolReport{
+		{Namespace: "tenant-a", Pool: "slow", Disks: 2, Verdicts: map[string]int{"csi-clone": 2},
+			PhaseSeconds: map[string]float64{record.PhaseFinishing: 30, record.PhasePlanning: 60, record.PhaseCreateVolume: 10},
+			InFlight:     map[string]int{record.PhaseCreateVolume: 1}},
+		{Namespace: "tenant-a", Pool: "fast", Disks: 1, Verdicts: map[string]int{"csi-clone": 1},
+			PhaseSeconds: map[string]float64{record.PhaseCreateVolume: 5}},
+	}
+	p := buildPage(d, time.Time{})
+	slow, fast := p.Pools[0].Phases, p.Pools[1].Phases
+	if len(slow) != 3 || slow[0].Phase != record.PhasePlanning || slow[1].Phase != record.PhaseCreateVolume || slow[2].Phase != record.PhaseFinishing {
+		t.Fatalf("slow pool's segments %+v: want planning, create-volume, finishing", slow)
+	}
+	if end := slow[2].X + slow[2].W; end != barWidth || slow[1].X != slow[0].W {
+		t.Fatalf("slow pool's segments %+v: want them end to end over %d px", slow, barWidth)
+	}
+	if len(fast) != 1 || fast[0].W != barWidth/20 {
+		t.Fatalf("fast pool's bar %+v: want %d px (5 s of the longest 100 s)", fast, barWidth/20)
+	}
+	var out bytes.Buffer
+	if err := WriteHTML(&out, d, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"planning 1m0s", "create-volume 10s", "finishing 30s", "create-volume 5s", "create-volume 1<"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}
+
+// The median over a pool's disks, per phase: the middle value, or the mean
+// of the two middle ones.
+func TestMedianSeconds(t *testing.T) {
+	got := medianSeconds(map[string][]time.Duration{"a": {3 * time.Second, time.Second, 2 * time.Second}, "b": {4 * time.Second, time.Second}})
+	if got["a"] != 2 || got["b"] != 2.5 || medianSeconds(nil) != nil {
+		t.Fatalf("medians %v, want a 2, b 2.5 (and nil for nothing)", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -112,12 +113,18 @@ type GoldenReport struct {
 	SafeToDelete bool `json:"safeToDelete"`
 }
 
-// PoolReport counts one pool's disks by verdict.
+// PoolReport counts one pool's disks by verdict, and says where their
+// clones' time went.
 type PoolReport struct {
 	Namespace string         `json:"namespace"`
 	Pool      string         `json:"pool"`
 	Disks     int            `json:"disks"`
 	Verdicts  map[string]int `json:"verdicts"`
+	// PhaseSeconds is the median time per phase over the pool's disks
+	// whose timeline dates that phase (record.Timeline.Steps); InFlight
+	// counts the disks in flight per phase.
+	PhaseSeconds map[string]float64 `json:"phaseSeconds,omitempty"`
+	InFlight     map[string]int     `json:"inFlight,omitempty"`
 }
 
 // BadDiskReport is one bad disk with every reason and its fix.
@@ -374,6 +381,7 @@ func JudgeClaimless(inv *fleet.Inventory, cfg config.Config, pred *verdict.Predi
 // claim to persist on (claimless, from judgeClaimless).
 func ReportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) ([]PoolReport, []BadDiskReport) {
 	pools := map[[2]string]*PoolReport{}
+	steps := map[[2]string]map[string][]time.Duration{}
 	bad := []BadDiskReport{}
 	for _, d := range inv.Disks {
 		rec := diskRecord(inv, d, claimless)
@@ -382,9 +390,19 @@ func ReportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) (
 		if p == nil {
 			p = &PoolReport{Namespace: d.Namespace, Pool: d.Pool, Verdicts: map[string]int{}}
 			pools[key] = p
+			steps[key] = map[string][]time.Duration{}
 		}
 		p.Disks++
 		p.Verdicts[rec.Verdict]++
+		for _, st := range rec.Timeline.Steps() {
+			steps[key][st.Phase] = append(steps[key][st.Phase], st.Duration)
+		}
+		if rec.Phase != "" {
+			if p.InFlight == nil {
+				p.InFlight = map[string]int{}
+			}
+			p.InFlight[rec.Phase]++
+		}
 		if reasons := rec.BadReasons(); len(reasons) > 0 {
 			b := BadDiskReport{Namespace: d.Namespace, Name: d.Name, Pool: d.Pool, SchematicID: rec.SchematicID,
 				Version: rec.Version, Verdict: rec.Verdict}
@@ -395,7 +413,8 @@ func ReportDisks(inv *fleet.Inventory, claimless map[types.UID]*record.Record) (
 		}
 	}
 	out := make([]PoolReport, 0, len(pools))
-	for _, p := range pools {
+	for key, p := range pools {
+		p.PhaseSeconds = medianSeconds(steps[key])
 		out = append(out, *p)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -509,6 +528,7 @@ func printTable(w io.Writer, d *ReportData) error {
 	for _, p := range d.Pools {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", p.Namespace, verdict.OrNone(p.Pool), p.Disks, verdictsText(p.Verdicts))
 	}
+	printPhases(tw, d.Pools)
 	if len(d.Untrusted) > 0 {
 		fmt.Fprintln(tw, "\nUNTRUSTED GOLDEN\tPROBLEMS\tCONSUMERS\tFIX")
 		for _, u := range d.Untrusted {

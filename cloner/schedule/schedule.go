@@ -148,7 +148,8 @@ func (q *Queue) Remember(keys []string, ev *verdict.Evaluation) (gone []string) 
 		k := d.Namespace + "/" + d.Name
 		j := ledger.JudgedDisk{Namespace: d.Namespace, Pool: d.Pool, Kind: d.Kind, GoldenRef: d.GoldenRef,
 			Flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, Verdict: a.Record.Verdict,
-			BadReasons: a.Record.BadReasons(), Image: a.Golden != nil && a.Golden.IsImage()}
+			BadReasons: a.Record.BadReasons(), Image: a.Golden != nil && a.Golden.IsImage(),
+			Key: k, Phase: a.Record.Phase, Requested: a.Record.Timeline.Requested}
 		if d.Kind == fleet.DiskClone {
 			j.Class = a.Record.Class
 		}

@@ -22,6 +22,8 @@ package verdict
 //	judgeMechanism, snapshotSource          TestJudgeMechanismFollowsTheTapElseCDI
 //	judgeMechanism: capacity                TestJudgeMechanismCapacityIsTheLarger
 //	cloneDuration                           TestCloneDurationBoundaries
+//	inFlightPhase (timeline.go)             TestInFlightPhaseOverEveryFact (timeline_test.go)
+//	timelineOf, Timeline.Steps              TestTimelineIsTheObjectsTimes (timeline_test.go)
 //	judgeHTTP                               TestJudgeHTTPCoversEveryPhaseKind
 //	ImportFetches (assess.go)               TestImportFetchesOverCDIsPhases
 //	judgeBlocked: which block (blocked.go)  TestJudgeBlockedAppliesItsBlocksInOrder (blocked_test.go)

@@ -111,6 +111,10 @@ func Judge(f DiskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 		}
 	}
 	r.Findings = findings(r, f, snapshotOf)
+	r.Timeline = timelineOf(f)
+	if !d.Finished() && !d.Failed() {
+		r.Phase = inFlightPhase(f)
+	}
 	return a
 }
 

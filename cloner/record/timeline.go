@@ -1,0 +1,91 @@
+package record
+
+import "time"
+
+// Phases of a clone in flight, in the order a clone goes through them
+// (csi_clone_in_flight's phase label; a closed set).
+const (
+	// PhaseGoldenImport: the golden is still importing.
+	PhaseGoldenImport = "golden-import"
+	// PhasePlanning: CDI has not made the claim the volume is provisioned
+	// for yet (clone token, PrepClaim, a golden in use, a quota).
+	PhasePlanning = "planning"
+	// PhaseProvisioning: the claim exists and no CreateVolume came yet
+	// (WaitForFirstConsumer, the external-provisioner's queue, a class no
+	// provisioner serves).
+	PhaseProvisioning = "provisioning"
+	// PhaseCreateVolume: the driver was asked and has not succeeded yet.
+	PhaseCreateVolume = "create-volume"
+	// PhaseExpand: the volume is smaller than the disk, or the driver
+	// failed its ControllerExpandVolume (CDI's PrepClaim resizes the
+	// clone's volume before it hands it over).
+	PhaseExpand = "expand"
+	// PhaseBind: the volume is whole and not the disk's yet (CDI's rebind
+	// of the clone's volume to the disk's claim).
+	PhaseBind = "bind"
+	// PhaseFinishing: the disk's claim is bound, CDI's DataVolume is not
+	// done (a host-assisted copy's pods, CDI's own status).
+	PhaseFinishing = "finishing"
+)
+
+// Phases lists every phase in order.
+var Phases = []string{PhaseGoldenImport, PhasePlanning, PhaseProvisioning, PhaseCreateVolume, PhaseExpand, PhaseBind, PhaseFinishing}
+
+// Timeline is when a clone disk passed each point that objects or the tap
+// date. Every time is an object's timestamp or the tap's, never the time a
+// pass looked, so a restart rebuilds the same timeline. A zero time is a
+// point not reached, or one whose object is gone (CDI deletes its
+// tmp-pvc once the disk is bound).
+type Timeline struct {
+	// Requested is when CDI could start the clone: the later of the
+	// disk's creation and its golden's import finishing.
+	Requested time.Time `json:"requested,omitzero"`
+	// Claimed is when the claim the volume is provisioned for was made:
+	// CDI's tmp-pvc for a clone, the disk's own claim when provisioned
+	// directly (a host-assisted copy's blank volume).
+	Claimed time.Time `json:"claimed,omitzero"`
+	// FirstCreateVolume is the first CreateVolume's start, VolumeCreated
+	// the end of the one that succeeded (as the tap saw them).
+	FirstCreateVolume time.Time `json:"firstCreateVolume,omitzero"`
+	VolumeCreated     time.Time `json:"volumeCreated,omitzero"`
+	// Expanded is the end of the last successful ControllerExpandVolume.
+	Expanded time.Time `json:"expanded,omitzero"`
+	// Ready is when CDI declared the disk ready.
+	Ready time.Time `json:"ready,omitzero"`
+}
+
+// IsZero reports whether no point is known.
+func (t Timeline) IsZero() bool { return t == Timeline{} }
+
+// Step is the time between two points of a timeline, attributed to the
+// phase the clone was in.
+type Step struct {
+	Phase    string
+	Duration time.Duration
+}
+
+// Steps are the timeline's known points in order, each step the time from
+// the previous known point to it: a point that is missing merges its phase
+// into the next known one.
+func (t Timeline) Steps() []Step {
+	points := []struct {
+		at    time.Time
+		phase string // the phase that ends at this point
+	}{
+		{t.Claimed, PhasePlanning},
+		{t.FirstCreateVolume, PhaseProvisioning},
+		{t.VolumeCreated, PhaseCreateVolume},
+		{t.Expanded, PhaseExpand},
+		{t.Ready, PhaseFinishing}, // the rebind (bind) and CDI's own finish
+	}
+	var out []Step
+	prev := t.Requested
+	for _, p := range points {
+		if p.at.IsZero() || prev.IsZero() || p.at.Before(prev) {
+			continue
+		}
+		out = append(out, Step{Phase: p.phase, Duration: p.at.Sub(prev)})
+		prev = p.at
+	}
+	return out
+}

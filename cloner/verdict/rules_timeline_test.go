@@ -1,0 +1,124 @@
+package verdict
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+)
+
+// inFlightPhase, from the latest point a clone reached backwards, over
+// every combination of the facts it reads: the golden imported or not, a
+// volume (the disk's own or CDI's clone's) and its size against the disk, a
+// failed expansion, the driver's CreateVolume error, the claim CDI
+// provisions (its tmp-pvc, or the disk's own claim without a data source).
+// Each row's phase is the one record.Phases documents; every phase is some
+// row's.
+func TestInFlightPhaseOverEveryFact(t *testing.T) {
+	seen := map[string]bool{}
+	for _, importing := range []bool{false, true} {
+		for _, vol := range []string{"none", "clone-small", "clone-whole", "own-whole"} {
+			for _, expandFailed := range []bool{false, true} {
+				for _, drvErr := range []bool{false, true} {
+					for _, claim := range []string{"none", "tmp-pvc", "own-plain"} {
+						f := rulesFacts(cdiv1.CloneInProgress)
+						f.Pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "VolumeCloneSource", Name: "x"}
+						if importing {
+							f.golden.Phase = string(cdiv1.ImportInProgress)
+						}
+						switch claim {
+						case "tmp-pvc":
+							f.ClonePVC = rulesClaim("cozy-public", "tmp-pvc-uid", 6<<30, nil)
+						case "own-plain":
+							f.Pvc.Spec.DataSourceRef = nil
+						}
+						switch vol {
+						case "clone-small":
+							f.clonePV = rulesPV("pv-tmp", t0, 6<<30)
+						case "clone-whole":
+							f.clonePV = rulesPV("pv-tmp", t0, 20<<30)
+						case "own-whole":
+							f.pv = rulesPV("pv-own", t0, 20<<30)
+						}
+						if expandFailed && vol != "none" {
+							f.partial = &fleet.VolumeEvidence{Expansions: []fleet.Expansion{{At: t0, RequiredBytes: 20 << 30, Code: "ResourceExhausted"}}}
+						}
+						if drvErr {
+							f.drvErr = &fleet.DriverError{Method: MethodCreateVolume, Code: "ResourceExhausted", First: t0, Last: t0, Attempts: 2}
+						}
+						var want string
+						switch {
+						case importing:
+							want = record.PhaseGoldenImport
+						case vol != "none" && (expandFailed || vol == "clone-small"):
+							want = record.PhaseExpand
+						case vol == "clone-small" || vol == "clone-whole":
+							want = record.PhaseBind
+						case vol == "own-whole":
+							want = record.PhaseFinishing
+						case drvErr:
+							want = record.PhaseCreateVolume
+						case claim != "none":
+							want = record.PhaseProvisioning
+						default:
+							want = record.PhasePlanning
+						}
+						if got := inFlightPhase(f); got != want {
+							t.Errorf("importing %v, volume %s, expand failed %v, driver error %v, claim %s: phase %s, want %s",
+								importing, vol, expandFailed, drvErr, claim, got, want)
+						}
+						seen[want] = true
+					}
+				}
+			}
+		}
+	}
+	for _, p := range record.Phases {
+		if !seen[p] {
+			t.Errorf("no row reaches phase %s", p)
+		}
+	}
+}
+
+// The timeline takes every point from an object's timestamp or the tap's,
+// never from the time of the pass: judged at two different times, the
+// same facts give the same timeline.
+func TestTimelineIsTheObjectsTimes(t *testing.T) {
+	f := rulesFacts(cdiv1.Succeeded)
+	f.ClonePVC = rulesClaim("cozy-public", "tmp-pvc-uid", 6<<30, nil)
+	f.ClonePVC.CreationTimestamp = metav1.NewTime(t0.Add(5 * time.Second))
+	f.tap = &fleet.VolumeEvidence{FirstAttempt: t0.Add(9 * time.Second), Created: t0.Add(12 * time.Second),
+		Expansions: []fleet.Expansion{{At: t0.Add(20 * time.Second), Code: "ResourceExhausted"}, {At: t0.Add(31 * time.Second), Code: "OK"}}}
+	f.Disk.ReadySince = t0.Add(40 * time.Second)
+	want := record.Timeline{Requested: t0, Claimed: t0.Add(5 * time.Second), FirstCreateVolume: t0.Add(9 * time.Second),
+		VolumeCreated: t0.Add(12 * time.Second), Expanded: t0.Add(31 * time.Second), Ready: t0.Add(40 * time.Second)}
+	for _, now := range []time.Time{t0.Add(time.Minute), t0.Add(time.Hour)} {
+		r := Judge(f, rulesConfig(), now, nil).Record
+		if r.Timeline != want || r.Phase != "" {
+			t.Fatalf("judged at %v: timeline %+v phase %q, want %+v and no phase (finished)", now, r.Timeline, r.Phase, want)
+		}
+	}
+	steps := want.Steps()
+	wantSteps := []record.Step{{Phase: record.PhasePlanning, Duration: 5 * time.Second}, {Phase: record.PhaseProvisioning, Duration: 4 * time.Second},
+		{Phase: record.PhaseCreateVolume, Duration: 3 * time.Second}, {Phase: record.PhaseExpand, Duration: 19 * time.Second},
+		{Phase: record.PhaseFinishing, Duration: 9 * time.Second}}
+	if len(steps) != len(wantSteps) {
+		t.Fatalf("steps %+v, want %+v", steps, wantSteps)
+	}
+	for i := range steps {
+		if steps[i] != wantSteps[i] {
+			t.Fatalf("steps %+v, want %+v", steps, wantSteps)
+		}
+	}
+	// A point whose object is gone merges its phase into the next one.
+	gone := want
+	gone.Claimed = time.Time{}
+	if s := gone.Steps(); s[0] != (record.Step{Phase: record.PhaseProvisioning, Duration: 9 * time.Second}) {
+		t.Fatalf("without the claim: steps %+v, want planning and provisioning together first", s)
+	}
+}

@@ -1,0 +1,71 @@
+package verdict
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+)
+
+// timelineOf dates a clone disk's points from its objects and the tap's
+// evidence alone (record.Timeline).
+func timelineOf(f DiskFacts) record.Timeline {
+	t := record.Timeline{Requested: cloneRequestedAt(f.Disk, f.golden), Ready: f.Disk.ReadySince}
+	if c := provisionedClaim(f); c != nil {
+		t.Claimed = c.CreationTimestamp.Time
+	}
+	switch {
+	case f.tap != nil:
+		t.FirstCreateVolume, t.VolumeCreated = f.tap.FirstAttempt, f.tap.Created
+	case f.drvErr != nil && f.drvErr.Method == MethodCreateVolume:
+		t.FirstCreateVolume = f.drvErr.First
+	}
+	if ev := f.evidenceOf(); ev != nil {
+		for _, x := range ev.Expansions {
+			if x.Code == "OK" {
+				t.Expanded = x.At
+			}
+		}
+	}
+	return t
+}
+
+// provisionedClaim is the claim the disk's volume is provisioned for: CDI's
+// tmp-pvc for a clone, the disk's own claim when it names no data source
+// (a host-assisted copy's blank volume); nil while CDI has made neither.
+func provisionedClaim(f DiskFacts) *corev1.PersistentVolumeClaim {
+	if f.ClonePVC != nil {
+		return f.ClonePVC
+	}
+	if f.Pvc != nil && f.Pvc.Spec.DataSourceRef == nil && f.Pvc.Spec.DataSource == nil {
+		return f.Pvc
+	}
+	return nil
+}
+
+// inFlightPhase is where a disk CDI has neither finished nor failed is, from
+// the latest point reached backwards.
+func inFlightPhase(f DiskFacts) string {
+	vol := f.volumeOf()
+	switch {
+	case f.golden != nil && !f.golden.Imported():
+		return record.PhaseGoldenImport
+	case vol != nil && (failedExpansion(f.evidenceOf()) != nil || smallerThanDisk(vol, f.Disk)):
+		return record.PhaseExpand
+	case vol != nil && f.pv == nil:
+		return record.PhaseBind
+	case vol != nil:
+		return record.PhaseFinishing
+	case f.drvErr != nil:
+		return record.PhaseCreateVolume
+	case provisionedClaim(f) != nil:
+		return record.PhaseProvisioning
+	}
+	return record.PhasePlanning
+}
+
+// smallerThanDisk: the volume's capacity is below what the disk asks.
+func smallerThanDisk(pv *corev1.PersistentVolume, d *fleet.WorkerDisk) bool {
+	q, ok := pv.Spec.Capacity[corev1.ResourceStorage]
+	return ok && d.RequestedBytes > 0 && q.Value() < d.RequestedBytes
+}
