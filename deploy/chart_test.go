@@ -281,6 +281,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"admissionGuard.validationActions={Audit,Audit}", "/admissionGuard/validationActions"},
 		{"admissionGuard.validationActions=null", "/admissionGuard"},
 		{"admissionGuard.bogus=1", "/admissionGuard"},
+		{"monitoring.alerts.cloneSlowAfterSeconds=8m", "/monitoring/alerts/cloneSlowAfterSeconds"},
+		{"monitoring.alerts.cloneSlowAfterSeconds=30", "/monitoring/alerts/cloneSlowAfterSeconds"},
+		{"monitoring.alerts.bogus=1", "/monitoring/alerts"},
 	} {
 		out, err := helmTemplate(t, chartDir, "cozy-linstor", tc.set)
 		if err == nil {
@@ -559,5 +562,71 @@ func prefixed(prefix string, set []string) []string {
 func TestChartTakesSeveralGoldenNamespaces(t *testing.T) {
 	if out, err := helmTemplate(t, chartDir, "cozy-linstor", `sidecar.goldenNamespace=cozy-public\,golden-images`); err != nil {
 		t.Fatalf("refused: %v\n%s", err, out)
+	}
+}
+
+// CSICloneSlow's threshold is the value monitoring.alerts.cloneSlowAfterSeconds
+// (default 480, rules.yaml's): set to 300, the rendered PrometheusRule and
+// VMRule compare with 300 and every other rule is rules.yaml's; promtool
+// checks the rendered rules. A rules.yaml whose CSICloneSlow the chart
+// cannot set refuses to render instead of shipping 480.
+func TestChartSetsTheSlowCloneThreshold(t *testing.T) {
+	const tail = "\n) > 480\n"
+	want := readYAML(t, rulesFile)["groups"].([]any)
+	slow := 0
+	for _, g := range want {
+		for _, r := range get(g, "rules").([]any) {
+			if r := r.(map[string]any); r["alert"] == "CSICloneSlow" {
+				expr, _ := r["expr"].(string)
+				if !strings.HasSuffix(expr, tail) {
+					t.Fatalf("%s: CSICloneSlow's expr does not end with %q (the chart's default):\n%s", rulesFile, tail, expr)
+				}
+				r["expr"] = strings.TrimSuffix(expr, tail) + "\n) > 300\n"
+				slow++
+			}
+		}
+	}
+	if slow != 1 {
+		t.Fatalf("%s has %d alerts CSICloneSlow, want 1", rulesFile, slow)
+	}
+	promtool := tool(t, "promtool", promtoolInstall)
+	for _, kind := range []string{"prometheus-operator", "victoria-metrics"} {
+		objs := render(t, "cozy-linstor", "monitoring.kind="+kind, "monitoring.alerts.cloneSlowAfterSeconds=300")
+		rule := object(t, objs, map[string]string{"prometheus-operator": "PrometheusRule", "victoria-metrics": "VMRule"}[kind], "csi-clone-sidecar")
+		got := get(rule, "spec", "groups")
+		if canonical(t, got) != canonical(t, want) {
+			t.Errorf("%s: with cloneSlowAfterSeconds=300 the rules are not rules.yaml's with CSICloneSlow at 300:\n%s", kind, canonical(t, got))
+		}
+		raw, err := yaml.Marshal(map[string]any{"groups": got})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "rules.yaml")
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := run(".", promtool, "check", "rules", path); err != nil {
+			t.Errorf("%s: the rendered rules do not check: %v\n%s", kind, err, out)
+		}
+	}
+	// A chart whose copy of rules.yaml compares CSICloneSlow with anything
+	// else than the default refuses to render.
+	dir := filepath.Join(t.TempDir(), "csi-clone-sidecar")
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(chartDir, "files", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bent := strings.Replace(string(src), "csi_clone_in_flight_oldest_seconds\n          ) > 480\n", "csi_clone_in_flight_oldest_seconds\n          ) >= 480\n", 1)
+	if bent == string(src) {
+		t.Fatalf("%s/files/rules.yaml: CSICloneSlow's comparison not found", chartDir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "files", "rules.yaml"), []byte(bent), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helmTemplate(t, dir, "cozy-linstor"); err == nil || !strings.Contains(out, "cloneSlowAfterSeconds") {
+		t.Errorf("a CSICloneSlow the chart cannot set rendered (%v):\n%s", err, out)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -147,6 +148,8 @@ func TestDashboardShowsWhatOperatorsNeed(t *testing.T) {
 		"csi_clone_bad_disks":                     "table",      // bad disks table
 		"csi_clone_duration_seconds":              "timeseries",
 		"csi_sidecar_operations_seconds":          "timeseries", // CSI call rate and latency
+		"csi_clone_in_flight":                     "timeseries", // clones in flight per golden, by phase
+		"csi_clone_in_flight_oldest_seconds":      "timeseries", // slow clones now
 	}
 	for m, typ := range need {
 		found := false
@@ -226,5 +229,74 @@ func TestDashboardQueriesParse(t *testing.T) {
 	}
 	if out, err := run(".", promtool, "check", "rules", path); err != nil {
 		t.Fatalf("dashboard queries do not parse: %v\n%s\n%s", err, out, b.String())
+	}
+}
+
+// The panel of the oldest clones in flight draws CSICloneSlow's threshold,
+// the number rules.yaml compares with, as a line.
+func TestDashboardShowsTheSlowCloneThreshold(t *testing.T) {
+	var threshold float64
+	for _, a := range loadAlerts(t) {
+		if a.Alert == "CSICloneSlow" {
+			m := regexp.MustCompile(`\)\s*>\s*([0-9]+)\s*$`).FindStringSubmatch(a.Expr)
+			if m == nil {
+				t.Fatalf("CSICloneSlow's expr does not end with > <seconds>:\n%s", a.Expr)
+			}
+			fmt.Sscan(m[1], &threshold)
+		}
+	}
+	if threshold == 0 {
+		t.Fatal("no alert CSICloneSlow")
+	}
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+			FieldConfig struct {
+				Defaults struct {
+					Unit       string `json:"unit"`
+					Thresholds struct {
+						Steps []struct {
+							Value *float64 `json:"value"`
+						} `json:"steps"`
+					} `json:"thresholds"`
+					Custom struct {
+						ThresholdsStyle struct {
+							Mode string `json:"mode"`
+						} `json:"thresholdsStyle"`
+					} `json:"custom"`
+				} `json:"defaults"`
+			} `json:"fieldConfig"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 || !usedMetrics(p.Targets[0].Expr)["csi_clone_in_flight_oldest_seconds"] {
+			continue
+		}
+		found = true
+		def := p.FieldConfig.Defaults
+		var steps []float64
+		for _, s := range def.Thresholds.Steps {
+			if s.Value != nil {
+				steps = append(steps, *s.Value)
+			}
+		}
+		mode := def.Custom.ThresholdsStyle.Mode
+		if !slices.Contains(steps, threshold) || def.Unit != "s" || !strings.Contains(mode, "line") && !strings.Contains(mode, "dashed") {
+			t.Errorf("panel %q: unit %q, thresholds %v drawn %q; want seconds and a line at %v s (CSICloneSlow's)", p.Title, def.Unit, steps, mode, threshold)
+		}
+	}
+	if !found {
+		t.Error("no panel queries csi_clone_in_flight_oldest_seconds")
 	}
 }

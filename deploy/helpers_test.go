@@ -37,6 +37,9 @@ var knownMetrics = map[string]bool{
 	"csi_clone_admission_params_synced":        true,
 	// The driver's Probe (metrics/driver.go, issue 24).
 	"csi_clone_driver_ready": true,
+	// Clones in flight per golden and phase (issue 36).
+	"csi_clone_in_flight":                true,
+	"csi_clone_in_flight_oldest_seconds": true,
 }
 
 // tool returns the path of a command-line tool the tests drive. Without it

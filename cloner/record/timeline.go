@@ -10,11 +10,13 @@ const (
 	// PhasePlanning: CDI has not made the claim the volume is provisioned
 	// for yet (clone token, PrepClaim, a golden in use, a quota).
 	PhasePlanning = "planning"
-	// PhaseProvisioning: the claim exists and no CreateVolume came yet
-	// (WaitForFirstConsumer, the external-provisioner's queue, a class no
-	// provisioner serves).
+	// PhaseProvisioning: the claim exists and the driver has answered no
+	// CreateVolume for it (WaitForFirstConsumer, the external-provisioner's
+	// queue, a class no provisioner serves, a first call still running:
+	// nothing records a call before its answer).
 	PhaseProvisioning = "provisioning"
-	// PhaseCreateVolume: the driver was asked and has not succeeded yet.
+	// PhaseCreateVolume: the driver refused the CreateVolume at least once
+	// and has not succeeded yet.
 	PhaseCreateVolume = "create-volume"
 	// PhaseExpand: the volume is smaller than the disk, or the driver
 	// failed its ControllerExpandVolume (CDI's PrepClaim resizes the

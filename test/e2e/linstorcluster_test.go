@@ -159,10 +159,15 @@ func assertUnchanged(t *testing.T, ctx context.Context, c *cluster.Cluster, want
 }
 
 // chartObject decodes the one object of kind the chart renders with its
-// defaults (the monitoring the e2e tests deploy comes from the chart).
-func chartObject(t *testing.T, kind string, into any) {
+// defaults, or with the --set values given (the monitoring the e2e tests
+// deploy comes from the chart).
+func chartObject(t *testing.T, kind string, into any, set ...string) {
 	t.Helper()
-	objs, err := cluster.RenderChart(cluster.NamespaceCSI)
+	var args []string
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	objs, err := cluster.RenderChart(cluster.NamespaceCSI, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,16 +186,17 @@ func chartObject(t *testing.T, kind string, into any) {
 	t.Fatalf("the chart renders no %s", kind)
 }
 
-// chartRuleFile writes the groups of the chart's PrometheusRule as a
-// Prometheus rule file and returns its path.
-func chartRuleFile(t *testing.T) string {
+// chartRuleFile writes the groups of the chart's PrometheusRule (rendered
+// with the --set values given) as a Prometheus rule file and returns its
+// path.
+func chartRuleFile(t *testing.T, set ...string) string {
 	t.Helper()
 	var pr struct {
 		Spec struct {
 			Groups []any `json:"groups"`
 		} `json:"spec"`
 	}
-	chartObject(t, "PrometheusRule", &pr)
+	chartObject(t, "PrometheusRule", &pr, set...)
 	raw, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
 	if err != nil {
 		t.Fatal(err)

@@ -56,5 +56,32 @@ func TestRetriedCreateVolumeErrorsAreNotStuck(t *testing.T) {
 	if ev.Attempts != 4 {
 		t.Errorf("the tap saw %d CreateVolume attempts, want 4 (three ResourceExhausted, then the clone)", ev.Attempts)
 	}
+	assertRetriesInCreateVolume(t, rec, ev)
 	assertWarnings(t, ctx, c, name, nil)
+}
+
+// assertRetriesInCreateVolume: the disk's timeline puts the driver's
+// refusals in the create-volume phase, exactly from the first attempt to
+// the volume's creation as the tap saw them, after the claim was made and
+// before the disk was ready (issue 36's timeline).
+func assertRetriesInCreateVolume(t *testing.T, rec *record.Record, ev fleet.VolumeEvidence) {
+	t.Helper()
+	tl := rec.Timeline
+	if !tl.FirstCreateVolume.Equal(ev.FirstAttempt) || !tl.VolumeCreated.Equal(ev.Created) {
+		t.Errorf("timeline %+v: create-volume from %v to %v, want the tap's %v to %v", tl, tl.FirstCreateVolume, tl.VolumeCreated, ev.FirstAttempt, ev.Created)
+	}
+	var createVolume time.Duration
+	for _, st := range tl.Steps() {
+		if st.Phase == record.PhaseCreateVolume {
+			createVolume = st.Duration
+		}
+	}
+	// csi-provisioner retries after 1 s, 2 s and 4 s (--retry-interval-start 1s, doubling).
+	if createVolume < 3*time.Second || tl.Requested.IsZero() || tl.Ready.Before(tl.VolumeCreated) {
+		t.Errorf("timeline %+v (steps %+v): want the three refusals' backoff, at least 3 s, in create-volume, between the request and ready",
+			tl, tl.Steps())
+	}
+	if rec.Phase != "" {
+		t.Errorf("a finished disk's record still names phase %q", rec.Phase)
+	}
 }
