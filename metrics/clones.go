@@ -53,6 +53,9 @@ var (
 	descDuration = prometheus.NewDesc("csi_clone_duration_seconds",
 		"Seconds from a worker disk's first CreateVolume (as the tap saw it) to the disk being ready (its DataVolume's Ready condition, or its final capacity if later); observed once per disk (ledger ConfigMap).",
 		[]string{"verdict"}, nil)
+	descPhaseDuration = prometheus.NewDesc("csi_clone_phase_duration_seconds",
+		"Seconds a worker disk's clone spent in each phase (planning, provisioning, create-volume, expand, finishing: its timeline, from object timestamps and the tap), per verdict and resolved StorageClass; observed once per disk with csi_clone_duration_seconds (ledger ConfigMap).",
+		[]string{"phase", "verdict", "storage_class"}, nil)
 	descInFlight = prometheus.NewDesc("csi_clone_in_flight",
 		"Clone disks CDI has neither finished nor failed, per golden and phase (golden-import, planning, provisioning, create-volume, expand, bind, finishing).",
 		[]string{"namespace", "golden", "phase"}, nil)
@@ -82,7 +85,7 @@ func NewCloneCollector(src ClonesSource) prometheus.Collector { return clonesCol
 func (clonesCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerDisks, descFetchesAvoided, descFetches, descBytesAvoided,
 		descGoldenInfo, descGoldenConsumers, descImageGoldenInfo, descImageDisks, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired, descVerdictPasses,
-		descInFlight, descInFlightOldest} {
+		descInFlight, descInFlightOldest, descPhaseDuration} {
 		ch <- d
 	}
 }
@@ -171,8 +174,12 @@ func collectLedger(ch chan<- prometheus.Metric, s *ledger.Snapshot) {
 		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.GoldenImports), sid, ver, ledger.FetchGoldenImport)
 		ch <- prometheus.MustNewConstMetric(descFetches, prometheus.CounterValue, float64(f.WorkerImports), sid, ver, ledger.FetchWorkerImport)
 	}
-	for verdict, d := range s.Durations {
-		ch <- prometheus.MustNewConstHistogram(descDuration, d.Count, d.Sum, d.Cumulative(), verdict)
+	for key, d := range s.Durations {
+		if phase, verdict, class, ok := ledger.SplitPhaseKey(key); ok {
+			ch <- prometheus.MustNewConstHistogram(descPhaseDuration, d.Count, d.Sum, d.Cumulative(), phase, verdict, label(class))
+			continue
+		}
+		ch <- prometheus.MustNewConstHistogram(descDuration, d.Count, d.Sum, d.Cumulative(), key)
 	}
 }
 

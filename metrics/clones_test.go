@@ -174,3 +174,26 @@ csi_clone_in_flight_oldest_seconds{golden="%[1]s",namespace="cozy-public",phase=
 		}
 	}
 }
+
+// The ledger's time per phase becomes csi_clone_phase_duration_seconds,
+// beside (never inside) csi_clone_duration_seconds.
+func TestPhaseDurationSeries(t *testing.T) {
+	s := leaderSnapshot()
+	s.Durations[ledger.PhaseKey(record.PhaseCreateVolume, record.VerdictCSIClone, "replicated")] =
+		ledger.DurationTotals{Count: 2, Sum: 7, Buckets: map[string]uint64{"5": 2}}
+	c := NewCloneCollector(snapshotSource{s})
+	if n := testutil.CollectAndCount(c, "csi_clone_duration_seconds"); n != 1 {
+		t.Fatalf("%d clone-duration histograms, want the csi-clone one alone", n)
+	}
+	if n := testutil.CollectAndCount(c, "csi_clone_phase_duration_seconds"); n != 1 {
+		t.Fatalf("%d phase histograms, want 1", n)
+	}
+	out, err := scrape(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `csi_clone_phase_duration_seconds_count{phase="create-volume",storage_class="replicated",verdict="csi-clone"} 2`
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("scrape lacks %s:\n%s", want, out)
+	}
+}

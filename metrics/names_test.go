@@ -35,6 +35,7 @@ var publishedSeries = []string{
 	"csi_clone_in_flight{namespace,golden,phase}",
 	"csi_clone_in_flight_oldest_seconds{namespace,golden,phase}",
 	"csi_clone_malformed_objects_total{kind}",
+	"csi_clone_phase_duration_seconds{phase,verdict,storage_class}",
 	"csi_clone_path_predicted{schematic_id,version,storage_class,path,reason}",
 	"csi_clone_prediction_checks{result}",
 	"csi_clone_tap_calls_undecoded_total{reason}",

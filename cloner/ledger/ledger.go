@@ -33,7 +33,7 @@ import (
 //	format          "2" ("1": a ledger written before sharding, migrated on read)
 //	flavors.json    {"<schematicID>/<version>": FlavorTotals}
 //	counted.json    {"<DataVolume UID>": {"r":"ns/name","f":fetches,"a":avoided,"t":timed}}
-//	durations.json  {"<verdict>": DurationTotals}
+//	durations.json  {"<verdict>": DurationTotals, "phase/<phase>/<verdict>/<class>": DurationTotals}
 //	shards          the number of shards (root only)
 const (
 	LedgerFormat       = "2"
@@ -148,6 +148,10 @@ type LedgerFact struct {
 	Verdict  string
 	Duration time.Duration
 	Timed    bool
+	// Class is the disk's resolved StorageClass, Steps its timeline's time
+	// per phase: observed once, with Duration.
+	Class string
+	Steps []record.Step
 }
 
 func (l *Ledger) flavor(key string) *FlavorTotals {
@@ -189,6 +193,9 @@ func (l *Ledger) Apply(facts []LedgerFact) bool {
 		}
 		if f.Timed && !m.Timed {
 			l.observe(f.Verdict, f.Duration)
+			for _, st := range f.Steps {
+				l.observe(PhaseKey(st.Phase, f.Verdict, f.Class), st.Duration)
+			}
 			m.Timed, changed = true, true
 		}
 	}
@@ -213,6 +220,26 @@ func (l *Ledger) observe(verdict string, d time.Duration) {
 			return
 		}
 	}
+}
+
+// phaseKeyPrefix marks the Durations entries of time per phase, beside the
+// per-verdict ones: they share the book, its shards and its merge.
+const phaseKeyPrefix = "phase/"
+
+// PhaseKey is the Durations key of a phase's time for a verdict and class.
+func PhaseKey(phase, verdict, class string) string {
+	return phaseKeyPrefix + phase + "/" + verdict + "/" + class
+}
+
+// SplitPhaseKey undoes PhaseKey; ok is false for a per-verdict key.
+func SplitPhaseKey(k string) (phase, verdict, class string, ok bool) {
+	rest, ok := strings.CutPrefix(k, phaseKeyPrefix)
+	if !ok {
+		return "", "", "", false
+	}
+	phase, rest, _ = strings.Cut(rest, "/")
+	verdict, class, _ = strings.Cut(rest, "/")
+	return phase, verdict, class, true
 }
 
 // Cumulative returns the histogram as Prometheus wants it: upper bound ->
@@ -335,6 +362,7 @@ func LedgerFacts(ev *verdict.Evaluation, cfg config.Config) []LedgerFact {
 		case a.Golden != nil && a.Golden.Trusted() && !a.Golden.IsImage() && d.Finished() && providedFromGolden(a.Record.Verdict):
 			f.Flavor, f.Avoided, f.Bytes = a.Golden.Flavor.Key(), true, bytesPerFetch(a.Golden, cfg)
 			f.Verdict, f.Duration, f.Timed = a.Record.Verdict, a.Duration, a.Timed
+			f.Class, f.Steps = a.Record.Class, a.Record.Timeline.Steps()
 		default:
 			continue
 		}
