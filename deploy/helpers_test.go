@@ -30,6 +30,7 @@ var knownMetrics = map[string]bool{
 	"csi_clone_bad_disks":                     true,
 	"csi_clone_duration_seconds":              true,
 	"csi_clone_phase_duration_seconds":        true,
+	"csi_clone_concurrent_clones_peak":        true,
 	// Clone-path prediction (metrics/predict.go, issue 12).
 	"csi_clone_path_predicted":                 true,
 	"csi_clone_prediction_checks":              true,

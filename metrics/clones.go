@@ -56,6 +56,9 @@ var (
 	descPhaseDuration = prometheus.NewDesc("csi_clone_phase_duration_seconds",
 		"Seconds a worker disk's clone spent in each phase (planning, provisioning, create-volume, expand, finishing: its timeline, from object timestamps and the tap), per verdict and resolved StorageClass; observed once per disk with csi_clone_duration_seconds (ledger ConfigMap).",
 		[]string{"phase", "verdict", "storage_class"}, nil)
+	descPeakClones = prometheus.NewDesc("csi_clone_concurrent_clones_peak",
+		"The most clones of a golden that were in flight at once, over the disks that exist now (from each one's request to its DataVolume being ready).",
+		[]string{"namespace", "golden"}, nil)
 	descInFlight = prometheus.NewDesc("csi_clone_in_flight",
 		"Clone disks CDI has neither finished nor failed, per golden and phase (golden-import, planning, provisioning, create-volume, expand, bind, finishing).",
 		[]string{"namespace", "golden", "phase"}, nil)
@@ -85,7 +88,7 @@ func NewCloneCollector(src ClonesSource) prometheus.Collector { return clonesCol
 func (clonesCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWorkerDisks, descFetchesAvoided, descFetches, descBytesAvoided,
 		descGoldenInfo, descGoldenConsumers, descImageGoldenInfo, descImageDisks, descBadDisks, descDuration, descMalformed, descEvidenceDropped, descEvidenceExpired, descVerdictPasses,
-		descInFlight, descInFlightOldest, descPhaseDuration} {
+		descInFlight, descInFlightOldest, descPhaseDuration, descPeakClones} {
 		ch <- d
 	}
 }
@@ -143,6 +146,9 @@ func collectInFlight(ch chan<- prometheus.Metric, s *ledger.Snapshot, now time.T
 		labels := []string{c.Golden.Namespace, label(c.Golden.Name), c.Phase}
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(c.Count), labels...)
 		ch <- prometheus.MustNewConstMetric(descInFlightOldest, prometheus.GaugeValue, max(now.Sub(c.Oldest), 0).Seconds(), labels...)
+	}
+	for _, p := range s.PeakClones {
+		ch <- prometheus.MustNewConstMetric(descPeakClones, prometheus.GaugeValue, float64(p.Peak), p.Golden.Namespace, label(p.Golden.Name))
 	}
 }
 

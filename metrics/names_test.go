@@ -18,6 +18,7 @@ var publishedSeries = []string{
 	"csi_clone_admission_params_synced{}",
 	"csi_clone_bad_disks{namespace,pool,schematic_id,version,reason}",
 	"csi_clone_class_disks{schematic_id,version,storage_class}",
+	"csi_clone_concurrent_clones_peak{namespace,golden}",
 	"csi_clone_driver_last_ready_timestamp_seconds{}",
 	"csi_clone_driver_probes_total{result}",
 	"csi_clone_driver_ready{}",

@@ -30,12 +30,17 @@ type FleetTally struct {
 	// when it was requested: the oldest is a minimum, which a count alone
 	// cannot keep as disks leave.
 	inFlight map[InFlightKey]map[string]time.Time
+	// spans are each clone disk's [requested, ready) per golden (ready
+	// zero while in flight), for the peak of clones at once.
+	spans map[types.NamespacedName]map[string]span
 }
+
+type span struct{ from, to time.Time }
 
 func NewFleetTally() *FleetTally {
 	return &FleetTally{Consumers: map[types.NamespacedName]int{}, disks: map[DiskCount]int{},
 		bad: map[BadDiskCount]int{}, perClass: map[verdict.ClassDiskCount]int{}, images: map[ImageDiskCount]int{},
-		inFlight: map[InFlightKey]map[string]time.Time{}}
+		inFlight: map[InFlightKey]map[string]time.Time{}, spans: map[types.NamespacedName]map[string]span{}}
 }
 
 // add counts a judged disk in (n = 1) or out (n = -1).
@@ -64,6 +69,49 @@ func (t *FleetTally) Add(d JudgedDisk, n int) {
 	if d.Kind == fleet.DiskClone && d.Phase != "" {
 		t.addInFlight(d, n)
 	}
+	if d.Kind == fleet.DiskClone && !d.Requested.IsZero() {
+		t.addSpan(d, n)
+	}
+}
+
+func (t *FleetTally) addSpan(d JudgedDisk, n int) {
+	spans := t.spans[d.GoldenRef]
+	if n > 0 {
+		if spans == nil {
+			spans = map[string]span{}
+			t.spans[d.GoldenRef] = spans
+		}
+		spans[d.Key] = span{from: d.Requested, to: d.Ready}
+		return
+	}
+	delete(spans, d.Key)
+	if len(spans) == 0 {
+		delete(t.spans, d.GoldenRef)
+	}
+}
+
+// peakConcurrency is the most spans open at once: a span opens at from and
+// closes at to (never, when to is zero); one closing as another opens at
+// the same instant does not overlap it.
+func peakConcurrency(spans map[string]span) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	edges := make([]edge, 0, 2*len(spans))
+	for _, s := range spans {
+		edges = append(edges, edge{s.from, 1})
+		if !s.to.IsZero() {
+			edges = append(edges, edge{s.to, -1})
+		}
+	}
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.delta, b.delta)) })
+	open, peak := 0, 0
+	for _, e := range edges {
+		open += e.delta
+		peak = max(peak, open)
+	}
+	return peak
 }
 
 func (t *FleetTally) addInFlight(d JudgedDisk, n int) {
@@ -121,6 +169,16 @@ func (t *FleetTally) Fill(s *Snapshot) {
 		}
 		s.InFlight = append(s.InFlight, c)
 	}
+	for golden, spans := range t.spans {
+		s.PeakClones = append(s.PeakClones, GoldenPeak{Golden: golden, Peak: peakConcurrency(spans)})
+	}
+}
+
+// GoldenPeak is the most clones of a golden in flight at once, over the
+// disks that exist now (their timelines).
+type GoldenPeak struct {
+	Golden types.NamespacedName
+	Peak   int
 }
 
 // InFlightKey is a golden and a phase of the clones in flight.
@@ -154,6 +212,8 @@ type JudgedDisk struct {
 	Key       string
 	Phase     string
 	Requested time.Time
+	// Ready is when CDI declared the disk ready (zero until then).
+	Ready time.Time
 	// predictionChecked: the verdict showed the path taken, and
 	// predictionRight whether it was the one predicted.
 	PredictionChecked, PredictionRight bool
@@ -198,8 +258,10 @@ type Snapshot struct {
 	// (--admission-params): "" when off, else AdmissionParamsSynced or
 	// AdmissionParamsFailed.
 	AdmissionParams string
-	// InFlight are the clones in flight per golden and phase.
-	InFlight []InFlightCount
+	// InFlight are the clones in flight per golden and phase; PeakClones
+	// the most clones of each golden ever in flight at once.
+	InFlight   []InFlightCount
+	PeakClones []GoldenPeak
 	// Passes counts the verdict passes this process finished as leader: a
 	// count that advances says the engine looked again (tests wait on it,
 	// not on quiet).

@@ -130,3 +130,30 @@ func TestInFlightFollowsEachDisksPhase(t *testing.T) {
 	tally.Add(d, 1)
 	check("every clone finished", map[string]InFlightCount{})
 }
+
+// The peak of clones in flight at once, over spans from request to ready.
+func TestPeakConcurrency(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1700000000+int64(s), 0) }
+	for _, tc := range []struct {
+		name  string
+		spans []span
+		want  int
+	}{
+		{"none", nil, 0},
+		{"one finished", []span{{at(0), at(10)}}, 1},
+		{"one in flight", []span{{at(0), time.Time{}}}, 1},
+		{"overlapping", []span{{at(0), at(10)}, {at(5), at(15)}}, 2},
+		{"one ends as the next starts", []span{{at(0), at(10)}, {at(10), at(20)}}, 1},
+		{"one after the other", []span{{at(0), at(10)}, {at(11), at(20)}}, 1},
+		{"nested, and an in-flight one across both", []span{{at(0), at(30)}, {at(5), at(10)}, {at(7), time.Time{}}}, 3},
+		{"the peak is not at the end", []span{{at(0), at(10)}, {at(1), at(9)}, {at(2), at(8)}, {at(20), time.Time{}}}, 3},
+	} {
+		spans := map[string]span{}
+		for i, s := range tc.spans {
+			spans[fmt.Sprint(i)] = s
+		}
+		if got := peakConcurrency(spans); got != tc.want {
+			t.Errorf("%s: peak %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -149,7 +149,7 @@ func (q *Queue) Remember(keys []string, ev *verdict.Evaluation) (gone []string) 
 		j := ledger.JudgedDisk{Namespace: d.Namespace, Pool: d.Pool, Kind: d.Kind, GoldenRef: d.GoldenRef,
 			Flavor: fleet.Flavor{SchematicID: a.Record.SchematicID, Version: a.Record.Version}, Verdict: a.Record.Verdict,
 			BadReasons: a.Record.BadReasons(), Image: a.Golden != nil && a.Golden.IsImage(),
-			Key: k, Phase: a.Record.Phase, Requested: a.Record.Timeline.Requested}
+			Key: k, Phase: a.Record.Phase, Requested: a.Record.Timeline.Requested, Ready: a.Record.Timeline.Ready}
 		if d.Kind == fleet.DiskClone {
 			j.Class = a.Record.Class
 		}
