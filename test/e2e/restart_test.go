@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -79,6 +80,11 @@ func TestSidecarKilledMidClone(t *testing.T) {
 		assertWarnings(t, ctx, c, w.name, nil)
 	}
 	calmCounters := settledCounters(t, ctx, c, flavorCalm)
+	calmGolden := map[string]string{"golden": cluster.GoldenName(flavorCalm, talosVersion)}
+	peakBefore, _ := scrapeSidecar(t, c).value("csi_clone_concurrent_clones_peak", calmGolden)
+	if peakBefore < 2 || peakBefore > restartDisks {
+		t.Errorf("peak of the calm pool's clones at once %v, want between 2 and %d (created together)", peakBefore, restartDisks)
+	}
 	durationsBefore, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone})
 	if durationsBefore != restartDisks {
 		t.Errorf("clone durations observed without the kill: %v, want %d", durationsBefore, restartDisks)
@@ -90,6 +96,7 @@ func TestSidecarKilledMidClone(t *testing.T) {
 	killedGolden, _ := goldenVolume(t, ctx, c, flavorKilled)
 	createWorkersTogether(t, ctx, c, killed)
 	atKill := killAfterFirstAnswer(t, ctx, c, tail, killedGolden)
+	timelinesAtKill := readTimelines(t, ctx, c, killed)
 	restartAt := time.Now()
 	if err := c.RestartSidecar(); err != nil {
 		t.Fatal(err)
@@ -97,6 +104,10 @@ func TestSidecarKilledMidClone(t *testing.T) {
 	t.Logf("sidecar restarted %s after the kill", restartAt.Sub(atKill.at).Round(time.Millisecond))
 
 	sources := checkVerdictsAfterRestart(t, ctx, c, killed, atKill, restartAt)
+	checkTimelinesKept(t, timelinesAtKill, readTimelines(t, ctx, c, killed))
+	if peakAfter, _ := scrapeSidecar(t, c).value("csi_clone_concurrent_clones_peak", calmGolden); peakAfter != peakBefore {
+		t.Errorf("peak of the calm pool's clones at once %v after the restart, %v before", peakAfter, peakBefore)
+	}
 
 	killedCounters := settledCounters(t, ctx, c, flavorKilled)
 	if fmt.Sprint(killedCounters) != fmt.Sprint(calmCounters) {
@@ -112,6 +123,54 @@ func TestSidecarKilledMidClone(t *testing.T) {
 	durationsAfter, _ := scrapeSidecar(t, c).value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone})
 	if tapped := float64(sources[record.SourceCSITap]); durationsAfter-durationsBefore != tapped {
 		t.Errorf("clone durations observed for the killed pool: %v, want %v (one per disk judged from the tap)", durationsAfter-durationsBefore, tapped)
+	}
+}
+
+// readTimelines reads the timeline of each worker's persisted record (zero
+// for a disk with none yet).
+func readTimelines(t *testing.T, ctx context.Context, c *cluster.Cluster, ws []workerCase) map[string]record.Timeline {
+	t.Helper()
+	out := map[string]record.Timeline{}
+	for _, w := range ws {
+		pvc, err := c.Client.CoreV1().PersistentVolumeClaims(verdictTenant).Get(ctx, w.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := record.ReadRecord(pvc); err == nil && rec != nil {
+			out[w.name] = rec.Timeline
+		}
+	}
+	return out
+}
+
+// checkTimelinesKept: every point a disk's timeline had at the kill is the
+// same after the restart (the timeline is dated from objects and the tap,
+// never from when a process looked).
+func checkTimelinesKept(t *testing.T, before, after map[string]record.Timeline) {
+	t.Helper()
+	points := func(tl record.Timeline) map[string]time.Time {
+		return map[string]time.Time{"requested": tl.Requested, "claimed": tl.Claimed, "firstCreateVolume": tl.FirstCreateVolume,
+			"volumeCreated": tl.VolumeCreated, "expanded": tl.Expanded, "ready": tl.Ready}
+	}
+	compared := 0
+	for name, tl := range before {
+		now := points(after[name])
+		for point, at := range points(tl) {
+			if at.IsZero() {
+				continue
+			}
+			compared++
+			if !now[point].Equal(at) {
+				t.Errorf("%s: timeline's %s was %v at the kill, %v after the restart", name, point, at, now[point])
+			}
+		}
+	}
+	t.Logf("%d timeline points known at the kill, all kept across the restart", compared)
+	if compared == 0 {
+		t.Error("no disk had a timeline point at the kill: the check shows nothing")
 	}
 }
 
