@@ -36,6 +36,10 @@ type RecordDigest struct {
 	// what only follows a clone's progress too (progressOnly).
 	Same         uint64 `json:"h,omitempty"`
 	ProgressFree uint64 `json:"g,omitempty"`
+	// Claimed is the timeline's: the one point whose object (CDI's
+	// tmp-pvc) is deleted once the disk is made, so a later judgement
+	// keeps it from here.
+	Claimed time.Time `json:"c,omitzero"`
 	// Err is why the record could not be read; the rest is then empty.
 	Err string `json:"e,omitempty"`
 }
@@ -45,7 +49,8 @@ func DigestRecord(r *Record) *RecordDigest {
 	unstamped := *r
 	unstamped.Since = time.Time{}
 	return &RecordDigest{Verdict: r.Verdict, Since: r.Since, Predicted: r.Predicted, PredictedReason: r.PredictedReason,
-		BadReasons: r.BadReasons(), Same: hashJSON(unstamped), ProgressFree: hashJSON(withoutProgress(unstamped))}
+		BadReasons: r.BadReasons(), Same: hashJSON(unstamped), ProgressFree: hashJSON(withoutProgress(unstamped)),
+		Claimed: r.Timeline.Claimed}
 }
 
 // hashJSON hashes v's JSON as it is encoded, never holding it: a record is

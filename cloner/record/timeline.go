@@ -42,9 +42,9 @@ type Timeline struct {
 	// Requested is when CDI could start the clone: the later of the
 	// disk's creation and its golden's import finishing.
 	Requested time.Time `json:"requested,omitzero"`
-	// Claimed is when the claim the volume is provisioned for was made:
-	// CDI's tmp-pvc for a clone, the disk's own claim when provisioned
-	// directly (a host-assisted copy's blank volume).
+	// Claimed is when CDI made the claim the clone's volume is
+	// provisioned for (its tmp-pvc); zero for a disk CDI makes without one
+	// (a host-assisted copy), whose planning then counts as provisioning.
 	Claimed time.Time `json:"claimed,omitzero"`
 	// FirstCreateVolume is the first CreateVolume's start, VolumeCreated
 	// the end of the one that succeeded (as the tap saw them).

@@ -16,7 +16,8 @@ import (
 // every combination of the facts it reads: the golden imported or not, a
 // volume (the disk's own or CDI's clone's) and its size against the disk, a
 // failed expansion, the driver's CreateVolume error, the claim CDI
-// provisions (its tmp-pvc, or the disk's own claim without a data source).
+// provisions (its tmp-pvc; the disk's own claim, even without a data
+// source, is no sign).
 // Each row's phase is the one record.Phases documents; every phase is some
 // row's.
 func TestInFlightPhaseOverEveryFact(t *testing.T) {
@@ -63,7 +64,7 @@ func TestInFlightPhaseOverEveryFact(t *testing.T) {
 							want = record.PhaseFinishing
 						case drvErr:
 							want = record.PhaseCreateVolume
-						case claim != "none":
+						case claim == "tmp-pvc":
 							want = record.PhaseProvisioning
 						default:
 							want = record.PhasePlanning
@@ -120,5 +121,37 @@ func TestTimelineIsTheObjectsTimes(t *testing.T) {
 	gone.Claimed = time.Time{}
 	if s := gone.Steps(); s[0] != (record.Step{Phase: record.PhaseProvisioning, Duration: 9 * time.Second}) {
 		t.Fatalf("without the claim: steps %+v, want planning and provisioning together first", s)
+	}
+}
+
+// CDI deletes its tmp-pvc once the disk is bound: the claim's time then
+// comes from the disk's persisted record (its JSON, or the cache's digest
+// of it), and a disk whose record never dated it has none.
+func TestTimelineKeepsTheClaimOnceTheTmpPVCIsGone(t *testing.T) {
+	claimed := t0.Add(7 * time.Second)
+	persisted := record.Record{Verdict: record.VerdictPending, Timeline: record.Timeline{Requested: t0, Claimed: claimed}}
+	raw := string(record.MustJSON(persisted))
+	digest, err := record.CacheClaim(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Annotations: map[string]string{fleet.AnnCloneEvidence: raw}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		annotation string
+		want       time.Time
+	}{
+		{"the record's JSON", raw, claimed},
+		{"the cache's digest", digest.(*corev1.PersistentVolumeClaim).Annotations[fleet.AnnCloneEvidence], claimed},
+		{"no record", "", time.Time{}},
+	} {
+		f := rulesFacts(cdiv1.Succeeded)
+		f.Pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "VolumeCloneSource", Name: "x"}
+		if tc.annotation != "" {
+			f.Pvc.Annotations = map[string]string{fleet.AnnCloneEvidence: tc.annotation}
+		}
+		if got := timelineOf(f).Claimed; !got.Equal(tc.want) {
+			t.Errorf("%s: claimed %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

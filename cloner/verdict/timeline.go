@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -13,6 +15,8 @@ func timelineOf(f DiskFacts) record.Timeline {
 	t := record.Timeline{Requested: cloneRequestedAt(f.Disk, f.golden), Ready: f.Disk.ReadySince}
 	if c := provisionedClaim(f); c != nil {
 		t.Claimed = c.CreationTimestamp.Time
+	} else {
+		t.Claimed = recordedClaimed(f.Pvc) // CDI deleted its tmp-pvc
 	}
 	switch {
 	case f.tap != nil:
@@ -30,17 +34,22 @@ func timelineOf(f DiskFacts) record.Timeline {
 	return t
 }
 
+// recordedClaimed is the claim's time the disk's persisted record already
+// dates (zero when none does).
+func recordedClaimed(pvc *corev1.PersistentVolumeClaim) time.Time {
+	old, err := record.PersistedRecord(pvc)
+	if err != nil || old == nil {
+		return time.Time{}
+	}
+	return old.Claimed
+}
+
 // provisionedClaim is the claim the disk's volume is provisioned for: CDI's
-// tmp-pvc for a clone, the disk's own claim when it names no data source
-// (a host-assisted copy's blank volume); nil while CDI has made neither.
+// tmp-pvc; nil while CDI has not made it (or has deleted it). The disk's
+// own claim is no sign: CDI makes it at once, and the cache keeps no data
+// source to tell a blank one from a populated one.
 func provisionedClaim(f DiskFacts) *corev1.PersistentVolumeClaim {
-	if f.ClonePVC != nil {
-		return f.ClonePVC
-	}
-	if f.Pvc != nil && f.Pvc.Spec.DataSourceRef == nil && f.Pvc.Spec.DataSource == nil {
-		return f.Pvc
-	}
-	return nil
+	return f.ClonePVC
 }
 
 // inFlightPhase is where a disk CDI has neither finished nor failed is, from

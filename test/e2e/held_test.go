@@ -76,13 +76,25 @@ func TestHeldCloneIsStuckInCDIsWords(t *testing.T) {
 		assertReasons(t, tc.disk.name, rec, tc.reasons)
 		assertWarnings(t, ctx, c, tc.disk.name, tc.reasons)
 		checkStuckWarningQuotes(t, ctx, c, tc.disk.name, inUse(tc.golden))
+		if rec.Phase != record.PhasePlanning {
+			t.Errorf("%s: held by the pod in phase %q, want %s (CDI has not made its tmp-pvc)", tc.disk.name, rec.Phase, record.PhasePlanning)
+		}
 	}
+	heldFor := time.Now()
 
 	if err := c.Client.CoreV1().Pods(cluster.NamespaceGolden).Delete(ctx, reader, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []workerCase{held, orphan} {
-		waitRecordIn(t, ctx, c, d.name, "csi-clone once the pod is gone", func(r *record.Record) bool { return r.Verdict == record.VerdictCSIClone })
+		rec := waitRecordIn(t, ctx, c, d.name, "csi-clone once the pod is gone", func(r *record.Record) bool { return r.Verdict == record.VerdictCSIClone })
+		// The wait for the pod is the timeline's planning: from the request
+		// to CDI's tmp-pvc, at least as long as the disk was seen stuck
+		// (less a second: creation timestamps are whole seconds).
+		steps := rec.Timeline.Steps()
+		if len(steps) == 0 || steps[0].Phase != record.PhasePlanning || steps[0].Duration < heldFor.Sub(rec.Timeline.Requested)-time.Second {
+			t.Errorf("%s: timeline %+v (steps %+v): want planning first, at least the %v the pod held it",
+				d.name, rec.Timeline, steps, heldFor.Sub(rec.Timeline.Requested).Round(time.Second))
+		}
 	}
 }
 
