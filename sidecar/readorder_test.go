@@ -61,26 +61,50 @@ func TestTapRecordsWhatTheClientSawAtAnyParallelism(t *testing.T) {
 // the codes the tap recorded.
 func callThroughRelay(t *testing.T, o *grpcOracle, replies []diffHalf, n, concurrency int) (saw, recorded []codes.Code) {
 	rec := &codeRecorder{}
-	sock := filepath.Join(t.TempDir(), "relay.sock")
-	r, err := sidecar.NewRelay(sidecar.Config{ListenPath: sock, DriverPath: o.addr, Recorder: rec, Tap: true})
+	conn, stop := tappedRelay(t, o, sidecar.Config{Recorder: rec}, grpc.WithDisableRetry())
+	var mu sync.Mutex
+	callConcurrently(n, concurrency, func(i int) {
+		code := oracleCallVia(conn, o, replies[i%len(replies)])
+		mu.Lock()
+		saw = append(saw, code)
+		mu.Unlock()
+	})
+	stop()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return saw, slices.Clone(rec.finished)
+}
+
+// tappedRelay starts a tapped relay (cfg with its sockets and Tap set) in
+// front of the oracle's driver and a grpc-go client of it; stop closes both.
+func tappedRelay(t *testing.T, o *grpcOracle, cfg sidecar.Config, opts ...grpc.DialOption) (conn *grpc.ClientConn, stop func()) {
+	t.Helper()
+	cfg.ListenPath, cfg.DriverPath, cfg.Tap = filepath.Join(t.TempDir(), "relay.sock"), o.addr, true
+	r, err := sidecar.NewRelay(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go r.Serve(context.Background())
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
+	conn, err = grpc.NewClient("unix://"+cfg.ListenPath, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
+	return conn, func() {
+		conn.Close()
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// callConcurrently runs call(0) to call(n-1) on concurrency goroutines.
+func callConcurrently(n, concurrency int, call func(i int)) {
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range concurrency {
 		wg.Go(func() {
 			for i := range next {
-				code := oracleCallVia(conn, o, replies[i%len(replies)])
-				mu.Lock()
-				saw = append(saw, code)
-				mu.Unlock()
+				call(i)
 			}
 		})
 	}
@@ -89,13 +113,6 @@ func callThroughRelay(t *testing.T, o *grpcOracle, replies []diffHalf, n, concur
 	}
 	close(next)
 	wg.Wait()
-	conn.Close()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return saw, slices.Clone(rec.finished)
 }
 
 // oracleCallVia makes one CreateVolume call over conn that the oracle's
@@ -163,16 +180,7 @@ type refusalPlan struct {
 // time, through a tapped relay in front of the oracle's driver.
 func refuseThroughRelay(t *testing.T, o *grpcOracle, reply diffHalf, plans []refusalPlan, rounds int) (saw, recorded []codes.Code) {
 	rec := &codeRecorder{}
-	sock := filepath.Join(t.TempDir(), "relay.sock")
-	r, err := sidecar.NewRelay(sidecar.Config{ListenPath: sock, DriverPath: o.addr, Recorder: rec, Tap: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go r.Serve(context.Background())
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, stop := tappedRelay(t, o, sidecar.Config{Recorder: rec})
 	for range rounds {
 		for _, p := range plans {
 			token := "refused-" + strconv.FormatUint(o.next.Add(1), 10)
@@ -188,10 +196,7 @@ func refuseThroughRelay(t *testing.T, o *grpcOracle, reply diffHalf, plans []ref
 			saw = append(saw, status.Code(err))
 		}
 	}
-	conn.Close()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	return saw, slices.Clone(rec.finished)
@@ -213,38 +218,15 @@ func TestManyCallsInFlightThroughTheRelayAreAllDecoded(t *testing.T) {
 		{{Name: "grpc-status", Value: "0"}}}, dataAfter: 1, data: []byte{0, 0, 0, 0, 0}, endOnBlock: true}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	rec, obs := &undecodedRecorder{}, &countingObserver{}
-	sock := filepath.Join(t.TempDir(), "relay.sock")
-	r, err := sidecar.NewRelay(sidecar.Config{ListenPath: sock, DriverPath: o.addr, Recorder: rec, Observer: obs, QueueSize: 1 << 14, Tap: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go r.Serve(context.Background())
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, stop := tappedRelay(t, o, sidecar.Config{Recorder: rec, Observer: obs, QueueSize: 1 << 14})
 	const calls, concurrency = 8000, 256
-	var wg sync.WaitGroup
-	next := make(chan int)
 	var failed sync.Map
-	for range concurrency {
-		wg.Go(func() {
-			for range next {
-				if code := oracleCallAfterRequest(conn, o, ok); code != codes.OK {
-					failed.Store(code, true)
-				}
-			}
-		})
-	}
-	for i := range calls {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	conn.Close()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
+	callConcurrently(calls, concurrency, func(int) {
+		if code := oracleCallAfterRequest(conn, o, ok); code != codes.OK {
+			failed.Store(code, true)
+		}
+	})
+	stop()
 	failed.Range(func(k, _ any) bool { t.Fatalf("a call failed with %v", k); return false })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
