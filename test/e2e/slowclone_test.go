@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -75,5 +76,51 @@ func TestSlowCloneAlertFiresInItsPhaseAndResolves(t *testing.T) {
 	}
 	if createVolume < slowCloneAfter {
 		t.Errorf("timeline %+v (steps %+v): want the seven refusals' backoff, over %v, in create-volume", rec.Timeline, rec.Timeline.Steps(), slowCloneAfter)
+	}
+}
+
+// TestSlowExpandIsTimedInExpand: the driver takes 20 s to answer each
+// ControllerExpandVolume. The disk's timeline puts those 20 s in the expand
+// phase (from the volume's creation to the expansion's end), and
+// csi_clone_phase_duration_seconds counts them there, once.
+func TestSlowExpandIsTimedInExpand(t *testing.T) {
+	checkNoLeaks(t)
+	const expandDelay = 20 * time.Second
+	c := cluster.Start(t, cluster.Options{
+		DriverArgs:  []string{"--delay=ControllerExpandVolume=" + expandDelay.String()},
+		SidecarArgs: []string{"--resync-period=2s", "--evidence-grace=3s"},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
+	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
+		t.Fatal(err)
+	}
+	createWorker(t, ctx, c, workerCase{name: "expand-a", pool: "kubernetes-expand", flavor: flavorA, class: "replicated", size: "20Gi"})
+	rec := waitRecordIn(t, ctx, c, "expand-a", "csi-clone", func(r *record.Record) bool { return r.Verdict == record.VerdictCSIClone })
+	var expand time.Duration
+	for _, st := range rec.Timeline.Steps() {
+		if st.Phase == record.PhaseExpand {
+			expand = st.Duration
+		}
+	}
+	if expand < expandDelay {
+		t.Errorf("timeline %+v (steps %+v): want the driver's %v in expand", rec.Timeline, rec.Timeline.Steps(), expandDelay)
+	}
+	expandSeries := map[string]string{"phase": record.PhaseExpand, "verdict": record.VerdictCSIClone, "storage_class": "replicated"}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		s, err := fetchScrape(c)
+		if err != nil {
+			return false, nil
+		}
+		n, ok := s.value("csi_clone_phase_duration_seconds", expandSeries)
+		return ok && n == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("csi_clone_phase_duration_seconds%v never counted the disk once: %v", expandSeries, err)
+	}
+	if sum, _ := scrapeSidecar(t, c).sum("csi_clone_phase_duration_seconds", expandSeries); sum < expandDelay.Seconds() {
+		t.Errorf("csi_clone_phase_duration_seconds%v sums %v s, want at least the driver's %v", expandSeries, sum, expandDelay)
 	}
 }

@@ -598,6 +598,18 @@ func (s scrape) value(name string, want map[string]string) (float64, bool) {
 	return sum, ok
 }
 
+// sum is the sum of the observations of the histograms matching want.
+func (s scrape) sum(name string, want map[string]string) (float64, bool) {
+	var sum float64
+	ok := false
+	for _, m := range s[name].GetMetric() {
+		if m.Histogram != nil && hasLabels(m, want) {
+			sum, ok = sum+m.Histogram.GetSampleSum(), true
+		}
+	}
+	return sum, ok
+}
+
 func hasLabels(m *dto.Metric, want map[string]string) bool {
 	have := map[string]string{}
 	for _, l := range m.Label {
