@@ -1,6 +1,9 @@
 package sidecar
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // Memory the tap may hold. Together they give HeldBytesBound; change them
 // together with the README's "Memory" paragraph.
@@ -85,8 +88,8 @@ func HeldBytesBound(connections, callsPerConn int) int64 {
 	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxHeaderBlockBytes + maxHeaderTableBytes)
 	perConn := 2*int64(relayBufferBytes) + maxSpareCalls*callRecordBytes + 2*perDirection + 2*keptHandoffBytes +
 		int64(min(callsPerConn, maxCallsPerConn))*callRecordBytes
-	const pendingRetryBytes = 32 // a signature and a time (retries.go)
-	queued := int64(defaultQueueSize)*callRecordBytes + maxPendingRetries*pendingRetryBytes
+	retries := int64(maxPendingRetries+recentAnswers) * int64(unsafe.Sizeof(attempt{})) // retries.go
+	queued := int64(defaultQueueSize)*callRecordBytes + retries
 	return int64(connections)*perConn + queued + maxBufferedBytes + 2*maxHandoffTotalBytes
 }
 

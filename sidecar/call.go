@@ -37,7 +37,6 @@ type call struct {
 	reset       bool // either side reset the stream
 	clientReset bool // the client reset it: nothing more comes from the client
 	refused     bool // the driver refused it (retries.go says whether the client retries it)
-	goAwayed    bool // refused by the driver's GOAWAY, not by RST_STREAM
 	shape       requestShape
 	statusKnown bool
 	code        codes.Code
@@ -168,13 +167,9 @@ func (c *call) refuse(at time.Time, b *budget) {
 	c.free(b)
 }
 
-// refusedStatus is what grpc-go's client reports of a refused stream it
-// does not retry (http2ErrConvTab, statusGoAway in internal/transport).
-func (c *call) refusedStatus() (codes.Code, string) {
-	if c.goAwayed {
-		return codes.Unavailable, "the stream is rejected because server is draining the connection"
-	}
-	return codes.Unavailable, "stream terminated by RST_STREAM with error code: REFUSED_STREAM"
+// attempt is the call as grpc-go's retry rule sees it (retries.go).
+func (c *call) attempt() attempt {
+	return attempt{method: c.method, sig: c.shape.signature(), start: c.start, end: c.end}
 }
 
 func (c *call) setStatus(code codes.Code, at time.Time) {

@@ -57,9 +57,12 @@ type oraclePlan struct {
 	hangUp bool
 	// refuse is how many attempts of the call the driver refuses before
 	// it answers one: with RST_STREAM(REFUSED_STREAM), or with a GOAWAY
-	// naming the stream before it (and closing the connection) if goAway.
-	refuse atomic.Int32
-	goAway bool
+	// naming the stream before it (and closing the connection) if goAway;
+	// once the request's first DATA came, or at its headers (RST_STREAM
+	// only) if refuseAtHeaders.
+	refuse          atomic.Int32
+	goAway          bool
+	refuseAtHeaders bool
 	// afterRequest answers once the whole request came, as a CSI driver
 	// does, rather than at its headers.
 	afterRequest bool
@@ -155,7 +158,8 @@ func (o *grpcOracle) serve(c net.Conn) {
 	if fr.WriteSettings() != nil {
 		return
 	}
-	var drainAt uint32 // the stream whose first DATA ends the connection with a GOAWAY
+	var drainAt uint32            // the stream whose first DATA ends the connection with a GOAWAY
+	refuseAt := map[uint32]bool{} // streams refused at their first DATA
 	waiting := map[uint32]*oraclePlan{}
 	for {
 		f, err := fr.ReadFrame()
@@ -190,6 +194,10 @@ func (o *grpcOracle) serve(c net.Conn) {
 					drainAt = f.StreamID
 					continue
 				}
+				if !p.refuseAtHeaders {
+					refuseAt[f.StreamID] = true
+					continue
+				}
 				if fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream) != nil {
 					return
 				}
@@ -209,14 +217,26 @@ func (o *grpcOracle) serve(c net.Conn) {
 					return
 				}
 			}
+			if refuseAt[f.StreamID] {
+				delete(refuseAt, f.StreamID)
+				if fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream) != nil {
+					return
+				}
+			}
 			if drainAt != 0 && f.StreamID == drainAt {
 				fr.WriteGoAway(max(drainAt, 2)-2, http2.ErrCodeNo, nil) // the last stream processed: odd, or 0
 				return
 			}
 			// Large requests flow: the connection's window comes back at
-			// once (a refused stream's bytes included).
-			if n := uint32(len(f.Data())); n > 0 && fr.WriteWindowUpdate(0, n) != nil {
-				return
+			// once (a refused stream's bytes included), and the stream's
+			// while it is open.
+			if n := uint32(len(f.Data())); n > 0 {
+				if fr.WriteWindowUpdate(0, n) != nil {
+					return
+				}
+				if !f.StreamEnded() && fr.WriteWindowUpdate(f.StreamID, n) != nil {
+					return
+				}
 			}
 		}
 	}

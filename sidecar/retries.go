@@ -3,8 +3,8 @@ package sidecar
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -15,22 +15,24 @@ import (
 // is retried at once, on the same connection or a new one, only if it was
 // the call's first attempt and the call is not committed; a unary call is
 // committed once its request (5-byte prefix and message) is over the replay
-// buffer, 256 KiB by default. Otherwise the client sees Unavailable.
+// buffer, 256 KiB by default. Otherwise the client sees Unavailable (or
+// io.EOF when it read the refusal before writing the request: see
+// TestRefusedStreamsCountAsGRPCGoRetriesThem).
 //
 // The wire does not say which attempt a stream is, so the tap keeps, for
 // the whole tap (a GOAWAY's retry comes on another connection), the
-// refused first attempts whose retry has not come yet, by request: method,
+// refusals and the streams answered lately, with their request: method,
 // size and first bytes. grpc-go opens the retry only once it has read the
-// refusal, so a refused stream opened after a matching refusal is that
-// retry, refused again: the Unavailable call the client saw. A stream
-// opened after one and answered was that retry getting through.
+// refusal, so a refusal's retry is the first stream of the same request
+// opened after it: refused again, it is the Unavailable call the client
+// saw; answered, the retry got through.
 
 // maxRetryReplayBytes is grpc-go's default replay buffer
 // (defaultMaxRetryRPCBufferSize, rpc_util.go).
 const maxRetryReplayBytes = 256 << 10
 
 const (
-	// maxPendingRetries bounds the refused first attempts remembered.
+	// maxPendingRetries bounds the refusals waiting to be decided.
 	maxPendingRetries = 1024
 	// pendingRetryLife is how long one waits for its retry: grpc-go
 	// retries at once, but a GOAWAY's retry may first wait for a new
@@ -42,73 +44,166 @@ const (
 	requestSignatureBytes = 32
 )
 
-// retryBook is the refused first attempts waiting for their retry.
+// Each connection's bytes are parsed in the order the relay read them, but
+// two connections are parsed apart, and one can lag the other by
+// milliseconds: a GOAWAY's retry, on a new connection, can reach the book
+// before the refusal it retries, or after a later, unrelated call of the
+// same request. So the book decides by the streams' times, not by the
+// order they reach it, and only once every stream that could be a
+// refusal's retry has had time to come: settleTime after the refusal, the
+// refusal's retry is the first stream of its call opened after it; if
+// that stream was refused too, it is the call the client saw fail.
+
+const (
+	// settleTime is how long a refusal waits before it is decided: far
+	// longer than two connections' parsers are apart. The failed call is
+	// recorded that much later.
+	settleTime = time.Second
+	// recentAnswers is how many answered streams the book remembers as
+	// possible retries: more than a CSI controller answers in settleTime.
+	recentAnswers = 256
+)
+
+// retryBook is the refusals waiting to be decided, and the streams
+// answered lately, which may be their retries.
 type retryBook struct {
-	pending atomic.Int32 // len(waiting), read without the lock
-	mu      sync.Mutex
-	waiting []pendingRetry // oldest first
+	// failed records a refused attempt the client saw fail (Unavailable).
+	failed func(attempt)
+
+	mu       sync.Mutex
+	waiting  []attempt // by refusal time
+	answers  [recentAnswers]attempt
+	nextSlot int
+	timer    *time.Timer // decides the waiting refusals when they are due
+	closed   bool
 }
 
-type pendingRetry struct {
-	sig uint64
-	at  time.Time
+// attempt is one stream of a call, as the retry rule needs it.
+type attempt struct {
+	method string
+	// sig is the request's size and first bytes (requestShape.signature),
+	// 0 when its prefix did not cross: the client read the refusal before
+	// it sent its request, so the stream may be an attempt of any call of
+	// its method.
+	sig        uint64
+	start, end time.Time // opened; refused or answered
+	// committed: a refusal grpc-go does not retry, its request being over
+	// the replay buffer.
+	committed bool
 }
 
-var signatureSeed = maphash.MakeSeed()
+// retryOf tells whether r may be grpc-go's retry of the refused stream a:
+// an attempt of the same call, opened once the refusal was read.
+func (r attempt) retryOf(a attempt) bool {
+	return r.method == a.method && (r.sig == 0 || a.sig == 0 || r.sig == a.sig) &&
+		r.start.After(a.end) && r.start.Sub(a.end) <= pendingRetryLife
+}
 
-// refused decides a refused stream: counted is true when the client saw it
-// fail (Unavailable), false when grpc-go retries it.
-// The stream was opened at start and refused at at.
-func (b *retryBook) refused(sig uint64, requestBytes int, start, at time.Time) (counted bool) {
-	if requestBytes > maxRetryReplayBytes {
-		return true // committed: no retry
-	}
+// refused books a refused stream of requestBytes. A committed one failed,
+// but it is booked too: it may be the retry of a refusal of the same call
+// that came before the request crossed, and must fail only once.
+func (b *retryBook) refused(a attempt, requestBytes int) {
+	a.committed = requestBytes > maxRetryReplayBytes
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.expireLocked(at)
-	if b.takeLocked(sig, start) {
-		return true // the retry, refused again
-	}
-	if len(b.waiting) >= maxPendingRetries {
-		b.waiting = b.waiting[1:]
-	}
-	b.waiting = append(b.waiting, pendingRetry{sig: sig, at: at})
-	b.pending.Store(int32(len(b.waiting)))
-	return false
-}
-
-// answered forgets the refused attempt a stream opened at start and
-// answered retried.
-func (b *retryBook) answered(sig uint64, start time.Time) {
-	if b.pending.Load() == 0 {
+	if b.closed {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.takeLocked(sig, start)
+	if len(b.waiting) >= maxPendingRetries {
+		b.waiting = b.waiting[1:] // the oldest goes undecided: taken as retried
+	}
+	at, _ := slices.BinarySearchFunc(b.waiting, a.end, func(w attempt, t time.Time) int {
+		if w.end.After(t) {
+			return 1
+		}
+		return -1 // after those refused at the same time: they came first
+	})
+	b.waiting = slices.Insert(b.waiting, at, a)
+	if b.timer == nil {
+		b.timer = time.AfterFunc(settleTime, b.decideDue)
+	}
 }
 
-// takeLocked takes the oldest refusal of sig before start.
-func (b *retryBook) takeLocked(sig uint64, start time.Time) bool {
-	for i, p := range b.waiting {
-		if p.sig == sig && start.After(p.at) {
-			b.waiting = append(b.waiting[:i], b.waiting[i+1:]...)
-			b.pending.Store(int32(len(b.waiting)))
-			return true
+// answered remembers an answered stream: it may be a refusal's retry.
+func (b *retryBook) answered(a attempt) {
+	b.mu.Lock()
+	b.answers[b.nextSlot] = a
+	b.nextSlot = (b.nextSlot + 1) % recentAnswers
+	b.mu.Unlock()
+}
+
+// decideDue decides the refusals settleTime old, and waits for the next.
+func (b *retryBook) decideDue() {
+	b.mu.Lock()
+	failed := b.decideLocked(time.Now().Add(-settleTime))
+	b.timer = nil
+	if len(b.waiting) > 0 && !b.closed {
+		b.timer = time.AfterFunc(time.Until(b.waiting[0].end.Add(settleTime)), b.decideDue)
+	}
+	b.mu.Unlock()
+	for _, a := range failed {
+		b.failed(a)
+	}
+}
+
+// close decides every refusal still waiting: nothing more will come.
+func (b *retryBook) close() {
+	b.mu.Lock()
+	b.closed = true
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	failed := b.decideLocked(time.Time{})
+	b.mu.Unlock()
+	for _, a := range failed {
+		b.failed(a)
+	}
+}
+
+// decideLocked decides, oldest first, the refusals made by until (all if
+// until is zero), and returns the attempts the client saw fail.
+func (b *retryBook) decideLocked(until time.Time) (failed []attempt) {
+	for len(b.waiting) > 0 && (until.IsZero() || !b.waiting[0].end.After(until)) {
+		first := b.waiting[0]
+		b.waiting = b.waiting[1:]
+		if first.committed {
+			failed = append(failed, first)
+			continue
+		}
+		refusedAgain, answer := b.retryLocked(first)
+		switch {
+		case refusedAgain >= 0:
+			failed = append(failed, b.waiting[refusedAgain])
+			b.waiting = slices.Delete(b.waiting, refusedAgain, refusedAgain+1)
+		case answer >= 0:
+			b.answers[answer] = attempt{} // it retried this refusal only
+		case first.sig == 0:
+			// Unsized, and never retried: grpc-go had committed the call
+			// (a request over the replay buffer, refused before it
+			// crossed), or its context ended; either way it failed.
+			failed = append(failed, first)
 		}
 	}
-	return false
+	return failed
 }
 
-func (b *retryBook) expireLocked(now time.Time) {
-	n := 0
-	for n < len(b.waiting) && now.Sub(b.waiting[n].at) > pendingRetryLife {
-		n++
+// retryLocked finds a's retry, the first stream of its call opened after
+// it: a waiting refusal (refusedAgain) or an answered stream (answer);
+// -1 when none came.
+func (b *retryBook) retryLocked(a attempt) (refusedAgain, answer int) {
+	refusedAgain, answer = -1, -1
+	var first time.Time
+	for i, w := range b.waiting {
+		if w.retryOf(a) && (refusedAgain < 0 || w.start.Before(first)) {
+			refusedAgain, first = i, w.start
+		}
 	}
-	if n > 0 {
-		b.waiting = b.waiting[n:]
-		b.pending.Store(int32(len(b.waiting)))
+	for i, r := range b.answers {
+		if r.retryOf(a) && (first.IsZero() || r.start.Before(first)) {
+			refusedAgain, answer, first = -1, i, r.start
+		}
 	}
+	return refusedAgain, answer
 }
 
 // requestShape is what a call's request tells of its attempt: its size and
@@ -142,14 +237,19 @@ func (r *requestShape) size() int {
 	return len(r.prefix) + int(binary.BigEndian.Uint32(r.prefix[1:]))
 }
 
-// signature tells attempts of one call apart from other calls.
-func (r *requestShape) signature(method string) uint64 {
+var signatureSeed = maphash.MakeSeed()
+
+// signature tells attempts of one call apart from other calls of its
+// method: 0 until the request's prefix crossed, never 0 after.
+func (r *requestShape) signature() uint64 {
+	if !r.known() {
+		return 0
+	}
 	var h maphash.Hash
 	h.SetSeed(signatureSeed)
-	h.WriteString(method)
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(r.size()))
 	h.Write(n[:])
 	h.Write(r.head[:r.nhead])
-	return h.Sum64()
+	return h.Sum64() | 1
 }

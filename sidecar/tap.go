@@ -103,6 +103,9 @@ func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 	}
 	t := &Tap{observer: o, recorder: r, buffers: hasObserver(o), wants: observes(o), budget: newBudget(maxBufferedBytes), handoffBytes: newAllowance(maxHandoffTotalBytes),
 		queue: make(chan pending, queueSize), done: make(chan struct{}), abandonLog: newLogThrottle(abandonLogInterval)}
+	t.retries.failed = func(a attempt) {
+		t.recorder.CallFinished(a.method, codes.Unavailable, max(a.end.Sub(a.start), 0))
+	}
 	go t.deliver()
 	return t
 }
@@ -110,6 +113,7 @@ func NewTap(o Observer, r Recorder, queueSize int) *Tap {
 // Close stops delivery once the queued observations are handed over. Every
 // TapConn must be closed first.
 func (t *Tap) Close() {
+	t.retries.close()
 	t.closeMu.Do(func() { close(t.queue) })
 	<-t.done
 }

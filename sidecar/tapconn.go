@@ -37,6 +37,10 @@ type TapConn struct {
 	spare []*call
 	// share is what this connection's messages hold of the tap's budget.
 	share share
+	// refusedUnsized is set while a refused stream waits for its request's
+	// size; settled are such streams decided meanwhile, to publish.
+	refusedUnsized bool
+	settled        []*call
 }
 
 // NewConn starts following a new relayed connection.
@@ -87,8 +91,12 @@ func (tc *TapConn) Close() {
 	tc.mu.Unlock()
 	now := time.Now()
 	for _, c := range open {
-		if c.method == "" || c.refused {
+		if c.method == "" {
 			c.free(tc.tap.budget)
+			continue
+		}
+		if c.refused { // what crossed of its request is all there is
+			tc.publish(c)
 			continue
 		}
 		if !c.statusKnown {
@@ -161,24 +169,31 @@ func (tc *TapConn) onHeaders(h *headerBlock, fromClient bool, at time.Time) {
 // apply ends: a panic must not leave it held) and publishes the call apply
 // returns if that completed it.
 func (tc *TapConn) update(id uint32, apply func() *call) {
-	if c := tc.completed(id, apply); c != nil {
+	c, settled := tc.completed(id, apply)
+	for _, s := range settled { // refused before c opened
+		tc.publish(s)
+		tc.recycle(s)
+	}
+	if c != nil {
 		tc.publish(c)
 		tc.recycle(c)
 	}
 }
 
-func (tc *TapConn) completed(id uint32, apply func() *call) *call {
+func (tc *TapConn) completed(id uint32, apply func() *call) (c *call, settled []*call) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if tc.calls == nil { // abandoned meanwhile by the other direction
-		return nil
+		return nil, nil
 	}
-	c := apply()
+	c = apply()
+	settled, tc.settled = tc.settled, nil
 	if c == nil || !c.complete() {
-		return nil
+		tc.refusedUnsized = tc.refusedUnsized || (c != nil && c.refused)
+		return nil, settled
 	}
 	delete(tc.calls, id)
-	return c
+	return c, settled
 }
 
 // openCall applies request headers: a new stream opens a record.
@@ -202,9 +217,35 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 	c.open(h, at, tc.tap.budget, tc.tap.wants)
 	if id > tc.goAway { // sent before the client read the GOAWAY: refused
 		c.refuse(at, tc.tap.budget)
-		c.goAwayed = true
+	} else if tc.refusedUnsized {
+		tc.settleRefusals(c.method, at)
 	}
 	return c
+}
+
+// settleRefusals decides the refused streams of method still waiting for
+// their request's size, now that the client opened another stream of it
+// after their refusal: grpc-go drops what it has not sent of a refused
+// attempt's request once it reads the refusal, and only then opens the
+// retry, so what crossed is all there is. (A stream of method the client
+// opened before reading the refusal settles it too early: then a request
+// still on its way is taken as small, and a committed call as retried.)
+// The caller holds tc.mu.
+func (tc *TapConn) settleRefusals(method string, at time.Time) {
+	waiting := false
+	for id, c := range tc.calls {
+		if !c.refused {
+			continue
+		}
+		if c.method == method && c.end.Before(at) {
+			c.requestDone = true
+			delete(tc.calls, id)
+			tc.settled = append(tc.settled, c)
+			continue
+		}
+		waiting = true
+	}
+	tc.refusedUnsized = waiting
 }
 
 // newCall is a record whose messages hold of this connection's share, a
@@ -308,8 +349,7 @@ func (tc *TapConn) onGoAway(last uint32, at time.Time) {
 			continue
 		}
 		c.refuse(at, tc.tap.budget)
-		c.goAwayed = true
-		if c.complete() { // else once its request's size is known
+		if c.complete() { // else once its request's size is known, or at close
 			delete(tc.calls, id)
 			refused = append(refused, c)
 		}
@@ -327,16 +367,11 @@ func (tc *TapConn) publish(c *call) {
 	if c.refused {
 		// Timed if the client saw it fail; never observed: its messages
 		// were let go at the refusal.
-		if t.retries.refused(c.shape.signature(c.method), c.shape.size(), c.start, c.end) {
-			c.code, c.message = c.refusedStatus()
-			t.recordFinished(c)
-		}
+		t.retries.refused(c.attempt(), c.shape.size())
 		c.free(t.budget)
 		return
 	}
-	if t.retries.pending.Load() > 0 {
-		t.retries.answered(c.shape.signature(c.method), c.start)
-	}
+	t.retries.answered(c.attempt())
 	t.recordFinished(c)
 	if c.code != codes.OK { // a failed call's reply carries nothing the tap reports
 		c.resp.free(t.budget, false)
