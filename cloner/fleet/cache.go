@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"sort"
 	"strings"
 	"sync"
@@ -224,6 +225,11 @@ func ReadDataVolume(u *unstructured.Unstructured) *CachedDataVolume {
 			ResourceVersion: u.GetResourceVersion(), CreationTimestamp: u.GetCreationTimestamp()}
 		return c
 	}
+	for _, key := range perDiskInputs {
+		if isCDIsOwn(dv.ManagedFields, key) {
+			delete(dv.Annotations, key)
+		}
+	}
 	trimMeta(&dv.ObjectMeta)
 	spec := cdiv1.DataVolumeSpec{Source: dv.Spec.Source, SourceRef: dv.Spec.SourceRef, ContentType: dv.Spec.ContentType}
 	if s := dv.Spec.Storage; s != nil {
@@ -237,6 +243,43 @@ func ReadDataVolume(u *unstructured.Unstructured) *CachedDataVolume {
 	dv.Status = dataVolumeStatus(dv.Status)
 	return &CachedDataVolume{DataVolume: *dv}
 }
+
+// perDiskInputs are the DataVolume annotations CDI obeys for one disk, and
+// also writes there itself once it has decided: the strategy it chose
+// (cloneType) and whether it used its populators (storage.usePopulator).
+var perDiskInputs = []string{cdirules.AnnCloneType, cdirules.AnnUsePopulator, cdirules.AnnPermissiveClone}
+
+// isCDIsOwn tells whether a DataVolume's annotation key is CDI's own record
+// of a decision, not a per-disk input: whoever writes the DataVolume's
+// status is CDI, so the annotation is CDI's when every field manager owning
+// it also writes the status. A user's (kubectl, Helm, virt-controller's
+// dataVolumeTemplates) stays theirs: CDI writing the same value takes no
+// ownership. TestCDIsOwnCloneTypeIsNoPerDiskInput (test/e2e) reads the
+// managedFields cdi-controller v1.65 leaves.
+func isCDIsOwn(fields []metav1.ManagedFieldsEntry, key string) bool {
+	statusWriters := map[string]bool{}
+	for _, f := range fields {
+		// The status subresource, or the status itself where a CRD has none.
+		if f.Subresource == "status" || (f.FieldsV1 != nil && bytes.Contains(f.FieldsV1.Raw, statusField)) {
+			statusWriters[f.Manager] = true
+		}
+	}
+	field := []byte(`"f:` + key + `"`)
+	owned := false
+	for _, f := range fields {
+		if f.Subresource != "" || f.FieldsV1 == nil || !bytes.Contains(f.FieldsV1.Raw, field) {
+			continue
+		}
+		if !statusWriters[f.Manager] {
+			return false
+		}
+		owned = true
+	}
+	return owned
+}
+
+// statusField is how managedFields name the status.
+var statusField = []byte(`"f:status":`)
 
 // dataVolumeStatus keeps a DataVolume's phase, claim, restarts and
 // conditions, their repeated words shared.

@@ -150,3 +150,47 @@ func TestPerDiskAnnotationsSurviveTheCache(t *testing.T) {
 		t.Errorf("no disk for %v", want)
 	}
 }
+
+// A DataVolume's per-disk annotation is an input only when someone other
+// than CDI set it: CDI writes its own decisions onto the DataVolume
+// (cloneType, storage.usePopulator; TestCDIsOwnCloneTypeIsNoPerDiskInput in
+// test/e2e reads the real cdi-controller's managedFields), and a disk first
+// read after that must be predicted as one read before. Every combination
+// of who owns the annotation and who writes the status, for each key.
+func TestCDIsOwnDecisionsAreNoInputs(t *testing.T) {
+	statusField := `{"f:status":{".":{},"f:phase":{}}}`
+	entry := func(manager, subresource, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: subresource,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	for _, key := range perDiskInputs {
+		annotation := `{"f:metadata":{"f:annotations":{".":{},"f:` + key + `":{}}}}`
+		for _, tc := range []struct {
+			name   string
+			fields []metav1.ManagedFieldsEntry
+			kept   bool
+		}{
+			{"set by the user, CDI writes the status", []metav1.ManagedFieldsEntry{entry("kubectl-create", "", annotation), entry("cdi-controller", "status", statusField)}, true},
+			{"set by CDI, which writes the status subresource", []metav1.ManagedFieldsEntry{entry("kubectl-create", "", `{}`), entry("cdi-controller", "", annotation), entry("cdi-controller", "status", statusField)}, false},
+			{"set by CDI, which writes the status in place", []metav1.ManagedFieldsEntry{entry("cdi-controller", "", `{"f:metadata":{"f:annotations":{"f:`+key+`":{}}},"f:status":{}}`)}, false},
+			{"set by the user and by CDI", []metav1.ManagedFieldsEntry{entry("helm", "", annotation), entry("cdi-controller", "", annotation), entry("cdi-controller", "status", statusField)}, true},
+			{"set by someone who writes no status", []metav1.ManagedFieldsEntry{entry("virt-controller", "", annotation)}, true},
+			{"another key set by CDI", []metav1.ManagedFieldsEntry{entry("kubectl-create", "", annotation), entry("cdi-controller", "", `{"f:metadata":{"f:annotations":{"f:other":{}}}}`), entry("cdi-controller", "status", statusField)}, true},
+			{"no managedFields (a client that strips them)", nil, true},
+		} {
+			t.Run(key+"/"+tc.name, func(t *testing.T) {
+				dv := routeDV("tenant-a", "disk", nil, map[string]string{key: "true"}, pvcSource("cozy-public", "golden"))
+				dv.TypeMeta = metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"}
+				dv.ManagedFields = tc.fields
+				obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&dv.DataVolume)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, kept := ReadDataVolume(&unstructured.Unstructured{Object: obj}).Annotations[key]
+				if kept != tc.kept {
+					t.Errorf("kept %v, want %v", kept, tc.kept)
+				}
+			})
+		}
+	}
+}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os/exec"
 	"strings"
 
@@ -86,6 +87,8 @@ type Worker struct {
 	// clone populator refuses ("invalid token"), as a token copied from
 	// another disk's manifest would be.
 	TokenTarget string
+	// Annotations are added to the DataVolume's (per-disk CDI inputs).
+	Annotations map[string]string
 }
 
 // CreateWorkerDisk creates a worker disk DataVolume cloned from its golden,
@@ -117,6 +120,7 @@ func (c *Cluster) CreateWorkerDisk(ctx context.Context, w Worker) (*cdiv1.DataVo
 			Storage: blockStorage(w.StorageClass, w.Size),
 		},
 	}
+	maps.Copy(dv.Annotations, w.Annotations)
 	return c.CreateDataVolume(ctx, dv)
 }
 

@@ -350,7 +350,7 @@ func (s *rbacScenario) run(t *testing.T, ctx context.Context, tag string, remove
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w == clone {
+		if w.Name == clone.Name {
 			cloneDV = dv
 		}
 	}
