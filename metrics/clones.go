@@ -51,10 +51,10 @@ var (
 		"Worker disks with a bad verdict or finding, per namespace, pool, flavor and reason; a series exists only while its reason is present.",
 		[]string{"namespace", "pool", "schematic_id", "version", "reason"}, nil)
 	descDuration = prometheus.NewDesc("csi_clone_duration_seconds",
-		"Seconds from a worker disk's first CreateVolume (as the tap saw it) to the disk being ready (its DataVolume's Ready condition, or its final capacity if later); observed once per disk (ledger ConfigMap).",
+		"Seconds from a disk's first CreateVolume (as the tap saw it; disks cloned from any golden) to the disk being ready (its DataVolume's Ready condition, or its final capacity if later); observed once per disk (ledger ConfigMap).",
 		[]string{"verdict"}, nil)
 	descPhaseDuration = prometheus.NewDesc("csi_clone_phase_duration_seconds",
-		"Seconds a worker disk's clone spent in each phase (planning, provisioning, create-volume, expand, finishing: its timeline, from object timestamps and the tap), per verdict and resolved StorageClass; observed once per disk with csi_clone_duration_seconds (ledger ConfigMap).",
+		"Seconds a disk's clone (from any golden) spent in each phase (planning, provisioning, create-volume, expand, finishing: its timeline, from object timestamps and the tap), per verdict and resolved StorageClass; observed once per disk with csi_clone_duration_seconds (ledger ConfigMap).",
 		[]string{"phase", "verdict", "storage_class"}, nil)
 	descPeakClones = prometheus.NewDesc("csi_clone_concurrent_clones_peak",
 		"The most clones of a golden that were in flight at once, over the disks that exist now (from each one's request to its DataVolume being ready).",

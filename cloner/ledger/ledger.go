@@ -339,10 +339,11 @@ func SplitFlavorKey(k string) fleet.Flavor {
 
 // ledgerFacts turns one evaluation into what each DataVolume has earned:
 // imports fetched (goldens and HTTP workers, restarts included) and, for a
-// finished disk cloned from a trusted golden, one fetch avoided. Nothing is
-// counted for an untrusted golden's flavor: its labels cannot be trusted;
-// nor for a non-Talos golden, which has no flavor (its disks are counted
-// per golden in the snapshot's Images instead).
+// finished disk cloned from a trusted golden, one fetch avoided and its
+// time. Nothing is counted for an untrusted golden's flavor: its labels
+// cannot be trusted; a non-Talos golden has no flavor (its disks are
+// counted per golden in the snapshot's Images), so its disks add their
+// time only.
 func LedgerFacts(ev *verdict.Evaluation, cfg config.Config) []LedgerFact {
 	var out []LedgerFact
 	for _, g := range ev.Inv.Goldens {
@@ -359,8 +360,10 @@ func LedgerFacts(ev *verdict.Evaluation, cfg config.Config) []LedgerFact {
 		switch {
 		case d.Kind == fleet.DiskHTTPImport:
 			f.Flavor, f.kind, f.fetches = d.Flavor.Key(), FetchWorkerImport, verdict.ImportFetches(d.Phase, d.RestartCount)
-		case a.Golden != nil && a.Golden.Trusted() && !a.Golden.IsImage() && d.Finished() && providedFromGolden(a.Record.Verdict):
-			f.Flavor, f.Avoided, f.Bytes = a.Golden.Flavor.Key(), true, bytesPerFetch(a.Golden, cfg)
+		case a.Golden != nil && a.Golden.Trusted() && d.Finished() && providedFromGolden(a.Record.Verdict):
+			if !a.Golden.IsImage() { // an image golden's disks count per golden, in Images
+				f.Flavor, f.Avoided, f.Bytes = a.Golden.Flavor.Key(), true, bytesPerFetch(a.Golden, cfg)
+			}
 			f.Verdict, f.Duration, f.Timed = a.Record.Verdict, a.Duration, a.Timed
 			f.Class, f.Steps = a.Record.Class, a.Record.Timeline.Steps()
 		default:

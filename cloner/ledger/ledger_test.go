@@ -5,8 +5,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // Each DataVolume counts once: its avoided fetch, its Factory fetches (only
@@ -83,5 +87,29 @@ func TestPhaseKeySplits(t *testing.T) {
 	}
 	if _, _, _, ok := SplitPhaseKey("csi-clone"); ok {
 		t.Fatal("a verdict's key read as a phase's")
+	}
+}
+
+// A finished disk of an image golden (vm-default-images) is timed and its
+// time per phase counted like a Talos worker's, once; it avoids no Factory
+// fetch and adds nothing to any flavor (its disks count per golden in the
+// snapshot's Images).
+func TestImageGoldenDisksAreTimedButFetchNothing(t *testing.T) {
+	golden := &fleet.Golden{Namespace: "cozy-public", Name: "vm-default-images-ubuntu", Image: "ubuntu"}
+	disk := &fleet.WorkerDisk{Namespace: "tenant-a", Name: "vm-disk-web", UID: "uid-web", Kind: fleet.DiskClone,
+		GoldenRef: golden.Ref(), Phase: string(cdiv1.Succeeded)}
+	rec := &record.Record{Verdict: record.VerdictCSIClone, Class: "replicated"}
+	ev := &verdict.Evaluation{Inv: &fleet.Inventory{Goldens: []*fleet.Golden{golden}},
+		Assessments: []verdict.Assessment{{Disk: disk, Golden: golden, Record: rec, Duration: 3 * time.Second, Timed: true}}}
+	l := NewLedger()
+	l.Apply(LedgerFacts(ev, config.Config{}))
+	if len(l.Flavors) != 0 {
+		t.Errorf("an image golden's disk counted for a flavor: %+v", l.Flavors)
+	}
+	if d := l.Durations[record.VerdictCSIClone]; d == nil || d.Count != 1 || d.Sum != 3 {
+		t.Errorf("clone duration %+v, want one observation of 3s", d)
+	}
+	if m := l.Counted["uid-web"]; m == nil || !m.Timed || m.Avoided {
+		t.Errorf("mark %+v, want timed and nothing avoided", m)
 	}
 }

@@ -77,7 +77,7 @@ func TestVerdictsForEveryRoute(t *testing.T) {
 }
 
 // checkRouteMetrics: the two disks are worker disks, counted under their
-// golden's image, and both predictions held.
+// golden's image and timed, and both predictions held.
 func checkRouteMetrics(s scrape) error {
 	if got, _ := s.value("csi_clone_worker_disks", map[string]string{"verdict": record.VerdictCSIClone}); got != 2 {
 		return fmt.Errorf("csi-clone worker disks = %v, want 2", got)
@@ -94,6 +94,14 @@ func checkRouteMetrics(s scrape) error {
 	}
 	if _, ok := s.value("csi_clone_bad_disks", nil); ok {
 		return fmt.Errorf("bad-disk series for two good clones")
+	}
+	// Timed like Talos workers, once each (ledger).
+	if n, _ := s.value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone}); n != 2 {
+		return fmt.Errorf("csi_clone_duration_seconds{verdict=csi-clone} counts %v disks, want 2", n)
+	}
+	createVolume := map[string]string{"phase": record.PhaseCreateVolume, "verdict": record.VerdictCSIClone, "storage_class": "replicated"}
+	if n, _ := s.value("csi_clone_phase_duration_seconds", createVolume); n != 2 {
+		return fmt.Errorf("csi_clone_phase_duration_seconds%v counts %v disks, want 2", createVolume, n)
 	}
 	return nil
 }
