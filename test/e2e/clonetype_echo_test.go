@@ -25,11 +25,7 @@ func TestCDIsOwnCloneTypeIsNoPerDiskInput(t *testing.T) {
 	c := verdictCluster(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
-		t.Fatal(err)
-	}
+	goldenAndTenant(t, ctx, c)
 	disks := map[string]map[string]string{
 		"echo-plain":     nil,
 		"echo-annotated": {cdirules.AnnCloneType: cdirules.StrategyCSIClone},

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -24,11 +22,7 @@ func TestEmptyClassFallsBackToTheKubernetesDefault(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
-		t.Fatal(err)
-	}
+	goldenAndTenant(t, ctx, c)
 	w := workerCase{"empty-k8s", "kubernetes-empty", flavorA, "", "20Gi", record.VerdictCSIClone, nil}
 	createWorker(t, ctx, c, w)
 	rec := waitVerdict(t, ctx, c, verdictTenant, w.name, w.verdict, 3*time.Minute)

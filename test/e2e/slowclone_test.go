@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -44,11 +43,7 @@ func TestSlowCloneAlertFiresInItsPhaseAndResolves(t *testing.T) {
 	vm := startVictoriaMetrics(t, ctx, c, rules)
 	evaluators := map[string]*prometheus{"Prometheus": prom, "vmalert": vm.alerts}
 
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
-		t.Fatal(err)
-	}
+	goldenAndTenant(t, ctx, c)
 	holdRuleState(t, ctx, evaluators, slowCloneAlert, "inactive", slowCloneFor+3*promScrape)
 	name := "slow-a"
 	createWorker(t, ctx, c, workerCase{name: name, pool: "kubernetes-slow", flavor: flavorA, class: "replicated", size: "20Gi"})
@@ -92,11 +87,7 @@ func TestSlowExpandIsTimedInExpand(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
-		t.Fatal(err)
-	}
+	goldenAndTenant(t, ctx, c)
 	createWorker(t, ctx, c, workerCase{name: "expand-a", pool: "kubernetes-expand", flavor: flavorA, class: "replicated", size: "20Gi"})
 	rec := waitRecordIn(t, ctx, c, "expand-a", "csi-clone", func(r *record.Record) bool { return r.Verdict == record.VerdictCSIClone })
 	var expand time.Duration

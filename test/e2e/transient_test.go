@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -30,11 +29,7 @@ func TestRetriedCreateVolumeErrorsAreNotStuck(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
-		t.Fatal(err)
-	}
+	goldenAndTenant(t, ctx, c)
 	name := "retried-a"
 	createWorker(t, ctx, c, workerCase{name: name, pool: "kubernetes-retried", flavor: flavorA, class: "replicated", size: "20Gi"})
 	rec := waitRecordIn(t, ctx, c, name, "csi-clone", func(r *record.Record) bool { return r.Verdict == record.VerdictCSIClone })

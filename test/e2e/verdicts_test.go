@@ -367,6 +367,17 @@ func ledgerData(t *testing.T, ctx context.Context, c *cluster.Cluster) string {
 	return strings.Join(out, "\n")
 }
 
+// goldenAndTenant imports flavor A's golden on replicated and creates the
+// tenant namespace: where most single-disk tests start.
+func goldenAndTenant(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
+	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func createGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, g cluster.Golden) {
 	t.Helper()
 	if _, err := c.CreateGolden(ctx, g); err != nil {
@@ -639,11 +650,7 @@ func TestSnapshotStrategyVerdict(t *testing.T) {
 	c := verdictCluster(t, cluster.Options{CloneStrategy: cluster.StrategySnapshot})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	createGolden(t, ctx, c, cluster.Golden{SchematicID: flavorA, Version: talosVersion, StorageClass: "replicated"})
-	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.GoldenName(flavorA, talosVersion), cdiv1.Succeeded)
-	if err := c.CreateNamespace(ctx, verdictTenant); err != nil {
-		t.Fatal(err)
-	}
+	goldenAndTenant(t, ctx, c)
 	createWorker(t, ctx, c, workerCase{name: "snap-a", pool: "kubernetes-snap", flavor: flavorA, class: "replicated", size: "20Gi"})
 	rec := waitVerdict(t, ctx, c, verdictTenant, "snap-a", record.VerdictSnapshotClone, 4*time.Minute)
 	assertReasons(t, "snap-a", rec, nil)
