@@ -33,6 +33,7 @@ var knownMetrics = map[string]bool{
 	"csi_clone_concurrent_clones_peak":        true,
 	// Clone-path prediction (metrics/predict.go, issue 12).
 	"csi_clone_path_predicted":                 true,
+	"csi_clone_image_path_predicted":           true,
 	"csi_clone_prediction_checks":              true,
 	"csi_clone_class_disks":                    true,
 	"csi_clone_golden_ready_timestamp_seconds": true,

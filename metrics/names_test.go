@@ -33,6 +33,7 @@ var publishedSeries = []string{
 	"csi_clone_golden_ready_timestamp_seconds{schematic_id,version}",
 	"csi_clone_image_disks{namespace,golden,image,verdict}",
 	"csi_clone_image_golden_info{namespace,golden,image,storage_class,phase}",
+	"csi_clone_image_path_predicted{namespace,golden,image,storage_class,path,reason}",
 	"csi_clone_in_flight{namespace,golden,phase}",
 	"csi_clone_in_flight_oldest_seconds{namespace,golden,phase}",
 	"csi_clone_malformed_objects_total{kind}",

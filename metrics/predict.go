@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -11,6 +13,9 @@ var (
 	descPathPredicted = prometheus.NewDesc("csi_clone_path_predicted",
 		"The clone path CDI is predicted to take for a worker disk larger than the golden, one series per (golden flavor, StorageClass) pair with value 1: path csi-clone, snapshot-clone, host-assisted or blocked, and its reason. storage_class=\"(default)\" is a disk that names no class, resolved to the default.",
 		[]string{"schematic_id", "version", "storage_class", "path", "reason"}, nil)
+	descImagePathPredicted = prometheus.NewDesc("csi_clone_image_path_predicted",
+		"The clone path CDI is predicted to take for a disk cloned from an image golden (vm-default-images) larger than it, one series per (golden, StorageClass) pair with value 1, as csi_clone_path_predicted for the Talos flavors.",
+		[]string{"namespace", "golden", "image", "storage_class", "path", "reason"}, nil)
 	descPredictionChecks = prometheus.NewDesc("csi_clone_prediction_checks",
 		"Worker disks with a decided verdict and a recorded prediction, by result: right (the verdict shows the predicted path) or wrong (finding prediction-wrong).",
 		[]string{"result"}, nil)
@@ -35,7 +40,7 @@ func NewPredictionCollector(src ClonesSource) prometheus.Collector {
 }
 
 func (predictionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPathPredicted, descPredictionChecks, descClassDisks, descGoldenReady, descAdmissionParams} {
+	for _, d := range []*prometheus.Desc{descPathPredicted, descImagePathPredicted, descPredictionChecks, descClassDisks, descGoldenReady, descAdmissionParams} {
 		ch <- d
 	}
 }
@@ -54,6 +59,11 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[key] = true
 		ch <- prometheus.MustNewConstMetric(descPathPredicted, prometheus.GaugeValue, 1, key[0], key[1], key[2], p.Path, p.Reason)
+	}
+	for _, p := range s.ImagePaths {
+		ns, name, _ := strings.Cut(p.Golden, "/")
+		ch <- prometheus.MustNewConstMetric(descImagePathPredicted, prometheus.GaugeValue, 1,
+			label(ns), label(name), label(p.Image), label(p.StorageClass), p.Path, p.Reason)
 	}
 	ch <- prometheus.MustNewConstMetric(descPredictionChecks, prometheus.GaugeValue, float64(s.PredictionChecks.Right), "right")
 	ch <- prometheus.MustNewConstMetric(descPredictionChecks, prometheus.GaugeValue, float64(s.PredictionChecks.Wrong), "wrong")

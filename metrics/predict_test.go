@@ -65,3 +65,26 @@ csi_clone_path_predicted{path="host-assisted",reason="no-volume-expansion",schem
 		t.Fatal(err)
 	}
 }
+
+// An image golden's (golden, class) pairs are their own series, labelled
+// by the golden and its image, never by a flavor.
+func TestImagePathPredictedSeries(t *testing.T) {
+	s := leaderSnapshot()
+	s.ImagePaths = []verdict.ClonePathReport{
+		{Golden: "cozy-public/vm-default-images-ubuntu", Image: "ubuntu", StorageClass: "replicated", Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonStorageProfile}},
+		{Golden: "cozy-public/vm-default-images-ubuntu", Image: "ubuntu", StorageClass: "replicated-fixed", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
+	}
+	c := NewPredictionCollector(snapshotSource{s})
+	want := `
+# HELP csi_clone_image_path_predicted The clone path CDI is predicted to take for a disk cloned from an image golden (vm-default-images) larger than it, one series per (golden, StorageClass) pair with value 1, as csi_clone_path_predicted for the Talos flavors.
+# TYPE csi_clone_image_path_predicted gauge
+csi_clone_image_path_predicted{golden="vm-default-images-ubuntu",image="ubuntu",namespace="cozy-public",path="csi-clone",reason="storage-profile",storage_class="replicated"} 1
+csi_clone_image_path_predicted{golden="vm-default-images-ubuntu",image="ubuntu",namespace="cozy-public",path="host-assisted",reason="no-volume-expansion",storage_class="replicated-fixed"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "csi_clone_image_path_predicted"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "csi_clone_path_predicted"); n != 0 {
+		t.Errorf("an image golden's pairs made %d flavor series", n)
+	}
+}

@@ -250,6 +250,8 @@ type Snapshot struct {
 	// Paths is then the predicted clone path of every (golden, class) pair.
 	PredictionsReady bool
 	Paths            []verdict.ClonePathReport
+	// ImagePaths are the image goldens' (golden, class) pairs.
+	ImagePaths []verdict.ClonePathReport
 	// PredictionChecks compares decided verdicts with their predictions.
 	PredictionChecks verdict.PredictionCheck
 	// ClassDisks counts clone worker disks per flavor and resolved class.
@@ -361,4 +363,5 @@ func AddPredictions(s *Snapshot, p *verdict.Predictor) {
 	}
 	s.PredictionsReady = true
 	s.Paths = p.Reports(p.Pairs)
+	s.ImagePaths = p.Reports(p.ImagePairs)
 }

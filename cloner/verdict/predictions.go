@@ -21,11 +21,14 @@ import (
 type Predictor struct {
 	State   *predict.State
 	Goldens map[types.NamespacedName]predict.Golden
-	// images are the non-Talos goldens, predicted per disk only: the
-	// (golden, class) pairs and the guard's parameters stay the catalog's.
-	images  map[types.NamespacedName]predict.Golden
-	flavors map[types.NamespacedName]fleet.Flavor
-	Pairs   []predict.Pair
+	// images are the non-Talos goldens (vm-default-images): predicted per
+	// disk and per class (ImagePairs, with their image names); the guard's
+	// parameters stay the catalog's.
+	images     map[types.NamespacedName]predict.Golden
+	imageNames map[types.NamespacedName]string
+	flavors    map[types.NamespacedName]fleet.Flavor
+	Pairs      []predict.Pair
+	ImagePairs []predict.Pair
 	// dataSources are the DataSources a sourceRef may name.
 	DataSources []*cdiv1.DataSource
 	// defaults are the classes an empty class resolves to: for spec.storage
@@ -43,6 +46,7 @@ func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 	p := &Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{},
 		flavors:        map[types.NamespacedName]fleet.Flavor{},
 		images:         map[types.NamespacedName]predict.Golden{},
+		imageNames:     map[types.NamespacedName]string{},
 		DataSources:    in.DataSources,
 		StorageDefault: inv.Classes.ResolveRequested(nil, cdirules.ContentKubeVirt),
 		PvcDefault:     inv.Classes.KubernetesDefault(),
@@ -53,10 +57,14 @@ func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 		p.Goldens[g.Ref()], p.flavors[g.Ref()] = pg, g.Flavor
 		goldens = append(goldens, pg)
 	}
+	images := make([]predict.Golden, 0, len(inv.Images))
 	for _, g := range inv.Images {
-		p.images[g.Ref()] = plannerGolden(g, inv)
+		pg := plannerGolden(g, inv)
+		p.images[g.Ref()], p.imageNames[g.Ref()] = pg, g.Image
+		images = append(images, pg)
 	}
 	p.Pairs = p.State.Pairs(goldens, TargetOfClass(p.StorageDefault))
+	p.ImagePairs = p.State.Pairs(images, TargetOfClass(p.StorageDefault))
 	return p
 }
 
@@ -246,7 +254,7 @@ func (p *Predictor) Reports(pairs []predict.Pair) []ClonePathReport {
 	for _, pr := range pairs {
 		ref := types.NamespacedName{Namespace: pr.Golden.Namespace, Name: pr.Golden.Name}
 		f := p.flavors[ref]
-		out = append(out, ClonePathReport{Golden: ref.String(), SchematicID: f.SchematicID, Version: f.Version,
+		out = append(out, ClonePathReport{Golden: ref.String(), SchematicID: f.SchematicID, Version: f.Version, Image: p.imageNames[ref],
 			StorageClass: pr.Class, ResolvedClass: pr.ResolvedClass, Prediction: pr.Larger,
 			AtGoldenSize: pr.AtSize.Path, Fix: predict.Fix(pr.Larger.Reason)})
 	}
@@ -258,6 +266,9 @@ type ClonePathReport struct {
 	Golden      string `json:"golden"`
 	SchematicID string `json:"schematicID"`
 	Version     string `json:"version"`
+	// Image names an image golden's pair (vm-default-images), which has no
+	// flavor.
+	Image string `json:"image,omitempty"`
 	// StorageClass is a class or "(default)"; ResolvedClass what it resolves to.
 	StorageClass  string `json:"storageClass"`
 	ResolvedClass string `json:"resolvedClass"`

@@ -77,7 +77,8 @@ func TestVerdictsForEveryRoute(t *testing.T) {
 }
 
 // checkRouteMetrics: the two disks are worker disks, counted under their
-// golden's image and timed, and both predictions held.
+// golden's image and timed, the golden's path is predicted per class, and
+// both predictions held.
 func checkRouteMetrics(s scrape) error {
 	if got, _ := s.value("csi_clone_worker_disks", map[string]string{"verdict": record.VerdictCSIClone}); got != 2 {
 		return fmt.Errorf("csi-clone worker disks = %v, want 2", got)
@@ -94,6 +95,11 @@ func checkRouteMetrics(s scrape) error {
 	}
 	if _, ok := s.value("csi_clone_bad_disks", nil); ok {
 		return fmt.Errorf("bad-disk series for two good clones")
+	}
+	// Predicted per class like a flavor, before any disk (the disks' own
+	// predictions are checked above).
+	if got, _ := s.value("csi_clone_image_path_predicted", with(with(img, "storage_class", "replicated"), "path", predict.PathCSIClone)); got != 1 {
+		return fmt.Errorf("csi_clone_image_path_predicted for %s on replicated = %v, want one csi-clone series", vmGolden, got)
 	}
 	// Timed like Talos workers, once each (ledger).
 	if n, _ := s.value("csi_clone_duration_seconds", map[string]string{"verdict": record.VerdictCSIClone}); n != 2 {
