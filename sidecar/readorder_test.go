@@ -148,10 +148,10 @@ func countCodes(cs []codes.Code) string {
 //
 // The driver refuses at the request's headers or once its first DATA
 // came. At the headers, the client may read the refusal before its request
-// crosses, and then the wire does not say whether the call was over the
-// replay buffer (grpc-go drops the unsent request): that is asked with
-// small requests only; the tap takes the next stream of the method as the
-// retry. A GOAWAY comes once the first DATA came.
+// crosses, and then the wire neither sizes the call (grpc-go drops the
+// unsent request) nor ties its retry to it: that is asked with small
+// requests refused once, whose retry gets through (retries.go attempt.sig
+// says what the tap cannot tell). A GOAWAY comes once the first DATA came.
 func TestRefusedStreamsCountAsGRPCGoRetriesThem(t *testing.T) {
 	o, err := oracle()
 	if err != nil {
@@ -162,14 +162,15 @@ func TestRefusedStreamsCountAsGRPCGoRetriesThem(t *testing.T) {
 	for _, tc := range []struct {
 		goAway, atHeaders bool
 		sizes             []int
+		refusals          int // each call's first 0 to refusals-1 attempts
 	}{
-		{false, true, []int{100}},
-		{false, false, []int{100, 300 << 10}},
-		{true, false, []int{100, 300 << 10}},
+		{false, true, []int{100}, 2},
+		{false, false, []int{100, 300 << 10}, 3},
+		{true, false, []int{100, 300 << 10}, 3},
 	} {
 		t.Run(fmt.Sprintf("goaway=%v/atheaders=%v", tc.goAway, tc.atHeaders), func(t *testing.T) {
 			var plans []refusalPlan
-			for refuse := range 3 {
+			for refuse := range tc.refusals {
 				for _, size := range tc.sizes {
 					plans = append(plans, refusalPlan{refuse: refuse, size: size, goAway: tc.goAway, atHeaders: tc.atHeaders})
 				}

@@ -82,9 +82,12 @@ type retryBook struct {
 type attempt struct {
 	method string
 	// sig is the request's size and first bytes (requestShape.signature),
-	// 0 when its prefix did not cross: the client read the refusal before
-	// it sent its request, so the stream may be an attempt of any call of
-	// its method.
+	// 0 when its prefix did not cross (the client read the refusal before
+	// it sent its request): such a stream is taken as an attempt only of
+	// a call whose request did not cross either. Taking it for one of any
+	// call of its method would pair independent calls refused together
+	// (TestTapDifferential's sessions), so a sized retry refused again
+	// after an unsized first attempt goes uncounted: the wire's limit.
 	sig        uint64
 	start, end time.Time // opened; refused or answered
 	// committed: a refusal grpc-go does not retry, its request being over
@@ -95,7 +98,7 @@ type attempt struct {
 // retryOf tells whether r may be grpc-go's retry of the refused stream a:
 // an attempt of the same call, opened once the refusal was read.
 func (r attempt) retryOf(a attempt) bool {
-	return r.method == a.method && (r.sig == 0 || a.sig == 0 || r.sig == a.sig) &&
+	return r.method == a.method && r.sig == a.sig &&
 		r.start.After(a.end) && r.start.Sub(a.end) <= pendingRetryLife
 }
 
@@ -177,12 +180,12 @@ func (b *retryBook) decideLocked(until time.Time) (failed []attempt) {
 			b.waiting = slices.Delete(b.waiting, refusedAgain, refusedAgain+1)
 		case answer >= 0:
 			b.answers[answer] = attempt{} // it retried this refusal only
-		case first.sig == 0:
-			// Unsized, and never retried: grpc-go had committed the call
-			// (a request over the replay buffer, refused before it
-			// crossed), or its context ended; either way it failed.
-			failed = append(failed, first)
 		}
+		// Unsized and never retried: grpc-go had committed the call (its
+		// request over the replay buffer, refused before any of it
+		// crossed), or its context ended, or the retry is on a connection
+		// the tap does not follow. The wire cannot tell; it counts as
+		// retried, as a sized first attempt whose retry never came does.
 	}
 	return failed
 }

@@ -62,13 +62,15 @@ func TestRetryBookFollowsGRPCGo(t *testing.T) {
 		{"a later call answered does not take a refusal whose retry comes late", []event{
 			refused(1, small, 0, 1), answered(1, 6), refused(1, small, 7, 8), refused(1, small, 2, 3)}, []int{3}},
 		// A refusal read before any of its request crossed has no size or
-		// first bytes: it is an attempt of any call of its method.
-		{"an unsized refusal is retried by any stream of its method", []event{
-			refused(0, 0, 0, 1), refused(7, small, 2, 3)}, []int{1}},
-		{"an unsized retry refused again fails", []event{refused(7, small, 0, 1), refused(0, 0, 2, 3)}, []int{1}},
-		{"an unsized refusal never retried fails: the client had committed it", []event{
-			refused(0, 0, 0, 1), refused(7, small, 0, 2)}, []int{0}},
-		{"a committed retry of an unsized refusal fails once", []event{
+		// first bytes: it pairs only with another such stream of its
+		// method, never with a sized one (another call's, as far as the
+		// wire tells).
+		{"unsized streams of a method pair", []event{refused(0, 0, 0, 1), refused(0, 0, 2, 3)}, []int{1}},
+		{"an unsized refusal is no retry of a sized one", []event{refused(7, small, 0, 1), refused(0, 0, 2, 3)}, nil},
+		{"a sized refusal is no retry of an unsized one", []event{refused(0, 0, 0, 1), refused(7, small, 2, 3)}, nil},
+		{"an unsized refusal never retried counts as retried: the wire cannot size it", []event{
+			refused(0, 0, 0, 1), refused(7, small, 0, 2)}, nil},
+		{"a committed refusal after an unsized one fails once", []event{
 			refused(0, 0, 0, 1), refused(7, big, 2, 3)}, []int{1}},
 		{"a committed refusal takes no retry", []event{
 			refused(7, big, 0, 1), refused(7, big, 2, 3)}, []int{0, 1}},
