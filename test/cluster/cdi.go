@@ -98,6 +98,9 @@ func (c *Cluster) startCDI() error {
 	if err := c.waitCDIReady(ctx, p); err != nil {
 		return err
 	}
+	if err := c.honorWaitForFirstConsumer(ctx); err != nil {
+		return err
+	}
 	if err := c.applyCloneStrategy(ctx); err != nil {
 		return err
 	}
@@ -143,6 +146,30 @@ func (c *Cluster) createCDIResource(ctx context.Context) error {
 	}}
 	_, err := c.Dynamic.Resource(CDIGVR).Create(ctx, cdi, metav1.CreateOptions{})
 	return err
+}
+
+// honorWaitForFirstConsumer turns on, in a cluster with a
+// WaitForFirstConsumer class, the CDI feature gate CDI's released CR
+// (cdi-cr.yaml) and Cozystack's kubevirt-cdi package set: without it CDI
+// binds every claim it makes at once, a WaitForFirstConsumer class or not
+// (common/util.go AddImmediateBindingAnnotationIfWFFCDisabled). Without
+// such a class the gate changes nothing CDI does, and is left alone. The
+// gate is set on the CDIConfig, which cdi-controller reads it from (no
+// cdi-operator copies the CDI resource's config here).
+func (c *Cluster) honorWaitForFirstConsumer(ctx context.Context) error {
+	if !c.needsScheduler() {
+		return nil
+	}
+	patch := []byte(`{"spec":{"featureGates":["HonorWaitForFirstConsumer"]}}`)
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = c.Dynamic.Resource(CDIConfigGVR).Patch(ctx, "config", types.MergePatchType, patch, metav1.PatchOptions{})
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("CDIConfig feature gate HonorWaitForFirstConsumer: %w (last: %v)", err, last)
+	}
+	return nil
 }
 
 // waitCDIReady waits for the /tmp/ready file cdi-controller writes in its own

@@ -12,8 +12,8 @@
 // kubelet or container runtime exists here: only the status of the pods CDI
 // creates and waits on (see emulator), never CDI's own objects. Not run: the
 // cdi-apiserver webhooks (the harness mints the clone token they would add,
-// and sets the fields their defaulting would), a scheduler (StorageClasses bind
-// Immediate).
+// and sets the fields their defaulting would). kube-scheduler runs, with one
+// Node kept Ready, only when a StorageClass is WaitForFirstConsumer.
 //
 // Tests use it as
 //
@@ -272,6 +272,7 @@ func (c *Cluster) bringUp() error {
 		{"csi-clone-sidecar standby replicas", c.startStandbys, false},
 		{"CSI sidecars", c.startCSISidecars, false},
 		{"storage classes", c.installStorage, false},
+		{"kube-scheduler", c.startScheduler, false},
 		{"CDI", c.startCDI, false},
 	}
 	for _, s := range steps {

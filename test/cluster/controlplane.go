@@ -143,6 +143,9 @@ func (c *Cluster) startControllerManager(port int) error {
 		return err
 	}
 	ctrls := append(append([]string(nil), defaultControllers...), c.opts.ExtraControllers...)
+	if c.needsScheduler() {
+		ctrls = append(ctrls, schedulingControllers...)
+	}
 	_, err = c.start("kube-controller-manager", nil, bin,
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig,

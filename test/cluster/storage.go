@@ -42,6 +42,11 @@ type StorageClass struct {
 	// Default and DefaultVirt set the Kubernetes / KubeVirt default-class
 	// annotations.
 	Default, DefaultVirt bool
+	// WaitForFirstConsumer makes the class bind a claim only once a pod
+	// that mounts it is scheduled (CreateConsumer); such a cluster runs
+	// kube-scheduler and has one Node (see startScheduler). Otherwise the
+	// class binds Immediate.
+	WaitForFirstConsumer bool
 }
 
 // DefaultStorageClasses are "replicated" (the goldens' class, expandable) and
@@ -160,8 +165,10 @@ func (sc StorageClass) object(driver string) *storagev1.StorageClass {
 		Parameters:           map[string]string{driver + "/storagePool": sc.pool()},
 		ReclaimPolicy:        ptr(corev1.PersistentVolumeReclaimDelete),
 		AllowVolumeExpansion: ptr(!sc.NoExpansion),
-		// No scheduler runs: WaitForFirstConsumer would never bind.
-		VolumeBindingMode: ptr(storagev1.VolumeBindingImmediate),
+		VolumeBindingMode:    ptr(storagev1.VolumeBindingImmediate),
+	}
+	if sc.WaitForFirstConsumer {
+		obj.VolumeBindingMode = ptr(storagev1.VolumeBindingWaitForFirstConsumer)
 	}
 	if sc.NodeLocal {
 		obj.Parameters[driver+"/allowRemoteVolumeAccess"] = "false"
@@ -276,7 +283,7 @@ func (c *Cluster) startDialers() error {
 	common = append(common, c.opts.CSISidecarArgs...)
 	extra := map[string][]string{
 		// piraeus runs the provisioner with --extra-create-metadata; no
-		// topology here (one node, no scheduler).
+		// topology here (at most one node, see startScheduler).
 		"csi-provisioner": {"--extra-create-metadata", "--immediate-topology=false", "--timeout=30s"},
 		"csi-resizer":     {"--timeout=30s", "--handle-volume-inuse-error=false"},
 		"csi-snapshotter": {"--timeout=30s"},

@@ -10,7 +10,7 @@ import (
 // TestEveryPinParses guards the format build.sh and this package both read.
 func TestEveryPinParses(t *testing.T) {
 	want := map[string][]string{
-		"bin": {"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "cdi-controller", "cdi-crds",
+		"bin": {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "cdi-controller", "cdi-crds",
 			"cdi-clone-token", "csi-provisioner", "csi-resizer", "csi-snapshotter",
 			"snapshot-controller", "victoria-metrics", "vmalert", "gremlins"},
 		"crds": {"snapshot", "cdi", "prometheus"},
