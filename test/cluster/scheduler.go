@@ -154,7 +154,7 @@ func (c *Cluster) renewNodeLease(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: NodeName, Namespace: corev1.NamespaceNodeLease},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr(NodeName), LeaseDurationSeconds: ptr(int32(40)), RenewTime: &now},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr(NodeName), LeaseDurationSeconds: ptr(int32(40)), RenewTime: &now},
 		}
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 		return err
