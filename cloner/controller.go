@@ -50,6 +50,9 @@ type Controller struct {
 	dvReady  chan struct{}
 	// claimUIDs and dataVolumeUIDs find a PVC and a DataVolume by UID.
 	claimUIDs, dataVolumeUIDs *fleet.UIDKeys
+	// cloneClaims remembers when CDI made each tmp-pvc, for the timelines
+	// of clones that end between two passes.
+	cloneClaims *fleet.ClaimTimes
 	// predIn holds the clone-path prediction's informers (predict_inputs.go).
 	predIn atomic.Pointer[fleet.PredictionInputs]
 
@@ -100,7 +103,7 @@ func New(cfg config.Config, clients config.Clients) (*Controller, error) {
 	c := &Controller{
 		cfg: cfg, clients: clients,
 		dvReady:   make(chan struct{}),
-		claimUIDs: fleet.NewUIDKeys(), dataVolumeUIDs: fleet.NewUIDKeys(),
+		claimUIDs: fleet.NewUIDKeys(), dataVolumeUIDs: fleet.NewUIDKeys(), cloneClaims: fleet.NewClaimTimes(),
 		wake:  make(chan struct{}, 1),
 		due:   schedule.New(passChunk),
 		heard: map[string]verdict.HeardWords{},

@@ -25,6 +25,9 @@ import (
 func (c *Controller) watchForVerdicts() {
 	onEvent(c.pvcInf, func(obj any) {
 		if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+			if c.cfg.GoldenNamespaces().Has(pvc.Namespace) {
+				c.cloneClaims.Note(pvc) // before the pass it marks
+			}
 			c.claimChanged(pvc.Namespace + "/" + pvc.Name)
 		}
 	})
@@ -119,6 +122,7 @@ func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 	}
 	inv := fleet.NewInventory(classes, fleet.UnstructuredList(vscs), c.claim, c.volume)
 	inv.DataSource = c.predIn.Load().DataSource
+	inv.CloneClaims = c.cloneClaims
 	idx := (*c.dvInf.Load()).GetIndexer()
 	var dvs []*fleet.CachedDataVolume
 	seen := map[string]bool{}

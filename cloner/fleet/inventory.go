@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"time"
+
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -58,7 +60,10 @@ type Inventory struct {
 	// DataSource finds a DataSource by namespace/name (nil: none known), to
 	// follow a disk's sourceRef as CDI does.
 	DataSource func(types.NamespacedName) *cdiv1.DataSource
-	Classes    classIndex
+	// CloneClaims, when set, remembers the tmp-pvcs CDI made (the
+	// controller's, from its informer's events; nil in the report).
+	CloneClaims *ClaimTimes
+	Classes     classIndex
 	// snapshotOf maps a snapshot handle to the volume handle it was cut from.
 	SnapshotOf map[string]string
 }
@@ -274,7 +279,16 @@ func (inv *Inventory) GoldenForFlavor(f Flavor) *Golden {
 	return nil
 }
 
-// cloneClaimOf is CDI's tmp-pvc-<uid> of a target claim, nil when CDI has not
+// NotedCloneClaim is when CDI made the tmp-pvc of target, as CloneClaims
+// noted it (zero: not noted, or no CloneClaims).
+func (inv *Inventory) NotedCloneClaim(target *corev1.PersistentVolumeClaim) time.Time {
+	if target == nil || target.UID == "" {
+		return time.Time{}
+	}
+	return inv.CloneClaims.Of(target.UID)
+}
+
+// CloneClaimOf is CDI's tmp-pvc-<uid> of a target claim, nil when CDI has not
 // made it (or already re-bound its volume and deleted it).
 func (inv *Inventory) CloneClaimOf(d *WorkerDisk, target *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	if target == nil || target.UID == "" {

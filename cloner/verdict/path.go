@@ -18,6 +18,9 @@ import (
 // followClonePath fills in, for a disk whose claim has no volume yet, the
 // claim and volume CDI is making it on.
 func (ev *Evaluation) followClonePath(f *DiskFacts) {
+	if f.Disk.Kind == fleet.DiskClone {
+		f.cloneClaimNoted = ev.Inv.NotedCloneClaim(f.Pvc)
+	}
 	if f.pv != nil || f.Disk.Kind != fleet.DiskClone {
 		return
 	}

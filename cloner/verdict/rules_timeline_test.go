@@ -125,8 +125,8 @@ func TestTimelineIsTheObjectsTimes(t *testing.T) {
 }
 
 // CDI deletes its tmp-pvc once the disk is bound: the claim's time then
-// comes from the disk's persisted record (its JSON, or the cache's digest
-// of it), and a disk whose record never dated it has none.
+// comes from the informer's note of it or the disk's persisted record (its
+// JSON, or the cache's digest of it), and a disk with neither has none.
 func TestTimelineKeepsTheClaimOnceTheTmpPVCIsGone(t *testing.T) {
 	claimed := t0.Add(7 * time.Second)
 	persisted := record.Record{Verdict: record.VerdictPending, Timeline: record.Timeline{Requested: t0, Claimed: claimed}}
@@ -136,17 +136,23 @@ func TestTimelineKeepsTheClaimOnceTheTmpPVCIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noted := t0.Add(3 * time.Second)
 	for _, tc := range []struct {
 		name       string
 		annotation string
+		noted      time.Time // the informer saw the tmp-pvc made (fleet.ClaimTimes)
 		want       time.Time
 	}{
-		{"the record's JSON", raw, claimed},
-		{"the cache's digest", digest.(*corev1.PersistentVolumeClaim).Annotations[fleet.AnnCloneEvidence], claimed},
-		{"no record", "", time.Time{}},
+		{"the record's JSON", raw, time.Time{}, claimed},
+		{"the cache's digest", digest.(*corev1.PersistentVolumeClaim).Annotations[fleet.AnnCloneEvidence], time.Time{}, claimed},
+		{"no record", "", time.Time{}, time.Time{}},
+		// A clone that ends between two passes: no pass saw the tmp-pvc.
+		{"no record, the tmp-pvc noted", "", noted, noted},
+		{"the record and the tmp-pvc noted", raw, claimed, claimed},
 	} {
 		f := rulesFacts(cdiv1.Succeeded)
 		f.Pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "VolumeCloneSource", Name: "x"}
+		f.cloneClaimNoted = tc.noted
 		if tc.annotation != "" {
 			f.Pvc.Annotations = map[string]string{fleet.AnnCloneEvidence: tc.annotation}
 		}

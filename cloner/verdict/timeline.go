@@ -13,10 +13,13 @@ import (
 // evidence alone (record.Timeline).
 func timelineOf(f DiskFacts) record.Timeline {
 	t := record.Timeline{Requested: cloneRequestedAt(f.Disk, f.golden), Ready: f.Disk.ReadySince}
-	if c := provisionedClaim(f); c != nil {
+	switch c := provisionedClaim(f); {
+	case c != nil:
 		t.Claimed = c.CreationTimestamp.Time
-	} else {
-		t.Claimed = recordedClaimed(f.Pvc) // CDI deleted its tmp-pvc
+	case !f.cloneClaimNoted.IsZero(): // CDI deleted its tmp-pvc, perhaps before any pass saw it
+		t.Claimed = f.cloneClaimNoted
+	default:
+		t.Claimed = recordedClaimed(f.Pvc)
 	}
 	switch {
 	case f.tap != nil:

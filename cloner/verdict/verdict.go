@@ -45,6 +45,9 @@ type DiskFacts struct {
 	ClonePVC          *corev1.PersistentVolumeClaim
 	clonePV           *corev1.PersistentVolume
 	goldenClaimExists bool
+	// cloneClaimNoted is when the informer saw CDI make the disk's tmp-pvc
+	// (fleet.ClaimTimes): kept after CDI deletes it, even when no pass saw it.
+	cloneClaimNoted time.Time
 	// predicted is the disk's clone-path prediction (nil: none available).
 	predicted *predict.Prediction
 	// heard is what CDI said in Warning events on the disk's objects.
