@@ -8,12 +8,16 @@ const (
 	// PhaseGoldenImport: the golden is still importing.
 	PhaseGoldenImport = "golden-import"
 	// PhasePlanning: CDI has not made the claim the volume is provisioned
-	// for yet (clone token, PrepClaim, a golden in use, a quota).
+	// for yet (clone token, PrepClaim, a golden in use, a quota, or a
+	// WaitForFirstConsumer class: CDI's clone populator makes its tmp-pvc
+	// only once the scheduler has picked a node for a pod that mounts the
+	// disk, populators/util.go claimReadyForPopulation).
 	PhasePlanning = "planning"
 	// PhaseProvisioning: the claim exists and the driver has answered no
-	// CreateVolume for it (WaitForFirstConsumer, the external-provisioner's
-	// queue, a class no provisioner serves, a first call still running:
-	// nothing records a call before its answer).
+	// CreateVolume for it (the external-provisioner's queue, a class no
+	// provisioner serves, a host-assisted copy's WaitForFirstConsumer
+	// claim, a first call still running: nothing records a call before its
+	// answer).
 	PhaseProvisioning = "provisioning"
 	// PhaseCreateVolume: the driver refused the CreateVolume at least once
 	// and has not succeeded yet.
