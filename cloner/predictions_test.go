@@ -213,6 +213,11 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 // paths" table read the same objects the informers do.
 func TestReportClonePaths(t *testing.T) {
 	w, g := clonertest.PredictionWorld(t)
+	// An image golden nothing clones yet: a first vm-disk's path is
+	// predicted too.
+	image := w.DataVolume("cozy-public", "vm-default-images-ubuntu", 6*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	clonertest.Succeed(image, clonertest.T0.Add(-time.Hour))
+	w.Claim(image, clonertest.TestClass, 6*clonertest.Gi, 6*clonertest.Gi, "golden-vol-ubuntu")
 	fc := newFakeCluster(t, w)
 	servePredictionInputs(t, fc)
 	ctx := t.Context()
@@ -220,7 +225,7 @@ func TestReportClonePaths(t *testing.T) {
 	if err := report.ReportClonePaths(ctx, fc.clients(), clonertest.TestConfig(), &out, "table", "fixed"); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cozy-public/" + g.Name, "fixed", "host-assisted", "no-volume-expansion", "csi-clone", predict.Fix(predict.ReasonNoVolumeExpansion)} {
+	for _, want := range []string{"cozy-public/" + g.Name, "cozy-public/" + image.Name, "fixed", "host-assisted", "no-volume-expansion", "csi-clone", predict.Fix(predict.ReasonNoVolumeExpansion)} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report --predict fixed lacks %q:\n%s", want, out.String())
 		}
@@ -234,6 +239,9 @@ func TestReportClonePaths(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "CLONE PATHS") || !strings.Contains(out.String(), predict.EmptyClass+" -> none") {
 		t.Errorf("report has no clone paths table with the empty class:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "cozy-public/"+image.Name+"  ") {
+		t.Errorf("report's clone paths lack the image golden %s:\n%s", image.Name, out.String())
 	}
 }
 

@@ -11,8 +11,10 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // TestPassJudgesADiskReachingAnImageGoldenThroughADataSource runs a real
@@ -75,5 +77,28 @@ func TestPassJudgesADiskReachingAnImageGoldenThroughADataSource(t *testing.T) {
 	ref := types.NamespacedName{Namespace: "cozy-public", Name: golden.Name}
 	if len(s.ImageDisks) != 1 || s.ImageDisks[0].Golden != ref || s.ImageDisks[0].Verdict != record.VerdictCSIClone || s.ImageDisks[0].Count != 2 {
 		t.Errorf("image disks %+v", s.ImageDisks)
+	}
+}
+
+// The guard's parameters cover every DataVolume of the golden namespace, the
+// Talos catalog's and the image goldens alike, also one no disk clones yet:
+// the first vm-disk of an image is the one cozystack#2908 leaves hanging.
+func TestGuardParametersCoverImageGoldens(t *testing.T) {
+	w, talos := clonertest.PredictionWorld(t)
+	for _, name := range []string{"vm-default-images-ubuntu", "vm-default-images-alpine"} {
+		g := w.DataVolume("cozy-public", name, 6*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+		clonertest.Succeed(g, clonertest.T0.Add(-time.Hour))
+		w.Claim(g, clonertest.TestClass, 6*clonertest.Gi, 6*clonertest.Gi, "golden-vol-"+name)
+	}
+	cfg := clonertest.TestConfig()
+	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
+	data := publish.AdmissionData(verdict.BuildPredictor(clonertest.CsiCloneForced(), inv), "cozy-public")
+	for _, golden := range []string{talos.Name, "vm-default-images-ubuntu", "vm-default-images-alpine"} {
+		if got := data[golden+".phase"]; got != "Succeeded" {
+			t.Errorf("%s.phase = %q, want Succeeded", golden, got)
+		}
+		if got := data[golden+".path."+clonertest.TestClass]; got != predict.PathCSIClone+"/"+predict.ReasonCDIOverride {
+			t.Errorf("%s.path.%s = %q, want a csi-clone", golden, clonertest.TestClass, got)
+		}
 	}
 }

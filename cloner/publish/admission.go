@@ -83,7 +83,7 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string) map[string]stri
 		}
 	}
 	bad := map[string]bool{}
-	for ref, g := range p.Goldens {
+	for ref, g := range p.AllGoldens() {
 		if ref.Namespace != goldenNamespace {
 			continue
 		}

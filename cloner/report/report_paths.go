@@ -1,6 +1,8 @@
 package report
 
 import (
+	"slices"
+
 	"context"
 	"fmt"
 	"io"
@@ -62,17 +64,18 @@ func readPredictor(ctx context.Context, clients config.Clients, inv *fleet.Inven
 }
 
 // pathsOn is what clonePaths reports of a predictor.
+// Both kinds of golden: the Talos catalog's and the image goldens.
 func pathsOn(p *verdict.Predictor, inv *fleet.Inventory, class string) []verdict.ClonePathReport {
-	pairs := p.Pairs
+	pairs := append(append([]predict.Pair(nil), p.Pairs...), p.ImagePairs...)
 	if class != "" {
-		pairs = nil
 		t := predict.Target{Class: class}
 		if class == predict.EmptyClass {
 			t = verdict.TargetOfClass(p.StorageDefault)
 		}
-		goldens := make([]predict.Golden, 0, len(inv.Goldens))
-		for _, g := range inv.Goldens {
-			goldens = append(goldens, p.Goldens[g.Ref()])
+		all := p.AllGoldens()
+		goldens := make([]predict.Golden, 0, len(inv.Goldens)+len(inv.Images))
+		for _, g := range slices.Concat(inv.Goldens, inv.Images) {
+			goldens = append(goldens, all[g.Ref()])
 		}
 		pairs = p.State.PairsOn(goldens, class, t)
 	}

@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"maps"
+
 	"fmt"
 	"slices"
 
@@ -22,8 +24,8 @@ type Predictor struct {
 	State   *predict.State
 	Goldens map[types.NamespacedName]predict.Golden
 	// images are the non-Talos goldens (vm-default-images): predicted per
-	// disk and per class (ImagePairs, with their image names); the guard's
-	// parameters stay the catalog's.
+	// disk and per class (ImagePairs, with their image names) and guarded
+	// like the catalog's (AllGoldens).
 	images     map[types.NamespacedName]predict.Golden
 	imageNames map[types.NamespacedName]string
 	flavors    map[types.NamespacedName]fleet.Flavor
@@ -66,6 +68,15 @@ func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 	p.Pairs = p.State.Pairs(goldens, TargetOfClass(p.StorageDefault))
 	p.ImagePairs = p.State.Pairs(images, TargetOfClass(p.StorageDefault))
 	return p
+}
+
+// AllGoldens are the Talos catalog's goldens and the image goldens, by
+// reference: every source the guard judges a disk against.
+func (p *Predictor) AllGoldens() map[types.NamespacedName]predict.Golden {
+	out := make(map[types.NamespacedName]predict.Golden, len(p.Goldens)+len(p.images))
+	maps.Copy(out, p.images)
+	maps.Copy(out, p.Goldens)
+	return out
 }
 
 func TargetOfClass(r fleet.ClassResolution) predict.Target {
