@@ -77,6 +77,16 @@ type VMDisk struct {
 // DataSource, as KubeVirt's boot sources are cloned. The clone token is the
 // one the cdi-apiserver webhook would add.
 func (c *Cluster) CreateVMDisk(ctx context.Context, d VMDisk) (*cdiv1.DataVolume, error) {
+	dv, err := c.VMDiskDataVolume(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return c.CreateDataVolume(ctx, dv)
+}
+
+// VMDiskDataVolume is the DataVolume CreateVMDisk creates, for a test that
+// submits it itself (through the admission guard, as a dry run).
+func (c *Cluster) VMDiskDataVolume(ctx context.Context, d VMDisk) (*cdiv1.DataVolume, error) {
 	golden := VMImageGoldenName(d.Image)
 	tok, err := c.CloneToken(ctx, NamespaceGolden, golden, d.Namespace, d.Name)
 	if err != nil {
@@ -96,7 +106,8 @@ func (c *Cluster) CreateVMDisk(ctx context.Context, d VMDisk) (*cdiv1.DataVolume
 		dv.Spec.ContentType = cdiv1.DataVolumeKubeVirt
 		dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: NamespaceGolden, Name: golden}}
 	}
-	return c.CreateDataVolume(ctx, dv)
+	dv.APIVersion, dv.Kind = "cdi.kubevirt.io/v1beta1", "DataVolume"
+	return dv, nil
 }
 
 // PublishDataSource publishes PVC pvcNS/pvcName as the boot source ns/name,

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
@@ -97,17 +99,11 @@ func (c *Cluster) registerNode() error {
 		Name:   NodeName,
 		Labels: map[string]string{corev1.LabelHostname: NodeName, corev1.LabelOSStable: "linux"},
 	}}
-	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("node %s: %w", NodeName, err)
 	}
-	if err != nil {
-		if created, err = c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{}); err != nil {
-			return fmt.Errorf("node %s: %w", NodeName, err)
-		}
-	}
 	now := metav1.Now()
-	created.Status = corev1.NodeStatus{
+	status := corev1.NodeStatus{
 		Capacity:    room,
 		Allocatable: room,
 		Phase:       corev1.NodeRunning,
@@ -116,7 +112,13 @@ func (c *Cluster) registerNode() error {
 			Message: "registered by the test harness (no kubelet runs here)", LastHeartbeatTime: now, LastTransitionTime: now,
 		}},
 	}
-	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// A merge patch: the node lifecycle controller may have written the
+	// Node (its taint) since it was created.
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("node %s status: %w", NodeName, err)
 	}
 	if err := c.renewNodeLease(ctx); err != nil {
@@ -126,14 +128,22 @@ func (c *Cluster) registerNode() error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		failed := 0
 		for {
 			select {
 			case <-beat.Done():
 				return
 			case <-time.After(nodeHeartbeat):
 			}
-			if err := c.renewNodeLease(beat); err != nil && beat.Err() == nil {
-				c.logf("cluster: node %s heartbeat: %v", NodeName, err)
+			err := c.renewNodeLease(beat)
+			if err == nil {
+				failed = 0
+				continue
+			}
+			// One miss is the API server stopping before this goroutine
+			// does at teardown; three are the node going NotReady.
+			if failed++; failed == 3 && beat.Err() == nil {
+				c.logf("cluster: node %s heartbeat failing: %v", NodeName, err)
 			}
 		}
 	}()

@@ -98,6 +98,12 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 	if ds, ok := strings.CutPrefix(golden, dataSourcePrefix); ok { // through a DataSource
 		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: ds}
 	}
+	return a.createDataVolume(ctx, dv, persist)
+}
+
+// createDataVolume creates dv (dry run unless persist) and returns the
+// warnings and the error.
+func (a *admissionClient) createDataVolume(ctx context.Context, dv *cdiv1.DataVolume, persist bool) ([]string, error) {
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
 	if err != nil {
 		return nil, err
@@ -107,7 +113,7 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
 	a.warnings.take()
-	_, err = a.dyn.Resource(cluster.DataVolumeGVR).Namespace(admissionTenant).Create(ctx, &unstructured.Unstructured{Object: obj}, opts)
+	_, err = a.dyn.Resource(cluster.DataVolumeGVR).Namespace(dv.Namespace).Create(ctx, &unstructured.Unstructured{Object: obj}, opts)
 	return a.warnings.take(), err
 }
 
