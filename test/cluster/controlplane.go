@@ -138,34 +138,42 @@ func (c *Cluster) startAPIServer(etcdURL string, port int) error {
 // startControllerManager starts kube-controller-manager with only the
 // controllers the storage flow needs (plus opts.ExtraControllers).
 func (c *Cluster) startControllerManager(port int) error {
-	bin, err := tools.Bin("kube-controller-manager")
-	if err != nil {
-		return err
-	}
 	ctrls := append(append([]string(nil), defaultControllers...), c.opts.ExtraControllers...)
 	if c.needsScheduler() {
 		ctrls = append(ctrls, schedulingControllers...)
 	}
-	_, err = c.start("kube-controller-manager", nil, bin,
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig,
-		"--authorization-kubeconfig="+c.Kubeconfig,
+	return c.startKubeComponent("kube-controller-manager", "kcm", port,
 		"--controllers="+strings.Join(ctrls, ","),
-		"--leader-elect=false",
 		// The binder also acts on a periodic resync; CDI's rebind of a PV to
 		// the target claim waits on it. 15s by default: only slower.
 		"--pvclaimbinder-sync-period=2s",
 		"--use-service-account-credentials=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(c.Dir, "pki", "kcm"),
 		"--v=1",
 	)
+}
+
+// startKubeComponent starts kube-controller-manager or kube-scheduler as the
+// admin, alone (no leader election), serving its /healthz on loopback port
+// with a throwaway certificate in pki/<certDir>, and waits for it.
+func (c *Cluster) startKubeComponent(name, certDir string, port int, args ...string) error {
+	bin, err := tools.Bin(name)
 	if err != nil {
 		return err
 	}
+	common := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.Dir, "pki", certDir),
+	}
+	if _, err := c.start(name, nil, bin, append(common, args...)...); err != nil {
+		return err
+	}
 	insecure := &tls.Config{InsecureSkipVerify: true} // its own throwaway self-signed cert on loopback
-	return c.waitHTTP("kube-controller-manager", fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, 60*time.Second)
+	return c.waitHTTP(name, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, 60*time.Second)
 }
 
 // apiTLS trusts only this cluster's CA.

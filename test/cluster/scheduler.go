@@ -2,11 +2,8 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -16,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
 
 // NodeName is the one Node a cluster with a WaitForFirstConsumer class has:
@@ -56,32 +51,13 @@ func (c *Cluster) startScheduler() error {
 	if err := c.waitNodeSchedulable(); err != nil {
 		return err
 	}
-	bin, err := tools.Bin("kube-scheduler")
-	if err != nil {
-		return err
-	}
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	_, err = c.start("kube-scheduler", nil, bin,
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig,
-		"--authorization-kubeconfig="+c.Kubeconfig,
-		// No extension-apiserver-authentication ConfigMap exists here: its
-		// /healthz needs no client certificates.
-		"--authentication-skip-lookup=true",
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(c.Dir, "pki", "scheduler"),
-		"--v=2",
-	)
-	if err != nil {
-		return err
-	}
-	insecure := &tls.Config{InsecureSkipVerify: true} // its own throwaway self-signed cert on loopback
-	return c.waitHTTP("kube-scheduler", fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure, 60*time.Second)
+	// No extension-apiserver-authentication ConfigMap exists here: its
+	// /healthz needs no client certificates.
+	return c.startKubeComponent("kube-scheduler", "scheduler", port, "--authentication-skip-lookup=true", "--v=2")
 }
 
 // registerNode creates NodeName with room for every pod a test makes,
