@@ -1,11 +1,10 @@
 package fleet
 
 import (
-	"time"
-
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"

@@ -1,11 +1,10 @@
 package report
 
 import (
-	"slices"
-
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"

@@ -1,9 +1,8 @@
 package verdict
 
 import (
-	"maps"
-
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
