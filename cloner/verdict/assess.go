@@ -66,7 +66,8 @@ func (ev *Evaluation) FactsOf(d *fleet.WorkerDisk) DiskFacts {
 	if ev.hearingOf != nil {
 		f.heard = ev.hearingOf(d)
 	}
-	if f.predicted = recordedPrediction(f.Pvc); f.predicted == nil {
+	f.persisted, f.persistedRead = f.persistedRecord(), true
+	if f.predicted = predictionIn(f.persisted); f.predicted == nil {
 		f.predicted = ev.Pred.forDisk(f)
 	}
 	if pv := f.volumeOf(); pv != nil {

@@ -159,7 +159,15 @@ func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
 // carries: the one made first is the one checked against the verdict.
 func recordedPrediction(pvc *corev1.PersistentVolumeClaim) *predict.Prediction {
 	old, err := record.PersistedRecord(pvc)
-	if err != nil || old == nil || old.Predicted == "" {
+	if err != nil {
+		return nil
+	}
+	return predictionIn(old)
+}
+
+// predictionIn is the prediction a persisted record carries (nil: none).
+func predictionIn(old *record.RecordDigest) *predict.Prediction {
+	if old == nil || old.Predicted == "" {
 		return nil
 	}
 	return &predict.Prediction{Path: old.Predicted, Reason: old.PredictedReason}

@@ -1,8 +1,6 @@
 package verdict
 
 import (
-	"time"
-
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -18,8 +16,8 @@ func timelineOf(f DiskFacts) record.Timeline {
 		t.Claimed = c.CreationTimestamp.Time
 	case !f.cloneClaimNoted.IsZero(): // CDI deleted its tmp-pvc, perhaps before any pass saw it
 		t.Claimed = f.cloneClaimNoted
-	default:
-		t.Claimed = recordedClaimed(f.Pvc)
+	case f.persistedRecord() != nil:
+		t.Claimed = f.persistedRecord().Claimed
 	}
 	switch {
 	case f.tap != nil:
@@ -37,14 +35,17 @@ func timelineOf(f DiskFacts) record.Timeline {
 	return t
 }
 
-// recordedClaimed is the claim's time the disk's persisted record already
-// dates (zero when none does).
-func recordedClaimed(pvc *corev1.PersistentVolumeClaim) time.Time {
-	old, err := record.PersistedRecord(pvc)
-	if err != nil || old == nil {
-		return time.Time{}
+// persistedRecord is the disk's persisted record, nil when it has none or
+// it cannot be read (the writer reports that).
+func (f *DiskFacts) persistedRecord() *record.RecordDigest {
+	if f.persistedRead {
+		return f.persisted
 	}
-	return old.Claimed
+	old, err := record.PersistedRecord(f.Pvc)
+	if err != nil {
+		return nil
+	}
+	return old
 }
 
 // provisionedClaim is the claim the disk's volume is provisioned for: CDI's

@@ -48,6 +48,11 @@ type DiskFacts struct {
 	// cloneClaimNoted is when the informer saw CDI make the disk's tmp-pvc
 	// (fleet.ClaimTimes): kept after CDI deletes it, even when no pass saw it.
 	cloneClaimNoted time.Time
+	// persisted is the disk's persisted record (as the cache holds it),
+	// decoded once by FactsOf, which sets persistedRead; facts built
+	// otherwise decode it when read (persistedRecord).
+	persisted     *record.RecordDigest
+	persistedRead bool
 	// predicted is the disk's clone-path prediction (nil: none available).
 	predicted *predict.Prediction
 	// heard is what CDI said in Warning events on the disk's objects.
