@@ -100,6 +100,13 @@ func (c *Cluster) registerNode() error {
 	if err := c.renewNodeLease(ctx); err != nil {
 		return err
 	}
+	c.keepNodeAlive()
+	return nil
+}
+
+// keepNodeAlive renews the Node's Lease every nodeHeartbeat until the
+// cluster stops.
+func (c *Cluster) keepNodeAlive() {
 	beat, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -124,7 +131,6 @@ func (c *Cluster) registerNode() error {
 		}
 	}()
 	c.onStop(func() error { stop(); <-done; return nil })
-	return nil
 }
 
 // nodeHeartbeat is how often the Node's Lease is renewed: a kubelet's
