@@ -21,12 +21,19 @@ const ClaimTimesKept = time.Hour
 // made and deleted before any pass sees it, and that claim's creation is
 // the only date of the end of the clone's planning. An entry costs about
 // 70 bytes; entries older than ClaimTimesKept before the newest are
-// dropped as new ones come, so the map holds the tmp-pvcs of the last hour.
+// dropped as new ones come (once a minute of creations), so the map holds
+// the tmp-pvcs of about the last hour.
 type ClaimTimes struct {
-	mu     sync.Mutex
-	at     map[types.UID]time.Time
-	newest time.Time
+	mu sync.Mutex
+	at map[types.UID]time.Time
+	// pruned is the newest creation the last prune ran at: a prune walks
+	// the map, so it runs at most once per claimTimesPruneEvery of
+	// creations, not on every new tmp-pvc (the informer's handler).
+	pruned time.Time
 }
+
+// claimTimesPruneEvery spaces the prunes.
+const claimTimesPruneEvery = time.Minute
 
 // NewClaimTimes returns an empty ClaimTimes.
 func NewClaimTimes() *ClaimTimes { return &ClaimTimes{at: map[types.UID]time.Time{}} }
@@ -42,10 +49,10 @@ func (c *ClaimTimes) Note(pvc *corev1.PersistentVolumeClaim) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.at[types.UID(uid)] = made
-	if !made.After(c.newest) {
+	if made.Before(c.pruned.Add(claimTimesPruneEvery)) {
 		return
 	}
-	c.newest = made
+	c.pruned = made
 	for k, t := range c.at {
 		if t.Before(made.Add(-ClaimTimesKept)) {
 			delete(c.at, k)
