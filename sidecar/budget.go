@@ -58,6 +58,9 @@ const (
 	// maxSpareCalls bounds the emptied call records a connection keeps for
 	// its next calls.
 	maxSpareCalls = 16
+	// maxLateSized bounds the refusals a connection keeps sizing after
+	// they were settled (TapConn.sizeLate).
+	maxLateSized = 16
 	// maxStatusMessageBytes bounds the grpc-message a call record or a
 	// queued observation keeps; the rest is cut off.
 	maxStatusMessageBytes = 1024
@@ -68,7 +71,8 @@ const (
 
 // HeldBytesBound returns the most memory, in bytes, the relay and its tap
 // hold for the given number of open connections and calls in flight on each:
-// per connection two relay buffers, maxSpareCalls emptied call records and
+// per connection two relay buffers, maxSpareCalls emptied call records,
+// maxLateSized refusals being sized (a few hundred bytes each) and
 // the hand-off's two buffers kept between batches;
 // per direction the bytes of an incomplete frame or header block (at most
 // twice their limits, as a slice grows), an assembled header block and one
@@ -87,6 +91,7 @@ func HeldBytesBound(connections, callsPerConn int) int64 {
 	const callRecordBytes = 512 + maxStatusMessageBytes
 	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxHeaderBlockBytes + maxHeaderTableBytes)
 	perConn := 2*int64(relayBufferBytes) + maxSpareCalls*callRecordBytes + 2*perDirection + 2*keptHandoffBytes +
+		maxLateSized*int64(unsafe.Sizeof(lateSizing{})) +
 		int64(min(callsPerConn, maxCallsPerConn))*callRecordBytes
 	retries := int64(maxPendingRetries+recentAnswers) * int64(unsafe.Sizeof(attempt{})) // retries.go
 	queued := int64(defaultQueueSize)*callRecordBytes + retries

@@ -127,6 +127,21 @@ func (b *retryBook) refused(a attempt, requestBytes int) {
 	}
 }
 
+// sized gives a refusal booked before any of its request crossed the size
+// and first bytes that crossed since: the client sent them before it read
+// the refusal (TapConn.settleRefusals). Decided already, it stays as it
+// was decided.
+func (b *retryBook) sized(booked attempt, sig uint64, requestBytes int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, w := range b.waiting {
+		if w.method == booked.method && w.sig == booked.sig && w.start.Equal(booked.start) && w.end.Equal(booked.end) {
+			b.waiting[i].sig, b.waiting[i].committed = sig, requestBytes > maxRetryReplayBytes
+			return
+		}
+	}
+}
+
 // answered remembers an answered stream: it may be a refusal's retry.
 func (b *retryBook) answered(a attempt) {
 	b.mu.Lock()

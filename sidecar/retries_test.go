@@ -163,3 +163,38 @@ func TestRequestShape(t *testing.T) {
 		t.Fatal("a request whose prefix did not cross has a signature")
 	}
 }
+
+// A refusal booked before any of its request crossed takes the size that
+// crosses later while it waits (TapConn.sizeLate): over the replay buffer,
+// the client saw it fail; within it, it is a first attempt, retried. Once
+// decided, it stays decided.
+func TestRetryBookSizesALateRequest(t *testing.T) {
+	t0 := time.Unix(1700000000, 0)
+	unsized := attempt{method: "m", start: t0, end: t0.Add(time.Millisecond)}
+	for _, tc := range []struct {
+		name         string
+		size         int
+		decidedFirst bool
+		wantFailed   int
+	}{
+		{"over the replay buffer", maxRetryReplayBytes + 1, false, 1},
+		{"within the replay buffer", maxRetryReplayBytes, false, 0},
+		{"sized once decided", maxRetryReplayBytes + 1, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var failed atomic.Int32
+			b := retryBook{failed: func(attempt) { failed.Add(1) }}
+			b.refused(unsized, 0)
+			if tc.decidedFirst {
+				b.mu.Lock()
+				b.decideLocked(time.Time{})
+				b.mu.Unlock()
+			}
+			b.sized(unsized, 7, tc.size)
+			b.close()
+			if got := int(failed.Load()); got != tc.wantFailed {
+				t.Fatalf("%d calls failed, want %d", got, tc.wantFailed)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,17 @@ type TapConn struct {
 	// size; settled are such streams decided meanwhile, to publish.
 	refusedUnsized bool
 	settled        []*call
+	// lateSized are refused streams settled before any of their request
+	// crossed, whose request may cross yet (settleRefusals).
+	lateSized []lateSizing
+}
+
+// lateSizing is a refused stream booked unsized, and what crossed of its
+// request since.
+type lateSizing struct {
+	id     uint32
+	booked attempt
+	shape  requestShape
 }
 
 // NewConn starts following a new relayed connection.
@@ -227,10 +239,11 @@ func (tc *TapConn) openCall(h *headerBlock, at time.Time) *call {
 // their request's size, now that the client opened another stream of it
 // after their refusal: grpc-go drops what it has not sent of a refused
 // attempt's request once it reads the refusal, and only then opens the
-// retry, so what crossed is all there is. (A stream of method the client
-// opened before reading the refusal settles it too early: then a request
-// still on its way is taken as small, and a committed call as retried.)
-// The caller holds tc.mu.
+// retry, so what crossed is all there is. But the client may have opened
+// that stream before it read the refusal, the relay reading the two
+// directions in another order than they were written, and go on sending
+// the refused request: what crosses of it in the settleTime the retry
+// book waits still sizes the refusal (sizeLate). The caller holds tc.mu.
 func (tc *TapConn) settleRefusals(method string, at time.Time) {
 	waiting := false
 	for id, c := range tc.calls {
@@ -241,11 +254,38 @@ func (tc *TapConn) settleRefusals(method string, at time.Time) {
 			c.requestDone = true
 			delete(tc.calls, id)
 			tc.settled = append(tc.settled, c)
+			tc.awaitLateSize(id, c, at)
 			continue
 		}
 		waiting = true
 	}
 	tc.refusedUnsized = waiting
+}
+
+// awaitLateSize keeps the settled refusal c of stream id to size it if its
+// request crosses yet: at most maxLateSized per connection, for settleTime
+// (after that the retry book has decided it). The caller holds tc.mu.
+func (tc *TapConn) awaitLateSize(id uint32, c *call, at time.Time) {
+	tc.lateSized = slices.DeleteFunc(tc.lateSized, func(l lateSizing) bool { return at.Sub(l.booked.end) > settleTime })
+	if len(tc.lateSized) >= maxLateSized {
+		tc.lateSized = slices.Delete(tc.lateSized, 0, 1)
+	}
+	tc.lateSized = append(tc.lateSized, lateSizing{id: id, booked: c.attempt(), shape: c.shape})
+}
+
+// sizeLate notes request bytes of a refusal settled unsized; once they
+// tell its size, the retry book has it. The caller holds tc.mu.
+func (tc *TapConn) sizeLate(id uint32, p []byte) {
+	i := slices.IndexFunc(tc.lateSized, func(l lateSizing) bool { return l.id == id })
+	if i < 0 {
+		return
+	}
+	l := &tc.lateSized[i]
+	l.shape.note(p)
+	if l.shape.known() {
+		tc.tap.retries.sized(l.booked, l.shape.signature(), l.shape.size())
+		tc.lateSized = slices.Delete(tc.lateSized, i, i+1)
+	}
 }
 
 // newCall is a record whose messages hold of this connection's share, a
@@ -279,7 +319,11 @@ func (tc *TapConn) onData(id uint32, p []byte, end, fromClient bool, at time.Tim
 	tc.update(id, func() *call {
 		if fromClient {
 			c := tc.calls[id]
-			if c == nil || c.method == "" {
+			if c == nil {
+				tc.sizeLate(id, p)
+				return nil
+			}
+			if c.method == "" {
 				return nil
 			}
 			c.shape.note(p)

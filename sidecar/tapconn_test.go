@@ -352,3 +352,33 @@ func TestVerbatimRequestBytesAreWiped(t *testing.T) {
 		t.Fatalf("byte %d of the request's %d-byte buffer not wiped", i, len(kept))
 	}
 }
+
+// A refused stream whose request had not begun to cross is settled when
+// the client opens another stream of its method, as if that were its
+// retry; but the client may have opened that stream before it read the
+// refusal, and go on sending the refused request after it. grpc-go had
+// committed that call if the request is over its replay buffer: the
+// client saw Unavailable, whatever the order the relay read the frames in
+// (TestTapDifferential's session 1796574929956383537).
+func TestRefusedRequestSizedAfterAnotherStreamOpenedFailsOnce(t *testing.T) {
+	w, u := newWire(t), newTapUnderTest()
+	big := grpcMessage(t, &csi.CreateVolumeRequest{Name: "big", Parameters: map[string]string{"p": strings.Repeat("x", maxRetryReplayBytes)}})
+	w.headers(true, 7, false, ":method", "POST", ":path", MethodCreateVolume, "content-type", "application/grpc")
+	u.feed(w)
+	w.check(w.dfr.WriteRSTStream(7, http2.ErrCodeRefusedStream))
+	u.feed(w)
+	w.request(9, MethodCreateVolume, &csi.CreateVolumeRequest{Name: "other"})
+	for len(big) > 0 {
+		n := min(len(big), 16<<10)
+		w.check(w.cfr.WriteData(7, n == len(big), big[:n]))
+		big = big[n:]
+	}
+	u.feed(w)
+	w.reply(9, &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "v"}}, codes.OK)
+	u.feed(w)
+	u.close()
+	slices.Sort(u.rec.finished)
+	if want := []codes.Code{codes.OK, codes.Unavailable}; !slices.Equal(u.rec.finished, want) {
+		t.Fatalf("recorded %v, want %v: the refused request over the replay buffer is the Unavailable call the client saw", u.rec.finished, want)
+	}
+}
