@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
@@ -21,7 +22,7 @@ func (c *Controller) publishAdmissionParams(ctx context.Context, p *verdict.Pred
 	if !c.cfg.AdmissionParams || p == nil {
 		return "", nil
 	}
-	want := publish.AdmissionData(p, c.cfg.GoldenNamespaces().Primary())
+	want := publish.AdmissionData(p, c.cfg.GoldenNamespaces().Primary(), predict.GuardRules{AllowClassMismatch: c.cfg.AdmissionAllowClassMismatch})
 	cms := c.clients.Kube.CoreV1().ConfigMaps(c.cfg.LedgerNamespace)
 	cur, err := cms.Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
 	switch {

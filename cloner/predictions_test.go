@@ -297,7 +297,7 @@ func BenchmarkPredictionRecompute20x30(b *testing.B) {
 		p := verdict.BuildPredictor(in, inv)
 		s := &ledger.Snapshot{}
 		ledger.AddPredictions(s, p)
-		if len(s.Paths) != 20*31 || len(publish.AdmissionData(p, config.DefaultGoldenNamespace)) < 20*30*2 {
+		if len(s.Paths) != 20*31 || len(publish.AdmissionData(p, config.DefaultGoldenNamespace, predict.GuardRules{})) < 20*30*2 {
 			b.Fatalf("%d pairs", len(s.Paths))
 		}
 	}

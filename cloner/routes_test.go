@@ -92,7 +92,7 @@ func TestGuardParametersCoverImageGoldens(t *testing.T) {
 	}
 	cfg := clonertest.TestConfig()
 	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
-	data := publish.AdmissionData(verdict.BuildPredictor(clonertest.CsiCloneForced(), inv), "cozy-public")
+	data := publish.AdmissionData(verdict.BuildPredictor(clonertest.CsiCloneForced(), inv), "cozy-public", predict.GuardRules{})
 	for _, golden := range []string{talos.Name, "vm-default-images-ubuntu", "vm-default-images-alpine"} {
 		if got := data[golden+".phase"]; got != "Succeeded" {
 			t.Errorf("%s.phase = %q, want Succeeded", golden, got)

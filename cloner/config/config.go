@@ -50,6 +50,9 @@ type Config struct {
 	// parameters (ConfigMap AdmissionParamsName in LedgerNamespace) current
 	// (--admission-params).
 	AdmissionParams bool
+	// AdmissionAllowClassMismatch lets the guard admit a disk onto
+	// another class than its golden's (--admission-allow-class-mismatch).
+	AdmissionAllowClassMismatch bool
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
 }

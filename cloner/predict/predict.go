@@ -196,6 +196,22 @@ type Prediction struct {
 // or no disk at all.
 func (p Prediction) Bad() bool { return p.Path == PathHostAssisted || p.Path == PathBlocked }
 
+// GuardRules are the admission guard's switches beyond the path: the
+// sidecar's --admission-* flags, written into its parameters.
+type GuardRules struct {
+	// AllowClassMismatch admits a disk onto another class than its
+	// golden's (--admission-allow-class-mismatch); by default the guard
+	// warns about it (Warn) or refuses it (Deny), as Cozystack's render does.
+	AllowClassMismatch bool
+}
+
+// GuardRefuses reports whether the admission guard in Deny refuses a disk
+// so predicted: a bad path, or a class other than the golden's unless the
+// rules allow it. The verdict of either carries a bad reason.
+func (p Prediction) GuardRefuses(r GuardRules) bool {
+	return p.Bad() || (p.HasFlag(FlagClassMismatch) && !r.AllowClassMismatch)
+}
+
 // HasFlag reports whether a flag is set.
 func (p Prediction) HasFlag(f string) bool {
 	for _, x := range p.Flags {

@@ -35,6 +35,8 @@ const (
 //	class.<class>.am.<accessMode>             "<index>:<mode>" of the first claimPropertySet with the access mode
 //	fix.<reason>                              each bad reason's fix
 //	dataSource.<namespace>.<name>             "<pvcNamespace>/<pvcName>" the DataSource clones ("" namespace: the DataVolume's)
+//	rule.class-mismatch                       "guard": a disk onto another class than its golden's is warned about
+//	                                          or refused; "allow": admitted (predict.GuardRules)
 //
 // <kind> is pvc or storage, <mode> the claim's volume mode (Block or
 // Filesystem: the guard resolves a DataVolume's as CDI does, from the class
@@ -48,6 +50,11 @@ const (
 	// spec.pvc one or an archive (the Kubernetes default).
 	paramDefaultStorage = "defaultClass.storage"
 	paramDefaultPVC     = "defaultClass.pvc"
+	// paramClassMismatch switches the guard's class-mismatch rule:
+	// ruleGuard or ruleAllow.
+	paramClassMismatch = "rule.class-mismatch"
+	ruleGuard          = "guard"
+	ruleAllow          = "allow"
 )
 
 // guardKinds and guardModes are the claim shapes the guard's keys cover.
@@ -59,8 +66,11 @@ var (
 // admissionData renders the prediction as the guard's parameters. A key
 // that would break ConfigMap key rules is left out: the guard then checks
 // nothing for it (fail open).
-func AdmissionData(p *verdict.Predictor, goldenNamespace string) map[string]string {
-	d := map[string]string{paramGoldenNamespace: goldenNamespace}
+func AdmissionData(p *verdict.Predictor, goldenNamespace string, rules predict.GuardRules) map[string]string {
+	d := map[string]string{paramGoldenNamespace: goldenNamespace, paramClassMismatch: ruleGuard}
+	if rules.AllowClassMismatch {
+		d[paramClassMismatch] = ruleAllow
+	}
 	put := func(k, v string) {
 		if len(validation.IsConfigMapKey(k)) == 0 {
 			d[k] = v

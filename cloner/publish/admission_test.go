@@ -9,6 +9,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
 // The guard's parameters carry, per golden, kind, mode and class, the
@@ -43,5 +44,15 @@ func TestAdmissionDataCarriesPerDiskRegions(t *testing.T) {
 	}
 	if _, ok := got["pop"]; ok {
 		t.Errorf("pop variant written for a class with a CSIDriver: %v", got)
+	}
+}
+
+// The class-mismatch rule's switch reaches the guard as its parameter.
+func TestAdmissionDataCarriesTheClassMismatchRule(t *testing.T) {
+	p := &verdict.Predictor{State: predict.NewState(predict.Inputs{})}
+	for allow, want := range map[bool]string{false: ruleGuard, true: ruleAllow} {
+		if got := AdmissionData(p, "cozy-public", predict.GuardRules{AllowClassMismatch: allow})[paramClassMismatch]; got != want {
+			t.Errorf("AllowClassMismatch %v: %s = %q, want %q", allow, paramClassMismatch, got, want)
+		}
 	}
 }

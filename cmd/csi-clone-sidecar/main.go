@@ -155,6 +155,7 @@ func registerClonerFlags(fs *flag.FlagSet, c *config.Config) {
 	fs.DurationVar(&c.EvidenceGrace, "evidence-grace", c.EvidenceGrace, "How long a finished disk whose PV has no tap evidence yet waits for it before it is judged from CDI's annotations, and how long CDI must keep an error on a clone (clonePhase Error) before the disk is failed.")
 	fs.IntVar(&c.EvidenceQueue, "evidence-queue", c.EvidenceQueue, "Observations that may wait to be turned into evidence before new ones are dropped.")
 	fs.BoolVar(&c.AdmissionParams, "admission-params", false, "Keep the admission guard's parameters (ConfigMap "+publish.AdmissionParamsName+" in --ledger-namespace) current; turn on with deploy/admission.")
+	fs.BoolVar(&c.AdmissionAllowClassMismatch, "admission-allow-class-mismatch", false, "Let the admission guard admit, without a warning, a disk onto another StorageClass than its golden's (its verdict still flags class-mismatch).")
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.

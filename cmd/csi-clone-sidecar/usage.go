@@ -42,7 +42,8 @@ type flagGroup struct {
 var (
 	groupDataPath = flagGroup{"Data path", []string{"csi-address", "listen-address", "listen-socket-mode", "tap", "observation-queue", "observations-log"}}
 	groupVerdicts = flagGroup{"Verdicts", []string{"verdicts", "golden-namespace", "stuck-after", "resync-period", "evidence-grace", "evidence-ttl",
-		"evidence-queue", "ledger-namespace", "ledger-name", "factory-image-bytes", "admission-params"}}
+		"evidence-queue", "ledger-namespace", "ledger-name", "factory-image-bytes", "admission-params",
+		"admission-allow-class-mismatch"}}
 	groupHealth = flagGroup{"Metrics and health", []string{"http-endpoint", "metrics-address", "metrics-path", "health-probe-interval", "enable-pprof"}}
 	groupLeader = flagGroup{"Leader election", []string{"leader-election", "leader-election-namespace", "leader-election-lease-duration",
 		"leader-election-renew-deadline", "leader-election-retry-period", "leader-election-labels"}}

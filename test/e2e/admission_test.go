@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -166,22 +167,30 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	golden := admissionGolden(t, ctx, c, admissionFlavor)
 	waitAdmissionParams(t, ctx, c, golden+".path.replicated-fixed", "host-assisted/no-volume-expansion")
 	a := newAdmissionClient(t, c)
+	// A class other than the golden's is a cross-class clone: the guard
+	// says so after any other message (its verdict flags class-mismatch).
+	mismatch := func(class string) string {
+		return "would be on StorageClass " + class + ", not on golden " + golden + "'s replicated: CDI asks the driver for a cross-class clone"
+	}
 	cases := []admissionCase{
 		{"good", golden, "replicated", "20Gi", nil, nil},
 		{"good-default", golden, "", "20Gi", nil, nil}, // the virtualization default is the golden's class
-		// CDI CSI-clones these: the guard never refuses a storage-layer clone.
-		{"same-size-fixed", golden, "replicated-fixed", "6Gi", nil, nil},
-		{"sizeless-fixed", golden, "replicated-fixed", "", nil, nil},
-		{"mismatched", golden, "replicated-b", "20Gi", nil, nil},
+		// CDI CSI-clones these, but into another class than the golden's:
+		// only the class is named, never the path.
+		{"same-size-fixed", golden, "replicated-fixed", "6Gi", []string{mismatch("replicated-fixed")}, nil},
+		{"sizeless-fixed", golden, "replicated-fixed", "", []string{mismatch("replicated-fixed")}, nil},
+		{"mismatched", golden, "replicated-b", "20Gi", []string{mismatch("replicated-b")}, nil},
 		// A golden the parameters do not know (yet): admitted.
 		{"no-golden", cluster.GoldenName("0000", "v1.0.0"), "replicated", "20Gi", nil, nil},
 		{"too-small", golden, "replicated", "2Gi", []string{"CDI will take path blocked (reason target-too-small) for golden " + golden}, nil},
 		{"host-assisted", golden, "replicated-fixed", "20Gi", []string{
-			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed, not a CSI clone. Fix: set allowVolumeExpansion: true"}, nil},
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed, not a CSI clone. Fix: set allowVolumeExpansion: true",
+			mismatch("replicated-fixed")}, nil},
 		{"missing-class", golden, "no-such-class", "20Gi", []string{"would be on StorageClass no-such-class, which does not exist"}, nil},
 		// Through a DataSource naming the golden: checked the same.
 		{"via-datasource", dataSourcePrefix + "golden-ds", "replicated-fixed", "20Gi", []string{
-			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed"}, nil},
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed",
+			mismatch("replicated-fixed")}, nil},
 		{"via-datasource-good", dataSourcePrefix + "golden-ds", "replicated", "20Gi", nil, nil},
 		// Per-disk annotations: usePopulator "false" is CDI's legacy
 		// host-assisted path even on the golden's class (Cozystack's worker
@@ -192,11 +201,13 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 			map[string]string{cdirules.AnnUsePopulator: "false"}},
 		{"use-populator-garbage", golden, "replicated", "20Gi", []string{
 			"CDI will take path blocked (reason use-populator-invalid)"}, map[string]string{cdirules.AnnUsePopulator: "no"}},
-		{"clone-type-csi-clone", golden, "replicated-fixed", "6Gi", nil, map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
+		{"clone-type-csi-clone", golden, "replicated-fixed", "6Gi", []string{mismatch("replicated-fixed")},
+			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
 		// Obeyed larger than the golden on a class without expansion, it
 		// fails in CDI's PrepClaim phase (the resize is refused).
 		{"clone-type-csi-clone-larger", golden, "replicated-fixed", "20Gi", []string{
-			"CDI will take path blocked (reason clone-type-no-expansion) for golden " + golden + " on StorageClass replicated-fixed"},
+			"CDI will take path blocked (reason clone-type-no-expansion) for golden " + golden + " on StorageClass replicated-fixed",
+			mismatch("replicated-fixed")},
 			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
 		{"clone-type-copy", golden, "replicated", "20Gi", []string{"CDI will take path host-assisted (reason clone-type-copy)"},
 			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCopy}},
@@ -244,6 +255,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	if err := c.StopSidecar(); err != nil {
 		t.Fatal(err)
 	}
+	checkClassMismatchAllowed(t, ctx, c, a, golden)
 	if err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Delete(ctx, publish.AdmissionParamsName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +268,27 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		if err != nil || len(warnings) > 0 {
 			t.Errorf("parameters deleted: %s not admitted silently: %v %q", tc.name, err, warnings)
 		}
+	}
+}
+
+// checkClassMismatchAllowed: with the parameter rule.class-mismatch
+// "allow" (the sidecar's --admission-allow-class-mismatch; the sidecar is
+// stopped, so it does not write its own value back), the Deny guard admits
+// a disk onto another class of the golden's driver, and still refuses a
+// host-assisted one, naming only its path.
+func checkClassMismatchAllowed(t *testing.T, ctx context.Context, c *cluster.Cluster, a *admissionClient, golden string) {
+	t.Helper()
+	patch := []byte(`{"data":{"rule.class-mismatch":"allow"}}`)
+	if _, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Patch(ctx, publish.AdmissionParamsName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGuard(t, ctx, c, func() (bool, string) {
+		w, err := a.create(ctx, "probe", golden, "replicated-b", "20Gi", false, nil)
+		return err == nil && len(w) == 0, fmt.Sprintf("warnings %q, error %v", w, err)
+	})
+	_, err := a.create(ctx, "host-assisted-allowed", golden, "replicated-fixed", "20Gi", false, nil)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "CDI will take path host-assisted") || strings.Contains(err.Error(), "cross-class") {
+		t.Errorf("class mismatch allowed: a host-assisted disk refused with %v, want its path only", err)
 	}
 }
 

@@ -26,7 +26,8 @@ const nodeLocalTenant = "tenant-nodelocal"
 // "replicated") into "local", a node-local WaitForFirstConsumer class of
 // the same driver. Before any such disk exists `report --predict local`
 // says blocked (node-local-target); the Deny guard refuses the disk with
-// that reason and its fix; the Warn guard admits it with the same words.
+// that reason and its fix; the Warn guard admits it with the same words,
+// and says the class is not the golden's.
 // Once a pod consumes the disk the real kube-scheduler picks the node, CDI
 // asks the driver for a cross-pool clone it refuses (as LINSTOR's
 // node-local pools do), and after --stuck-after the disk's verdict is
@@ -78,7 +79,7 @@ func TestNodeLocalVMDiskIsPredictedGuardedAndStuckInWords(t *testing.T) {
 	if err != nil {
 		t.Fatalf("warn mode refused the disk: %v", err)
 	}
-	checkMessages(t, "warn mode", warnings, []string{want})
+	checkMessages(t, "warn mode", warnings, []string{want, "would be on StorageClass local, not on golden " + vmGolden + "'s replicated"})
 
 	if err := c.CreateConsumer(ctx, nodeLocalTenant, "virt-launcher-vm-disk-local", disk.Name); err != nil {
 		t.Fatal(err)

@@ -39,6 +39,9 @@ csi-resizer and csi-snapshotter reach it too; the driver is left as it is.
     - --v={{ $s.logLevel }}
     {{- if and .Values.admissionGuard .Values.admissionGuard.enabled }}
     - --admission-params=true
+    {{- if .Values.admissionGuard.allowClassMismatch }}
+    - --admission-allow-class-mismatch=true
+    {{- end }}
     {{- end }}
     {{- range $s.extraArgs }}
     - {{ . | quote }}
