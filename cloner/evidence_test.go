@@ -25,6 +25,12 @@ func TestEvidenceBookJoinsRetriesSnapshotsAndExpansions(t *testing.T) {
 	if ev.Attempts != 2 || !ev.FirstAttempt.Equal(clonertest.T0) || ev.SourceVolume != "g" {
 		t.Fatalf("evidence %+v: want 2 attempts since the first (failed) one", ev)
 	}
+	if len(ev.Refusals) != 1 || ev.Refusals[0].Code != "DeadlineExceeded" || !ev.Refusals[0].At.Equal(clonertest.T0.Add(time.Second)) {
+		t.Fatalf("refusals %+v: want the first attempt's DeadlineExceeded at its end", ev.Refusals)
+	}
+	if len(ev.Expansions) != 1 || ev.Expansions[0].Millis != 1000 {
+		t.Fatalf("expansions %+v: want one that took 1000 ms", ev.Expansions)
+	}
 	if c, at := ev.FinalCapacity(); c != 20*clonertest.Gi || !at.Equal(clonertest.T0.Add(2*time.Minute+time.Second)) {
 		t.Fatalf("final capacity %d at %v", c, at)
 	}
@@ -42,6 +48,29 @@ func TestEvidenceBookJoinsRetriesSnapshotsAndExpansions(t *testing.T) {
 	b.Apply(sidecar.Observation{Method: sidecar.MethodDeleteVolume, Code: codes.OK, Request: sidecar.Request{VolumeID: "vol-a"}})
 	if _, ok := b.Volumes["vol-a"]; ok {
 		t.Fatal("a deleted volume's evidence is still pending")
+	}
+}
+
+// A volume refused many times keeps the last eight refusals, each with its
+// code, and counts every attempt.
+func TestEvidenceKeepsTheLastRefusals(t *testing.T) {
+	b := fleet.NewEvidenceBook(time.Hour)
+	for i := range 11 {
+		fail := createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*clonertest.Gi, "", clonertest.T0.Add(time.Duration(i)*time.Minute))
+		fail.Code = []codes.Code{codes.ResourceExhausted, codes.Unavailable}[i%2]
+		b.Apply(fail)
+	}
+	b.Apply(createVolume("pvc-a", "cozy-public/tmp-pvc-u", "g", 6*clonertest.Gi, "vol-a", clonertest.T0.Add(time.Hour)))
+	ev := b.Volumes["vol-a"].Ev
+	if ev.Attempts != 12 || len(ev.Refusals) != 8 {
+		t.Fatalf("%d attempts, refusals %+v: want 12 and the last 8", ev.Attempts, ev.Refusals)
+	}
+	for j, r := range ev.Refusals {
+		i := j + 3
+		want := []string{"ResourceExhausted", "Unavailable"}[i%2]
+		if r.Code != want || !r.At.Equal(clonertest.T0.Add(time.Duration(i)*time.Minute+time.Second)) {
+			t.Fatalf("refusal %d: %+v, want %s at the end of attempt %d", j, r, want, i)
+		}
 	}
 }
 

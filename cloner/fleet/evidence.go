@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,14 +37,27 @@ type VolumeEvidence struct {
 	SourceSnapshot string `json:"sourceSnapshot,omitempty"`
 	SnapshotOf     string `json:"snapshotOf,omitempty"`
 	Block          bool   `json:"block,omitempty"`
+	// Refusals are the CreateVolume calls for Name the driver refused
+	// before the one that succeeded, oldest first, the last maxRefusals
+	// kept (Attempts counts them all).
+	Refusals []Refusal `json:"refusals,omitempty"`
 	// Expansions are the ControllerExpandVolume calls on the volume, oldest
 	// first, the last maxExpansions kept.
 	Expansions []Expansion `json:"expansions,omitempty"`
 }
 
-// Expansion is one ControllerExpandVolume call.
+// Refusal is one refused CreateVolume: when it ended, and the driver's
+// gRPC code.
+type Refusal struct {
+	At   time.Time `json:"at"`
+	Code string    `json:"code"`
+}
+
+// Expansion is one ControllerExpandVolume call: At its end, Millis how
+// long it took (so it was asked for at At less Millis).
 type Expansion struct {
 	At            time.Time `json:"at"`
+	Millis        int64     `json:"ms,omitempty"`
 	RequiredBytes int64     `json:"requiredBytes"`
 	CapacityBytes int64     `json:"capacityBytes,omitempty"`
 	Code          string    `json:"code"`
@@ -65,6 +79,7 @@ type DriverError struct {
 
 const (
 	maxExpansions      = 8
+	maxRefusals        = 8
 	MaxMessageBytes    = 300
 	maxPendingEntries  = 10000
 	DriverErrorRefresh = time.Minute
@@ -152,9 +167,10 @@ func (e *VolumeEvidence) addExpansions(xs []Expansion) {
 
 // attempt tracks the CreateVolume calls for one volume name.
 type attempt struct {
-	first time.Time
-	count int
-	seen  time.Time
+	first    time.Time
+	count    int
+	seen     time.Time
+	refusals []Refusal
 }
 
 // pendingVolume is evidence waiting for its PV.
@@ -231,6 +247,10 @@ func (b *EvidenceBook) applyCreate(o sidecar.Observation) {
 	a.seen = o.End
 	claim := claimParam(o.Request.Parameters)
 	if o.Code != codes.OK || o.Response.VolumeID == "" {
+		if len(a.refusals) == maxRefusals {
+			a.refusals = append(a.refusals[:0], a.refusals[1:]...)
+		}
+		a.refusals = append(a.refusals, Refusal{At: o.End, Code: o.Code.String()})
 		b.recordError(o, claim, a)
 		return
 	}
@@ -243,7 +263,7 @@ func (b *EvidenceBook) applyCreate(o sidecar.Observation) {
 	}
 	pv := &pendingVolume{seen: o.End, Ev: VolumeEvidence{
 		Name: o.Request.Name, Claim: claim,
-		FirstAttempt: a.first, Created: o.End, Attempts: a.count,
+		FirstAttempt: a.first, Created: o.End, Attempts: a.count, Refusals: slices.Clone(a.refusals),
 		RequiredBytes: o.Request.RequiredBytes, CapacityBytes: o.Response.CapacityBytes,
 		SourceVolume:   firstNonEmpty(o.Response.SourceVolumeID, o.Request.SourceVolumeID),
 		SourceSnapshot: firstNonEmpty(o.Response.SourceSnapshotID, o.Request.SourceSnapshotID),
@@ -280,7 +300,7 @@ func (b *EvidenceBook) applyExpand(o sidecar.Observation) {
 	if id == "" {
 		return
 	}
-	x := Expansion{At: o.End, RequiredBytes: o.Request.RequiredBytes, CapacityBytes: o.Response.CapacityBytes,
+	x := Expansion{At: o.End, Millis: max(o.End.Sub(o.Start), 0).Milliseconds(), RequiredBytes: o.Request.RequiredBytes, CapacityBytes: o.Response.CapacityBytes,
 		Code: o.Code.String()}
 	if o.Code != codes.OK {
 		x.Message = Clip(o.Message, MaxMessageBytes)

@@ -1,6 +1,10 @@
 package record
 
-import "time"
+import (
+	"time"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+)
 
 // Phases of a clone in flight, in the order a clone goes through them
 // (csi_clone_in_flight's phase label; a closed set).
@@ -54,14 +58,25 @@ type Timeline struct {
 	// the end of the one that succeeded (as the tap saw them).
 	FirstCreateVolume time.Time `json:"firstCreateVolume,omitzero"`
 	VolumeCreated     time.Time `json:"volumeCreated,omitzero"`
-	// Expanded is the end of the last successful ControllerExpandVolume.
-	Expanded time.Time `json:"expanded,omitzero"`
+	// CreateVolumeAttempts counts the CreateVolume calls that made the
+	// volume, Refusals those the driver refused first, each with its code
+	// (the last 8), as the tap saw them: a clone's create-volume phase
+	// in the driver's words.
+	CreateVolumeAttempts int             `json:"createVolumeAttempts,omitempty"`
+	Refusals             []fleet.Refusal `json:"refusals,omitempty"`
+	// ExpandRequested is the start of the first ControllerExpandVolume,
+	// Expanded the end of the last successful one.
+	ExpandRequested time.Time `json:"expandRequested,omitzero"`
+	Expanded        time.Time `json:"expanded,omitzero"`
 	// Ready is when CDI declared the disk ready.
 	Ready time.Time `json:"ready,omitzero"`
 }
 
 // IsZero reports whether no point is known.
-func (t Timeline) IsZero() bool { return t == Timeline{} }
+func (t Timeline) IsZero() bool {
+	return t.Requested.IsZero() && t.Claimed.IsZero() && t.FirstCreateVolume.IsZero() && t.VolumeCreated.IsZero() &&
+		t.CreateVolumeAttempts == 0 && len(t.Refusals) == 0 && t.ExpandRequested.IsZero() && t.Expanded.IsZero() && t.Ready.IsZero()
+}
 
 // Step is the time between two points of a timeline, attributed to the
 // phase the clone was in.

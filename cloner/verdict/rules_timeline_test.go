@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -93,14 +94,16 @@ func TestTimelineIsTheObjectsTimes(t *testing.T) {
 	f := rulesFacts(cdiv1.Succeeded)
 	f.ClonePVC = rulesClaim("cozy-public", "tmp-pvc-uid", 6<<30, nil)
 	f.ClonePVC.CreationTimestamp = metav1.NewTime(t0.Add(5 * time.Second))
-	f.tap = &fleet.VolumeEvidence{FirstAttempt: t0.Add(9 * time.Second), Created: t0.Add(12 * time.Second),
-		Expansions: []fleet.Expansion{{At: t0.Add(20 * time.Second), Code: "ResourceExhausted"}, {At: t0.Add(31 * time.Second), Code: "OK"}}}
+	refusals := []fleet.Refusal{{At: t0.Add(10 * time.Second), Code: "ResourceExhausted"}, {At: t0.Add(11 * time.Second), Code: "Unavailable"}}
+	f.tap = &fleet.VolumeEvidence{FirstAttempt: t0.Add(9 * time.Second), Created: t0.Add(12 * time.Second), Attempts: 3, Refusals: refusals,
+		Expansions: []fleet.Expansion{{At: t0.Add(20 * time.Second), Millis: 2500, Code: "ResourceExhausted"}, {At: t0.Add(31 * time.Second), Millis: 1000, Code: "OK"}}}
 	f.Disk.ReadySince = t0.Add(40 * time.Second)
 	want := record.Timeline{Requested: t0, Claimed: t0.Add(5 * time.Second), FirstCreateVolume: t0.Add(9 * time.Second),
-		VolumeCreated: t0.Add(12 * time.Second), Expanded: t0.Add(31 * time.Second), Ready: t0.Add(40 * time.Second)}
+		VolumeCreated: t0.Add(12 * time.Second), CreateVolumeAttempts: 3, Refusals: refusals,
+		ExpandRequested: t0.Add(17500 * time.Millisecond), Expanded: t0.Add(31 * time.Second), Ready: t0.Add(40 * time.Second)}
 	for _, now := range []time.Time{t0.Add(time.Minute), t0.Add(time.Hour)} {
 		r := Judge(f, rulesConfig(), now, nil).Record
-		if r.Timeline != want || r.Phase != "" {
+		if !reflect.DeepEqual(r.Timeline, want) || r.Phase != "" {
 			t.Fatalf("judged at %v: timeline %+v phase %q, want %+v and no phase (finished)", now, r.Timeline, r.Phase, want)
 		}
 	}

@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -22,11 +24,15 @@ func timelineOf(f DiskFacts) record.Timeline {
 	switch {
 	case f.tap != nil:
 		t.FirstCreateVolume, t.VolumeCreated = f.tap.FirstAttempt, f.tap.Created
+		t.CreateVolumeAttempts, t.Refusals = f.tap.Attempts, f.tap.Refusals
 	case f.drvErr != nil && f.drvErr.Method == MethodCreateVolume:
 		t.FirstCreateVolume = f.drvErr.First
 	}
 	if ev := f.evidenceOf(); ev != nil {
-		for _, x := range ev.Expansions {
+		for i, x := range ev.Expansions {
+			if i == 0 {
+				t.ExpandRequested = x.At.Add(-time.Duration(x.Millis) * time.Millisecond)
+			}
 			if x.Code == "OK" {
 				t.Expanded = x.At
 			}

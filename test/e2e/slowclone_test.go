@@ -73,6 +73,24 @@ func TestSlowCloneAlertFiresInItsPhaseAndResolves(t *testing.T) {
 	if createVolume < slowCloneAfter {
 		t.Errorf("timeline %+v (steps %+v): want the seven refusals' backoff, over %v, in create-volume", rec.Timeline, rec.Timeline.Steps(), slowCloneAfter)
 	}
+	checkRefusals(t, rec.Timeline, 7, "ResourceExhausted")
+}
+
+// checkRefusals: the timeline names each of n refusals with the driver's
+// code, in order, between the first CreateVolume and the one that made the
+// volume, and counts n+1 attempts.
+func checkRefusals(t *testing.T, tl record.Timeline, n int, code string) {
+	t.Helper()
+	if tl.CreateVolumeAttempts != n+1 || len(tl.Refusals) != n {
+		t.Fatalf("timeline %d attempts, refusals %+v: want %d attempts, %d refusals", tl.CreateVolumeAttempts, tl.Refusals, n+1, n)
+	}
+	prev := tl.FirstCreateVolume
+	for i, r := range tl.Refusals {
+		if r.Code != code || r.At.Before(prev) || r.At.After(tl.VolumeCreated) {
+			t.Errorf("refusal %d: %+v, want %s after %v and before the volume was made (%v)", i, r, code, prev, tl.VolumeCreated)
+		}
+		prev = r.At
+	}
 }
 
 // TestSlowExpandIsTimedInExpand: the driver takes 20 s to answer each
@@ -105,6 +123,12 @@ func TestSlowExpandIsTimedInExpand(t *testing.T) {
 		}
 	}
 	checkTimedIn(t, ctx, c, rec, record.PhaseExpand, "replicated", expandDelay, driverTime+15*time.Second)
+	// The expansion was asked for once the volume was made, and took the
+	// driver's delay at least.
+	tl := rec.Timeline
+	if tl.ExpandRequested.Before(tl.VolumeCreated.Add(-time.Second)) || tl.Expanded.Sub(tl.ExpandRequested) < expandDelay {
+		t.Errorf("timeline %+v: want the expansion requested after the volume was made, %v at least before it ended", tl, expandDelay)
+	}
 }
 
 // TestWaitForFirstConsumerIsTimedUntilAPodConsumesIt: golden and worker
