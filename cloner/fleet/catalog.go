@@ -212,6 +212,18 @@ func readySince(dv *cdiv1.DataVolume) time.Time {
 	return dv.CreationTimestamp.Time
 }
 
+// boundSince is when CDI's DataVolume controller saw the claim bound: the
+// Bound condition's last transition, set when it turns True
+// (datavolume/conditions.go updateBoundCondition, updateCondition).
+func boundSince(dv *cdiv1.DataVolume) time.Time {
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1.DataVolumeBound && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
 func Clip(s string, n int) string {
 	if len(s) <= n {
 		return s

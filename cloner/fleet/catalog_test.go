@@ -2,6 +2,11 @@ package fleet
 
 import (
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 func TestGoldenFlavorFromNameAndAnnotations(t *testing.T) {
@@ -43,3 +48,25 @@ func TestFactoryFlavorReadsOnlyWellFormedURLs(t *testing.T) {
 }
 
 func goldenName(sid, ver string) string { return goldenNamePrefix + sid + "-" + ver }
+
+// A disk is bound since its Bound condition turned True, as CDI dates it;
+// any other status, or no such condition, is not bound.
+func TestBoundSinceIsTheBoundConditionsTurnToTrue(t *testing.T) {
+	at := metav1.NewTime(time.Unix(1700000000, 0))
+	heartbeat := metav1.NewTime(at.Add(time.Minute))
+	for _, status := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown, ""} {
+		dv := &cdiv1.DataVolume{Status: cdiv1.DataVolumeStatus{Conditions: []cdiv1.DataVolumeCondition{
+			{Type: cdiv1.DataVolumeReady, Status: corev1.ConditionTrue, LastTransitionTime: heartbeat},
+			{Type: cdiv1.DataVolumeBound, Status: status, LastTransitionTime: at, LastHeartbeatTime: heartbeat}}}}
+		want := time.Time{}
+		if status == corev1.ConditionTrue {
+			want = at.Time
+		}
+		if got := boundSince(dv); !got.Equal(want) {
+			t.Errorf("Bound %q: bound since %v, want %v", status, got, want)
+		}
+	}
+	if got := boundSince(&cdiv1.DataVolume{}); !got.IsZero() {
+		t.Errorf("no conditions: bound since %v", got)
+	}
+}

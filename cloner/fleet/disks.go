@@ -34,6 +34,9 @@ type WorkerDisk struct {
 	Created      time.Time
 	// ReadySince is when CDI declared the disk ready (zero until then).
 	ReadySince time.Time
+	// BoundSince is when CDI saw the disk's claim bound (its Bound
+	// condition's turn to True; zero while it is not).
+	BoundSince time.Time
 	// FailMessage is CDI's message when the DataVolume failed.
 	FailMessage    string
 	RequestedBytes int64
@@ -163,6 +166,7 @@ func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {
 		Phase: string(dv.Status.Phase), RestartCount: dv.Status.RestartCount,
 		Created:        dv.CreationTimestamp.Time,
 		ReadySince:     readySince(dv),
+		BoundSince:     boundSince(dv),
 		RequestedBytes: RequestedBytes(dv),
 		RequestedClass: requestedClass(dv),
 		ContentType:    string(dv.Spec.ContentType),

@@ -68,6 +68,10 @@ type Timeline struct {
 	// Expanded the end of the last successful one.
 	ExpandRequested time.Time `json:"expandRequested,omitzero"`
 	Expanded        time.Time `json:"expanded,omitzero"`
+	// Bound is when CDI saw the disk's claim bound (for a clone, once it
+	// has handed the volume over; for a host-assisted copy, before the
+	// copy runs).
+	Bound time.Time `json:"bound,omitzero"`
 	// Ready is when CDI declared the disk ready.
 	Ready time.Time `json:"ready,omitzero"`
 }
@@ -75,7 +79,8 @@ type Timeline struct {
 // IsZero reports whether no point is known.
 func (t Timeline) IsZero() bool {
 	return t.Requested.IsZero() && t.Claimed.IsZero() && t.FirstCreateVolume.IsZero() && t.VolumeCreated.IsZero() &&
-		t.CreateVolumeAttempts == 0 && len(t.Refusals) == 0 && t.ExpandRequested.IsZero() && t.Expanded.IsZero() && t.Ready.IsZero()
+		t.CreateVolumeAttempts == 0 && len(t.Refusals) == 0 && t.ExpandRequested.IsZero() && t.Expanded.IsZero() && t.Bound.IsZero() &&
+		t.Ready.IsZero()
 }
 
 // Step is the time between two points of a timeline, attributed to the
@@ -97,7 +102,8 @@ func (t Timeline) Steps() []Step {
 		{t.FirstCreateVolume, PhaseProvisioning},
 		{t.VolumeCreated, PhaseCreateVolume},
 		{t.Expanded, PhaseExpand},
-		{t.Ready, PhaseFinishing}, // the rebind (bind) and CDI's own finish
+		{t.Bound, PhaseBind},      // CDI's rebind of the volume to the disk's claim
+		{t.Ready, PhaseFinishing}, // a host-assisted copy, CDI's own finish
 	}
 	var out []Step
 	prev := t.Requested

@@ -97,10 +97,10 @@ func TestTimelineIsTheObjectsTimes(t *testing.T) {
 	refusals := []fleet.Refusal{{At: t0.Add(10 * time.Second), Code: "ResourceExhausted"}, {At: t0.Add(11 * time.Second), Code: "Unavailable"}}
 	f.tap = &fleet.VolumeEvidence{FirstAttempt: t0.Add(9 * time.Second), Created: t0.Add(12 * time.Second), Attempts: 3, Refusals: refusals,
 		Expansions: []fleet.Expansion{{At: t0.Add(20 * time.Second), Millis: 2500, Code: "ResourceExhausted"}, {At: t0.Add(31 * time.Second), Millis: 1000, Code: "OK"}}}
-	f.Disk.ReadySince = t0.Add(40 * time.Second)
+	f.Disk.BoundSince, f.Disk.ReadySince = t0.Add(35*time.Second), t0.Add(40*time.Second)
 	want := record.Timeline{Requested: t0, Claimed: t0.Add(5 * time.Second), FirstCreateVolume: t0.Add(9 * time.Second),
 		VolumeCreated: t0.Add(12 * time.Second), CreateVolumeAttempts: 3, Refusals: refusals,
-		ExpandRequested: t0.Add(17500 * time.Millisecond), Expanded: t0.Add(31 * time.Second), Ready: t0.Add(40 * time.Second)}
+		ExpandRequested: t0.Add(17500 * time.Millisecond), Expanded: t0.Add(31 * time.Second), Bound: t0.Add(35 * time.Second), Ready: t0.Add(40 * time.Second)}
 	for _, now := range []time.Time{t0.Add(time.Minute), t0.Add(time.Hour)} {
 		r := Judge(f, rulesConfig(), now, nil).Record
 		if !reflect.DeepEqual(r.Timeline, want) || r.Phase != "" {
@@ -110,7 +110,7 @@ func TestTimelineIsTheObjectsTimes(t *testing.T) {
 	steps := want.Steps()
 	wantSteps := []record.Step{{Phase: record.PhasePlanning, Duration: 5 * time.Second}, {Phase: record.PhaseProvisioning, Duration: 4 * time.Second},
 		{Phase: record.PhaseCreateVolume, Duration: 3 * time.Second}, {Phase: record.PhaseExpand, Duration: 19 * time.Second},
-		{Phase: record.PhaseFinishing, Duration: 9 * time.Second}}
+		{Phase: record.PhaseBind, Duration: 4 * time.Second}, {Phase: record.PhaseFinishing, Duration: 5 * time.Second}}
 	if len(steps) != len(wantSteps) {
 		t.Fatalf("steps %+v, want %+v", steps, wantSteps)
 	}

@@ -12,7 +12,7 @@ import (
 // timelineOf dates a clone disk's points from its objects and the tap's
 // evidence alone (record.Timeline).
 func timelineOf(f DiskFacts) record.Timeline {
-	t := record.Timeline{Requested: cloneRequestedAt(f.Disk, f.golden), Ready: f.Disk.ReadySince}
+	t := record.Timeline{Requested: cloneRequestedAt(f.Disk, f.golden), Bound: f.Disk.BoundSince, Ready: f.Disk.ReadySince}
 	switch c := provisionedClaim(f); {
 	case c != nil:
 		t.Claimed = c.CreationTimestamp.Time

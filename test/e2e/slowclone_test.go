@@ -129,6 +129,11 @@ func TestSlowExpandIsTimedInExpand(t *testing.T) {
 	if tl.ExpandRequested.Before(tl.VolumeCreated.Add(-time.Second)) || tl.Expanded.Sub(tl.ExpandRequested) < expandDelay {
 		t.Errorf("timeline %+v: want the expansion requested after the volume was made, %v at least before it ended", tl, expandDelay)
 	}
+	// CDI binds the disk's claim once it has the whole volume, and declares
+	// it ready after (its conditions' times are whole seconds).
+	if tl.Bound.IsZero() || tl.Bound.Before(tl.Expanded.Add(-time.Second)) || tl.Ready.Before(tl.Bound) {
+		t.Errorf("timeline %+v: want bound after the expansion and before ready", tl)
+	}
 }
 
 // TestWaitForFirstConsumerIsTimedUntilAPodConsumesIt: golden and worker
