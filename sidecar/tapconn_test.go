@@ -359,7 +359,7 @@ func TestVerbatimRequestBytesAreWiped(t *testing.T) {
 // refusal, and go on sending the refused request after it. grpc-go had
 // committed that call if the request is over its replay buffer: the
 // client saw Unavailable, whatever the order the relay read the frames in
-// (TestTapDifferential's session 1796574929956383537).
+// (TestTapDifferential found it: CSI_CLONE_DIFF_SEED=1796574929956383537).
 func TestRefusedRequestSizedAfterAnotherStreamOpenedFailsOnce(t *testing.T) {
 	w, u := newWire(t), newTapUnderTest()
 	big := grpcMessage(t, &csi.CreateVolumeRequest{Name: "big", Parameters: map[string]string{"p": strings.Repeat("x", maxRetryReplayBytes)}})
