@@ -330,6 +330,9 @@ func (c *Cluster) installStorage() error {
 // VolumeSnapshotClassGVR names the VolumeSnapshotClass resource.
 var VolumeSnapshotClassGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
 
+// VolumeSnapshotGVR is the external-snapshotter's VolumeSnapshot.
+var VolumeSnapshotGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
+
 // waitSocket waits until something accepts connections on a unix socket.
 func (c *Cluster) waitSocket(name, path string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)

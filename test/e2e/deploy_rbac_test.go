@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -39,7 +38,6 @@ const (
 
 var (
 	rbacFlavor         = strings.Repeat("9e", 32)
-	volumeSnapshotGVR  = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
 	rbacOutcomeTimeout = 2 * time.Minute
 	rbacStuckAfter     = 10 * time.Second
 )
@@ -287,7 +285,7 @@ func (s *rbacScenario) snapshotGolden(t *testing.T, ctx context.Context) {
 			"source":                  map[string]any{"persistentVolumeClaimName": s.golden},
 		},
 	}}
-	snaps := s.c.Dynamic.Resource(volumeSnapshotGVR).Namespace(cluster.NamespaceGolden)
+	snaps := s.c.Dynamic.Resource(cluster.VolumeSnapshotGVR).Namespace(cluster.NamespaceGolden)
 	if _, err := snaps.Create(ctx, vs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
