@@ -65,9 +65,12 @@ type Timeline struct {
 	CreateVolumeAttempts int             `json:"createVolumeAttempts,omitempty"`
 	Refusals             []fleet.Refusal `json:"refusals,omitempty"`
 	// ExpandRequested is the start of the first ControllerExpandVolume,
-	// Expanded the end of the last successful one.
-	ExpandRequested time.Time `json:"expandRequested,omitzero"`
-	Expanded        time.Time `json:"expanded,omitzero"`
+	// Expanded the end of the last successful one; ExpandRefusals are the
+	// calls the driver failed before it (the last 8), each with its code:
+	// the expand phase in the driver's words.
+	ExpandRequested time.Time       `json:"expandRequested,omitzero"`
+	Expanded        time.Time       `json:"expanded,omitzero"`
+	ExpandRefusals  []fleet.Refusal `json:"expandRefusals,omitempty"`
 	// Bound is when CDI saw the disk's claim bound (for a clone, once it
 	// has handed the volume over; for a host-assisted copy, before the
 	// copy runs).
@@ -76,10 +79,14 @@ type Timeline struct {
 	Ready time.Time `json:"ready,omitzero"`
 }
 
+// MaxExpandRefusals bounds Timeline.ExpandRefusals, as the tap bounds a
+// volume's CreateVolume refusals.
+const MaxExpandRefusals = 8
+
 // IsZero reports whether no point is known.
 func (t Timeline) IsZero() bool {
 	return t.Requested.IsZero() && t.Claimed.IsZero() && t.FirstCreateVolume.IsZero() && t.VolumeCreated.IsZero() &&
-		t.CreateVolumeAttempts == 0 && len(t.Refusals) == 0 && t.ExpandRequested.IsZero() && t.Expanded.IsZero() && t.Bound.IsZero() &&
+		t.CreateVolumeAttempts == 0 && len(t.Refusals) == 0 && t.ExpandRequested.IsZero() && t.Expanded.IsZero() && len(t.ExpandRefusals) == 0 && t.Bound.IsZero() &&
 		t.Ready.IsZero()
 }
 

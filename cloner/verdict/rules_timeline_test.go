@@ -100,7 +100,8 @@ func TestTimelineIsTheObjectsTimes(t *testing.T) {
 	f.Disk.BoundSince, f.Disk.ReadySince = t0.Add(35*time.Second), t0.Add(40*time.Second)
 	want := record.Timeline{Requested: t0, Claimed: t0.Add(5 * time.Second), FirstCreateVolume: t0.Add(9 * time.Second),
 		VolumeCreated: t0.Add(12 * time.Second), CreateVolumeAttempts: 3, Refusals: refusals,
-		ExpandRequested: t0.Add(17500 * time.Millisecond), Expanded: t0.Add(31 * time.Second), Bound: t0.Add(35 * time.Second), Ready: t0.Add(40 * time.Second)}
+		ExpandRequested: t0.Add(17500 * time.Millisecond), Expanded: t0.Add(31 * time.Second),
+		ExpandRefusals: []fleet.Refusal{{At: t0.Add(20 * time.Second), Code: "ResourceExhausted"}}, Bound: t0.Add(35 * time.Second), Ready: t0.Add(40 * time.Second)}
 	for _, now := range []time.Time{t0.Add(time.Minute), t0.Add(time.Hour)} {
 		r := Judge(f, rulesConfig(), now, nil).Record
 		if !reflect.DeepEqual(r.Timeline, want) || r.Phase != "" {
@@ -162,5 +163,51 @@ func TestTimelineKeepsTheClaimOnceTheTmpPVCIsGone(t *testing.T) {
 		if got := timelineOf(f).Claimed; !got.Equal(tc.want) {
 			t.Errorf("%s: claimed %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The expand phase's refusals are the failed ControllerExpandVolume calls
+// before the one that succeeded, the last eight; while none has
+// succeeded, every failure so far.
+func TestExpandPointsKeepTheFailuresBeforeTheExpansion(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	x := func(s int, code string) fleet.Expansion { return fleet.Expansion{At: at(s), Millis: 500, Code: code} }
+	r := func(s int, code string) fleet.Refusal { return fleet.Refusal{At: at(s), Code: code} }
+	var ten []fleet.Expansion
+	var lastEight []fleet.Refusal
+	for i := range 10 {
+		ten = append(ten, x(i+1, "Internal"))
+		if i >= 2 {
+			lastEight = append(lastEight, r(i+1, "Internal"))
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		xs       []fleet.Expansion
+		expanded time.Time
+		refusals []fleet.Refusal
+	}{
+		{name: "none"},
+		{name: "one success", xs: []fleet.Expansion{x(1, "OK")}, expanded: at(1)},
+		{name: "failures, then success", xs: []fleet.Expansion{x(1, "ResourceExhausted"), x(2, "Unavailable"), x(3, "OK")},
+			expanded: at(3), refusals: []fleet.Refusal{r(1, "ResourceExhausted"), r(2, "Unavailable")}},
+		{name: "still failing", xs: []fleet.Expansion{x(1, "ResourceExhausted"), x(2, "Internal")},
+			refusals: []fleet.Refusal{r(1, "ResourceExhausted"), r(2, "Internal")}},
+		{name: "a failure after the last success", xs: []fleet.Expansion{x(1, "Internal"), x(2, "OK"), x(3, "Internal")},
+			expanded: at(2), refusals: []fleet.Refusal{r(1, "Internal")}},
+		{name: "two successes", xs: []fleet.Expansion{x(1, "OK"), x(2, "Aborted"), x(3, "OK")},
+			expanded: at(3), refusals: []fleet.Refusal{r(2, "Aborted")}},
+		{name: "more than eight failures", xs: ten, refusals: lastEight},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requested, expanded, refusals := expandPoints(tc.xs)
+			var wantRequested time.Time
+			if len(tc.xs) > 0 {
+				wantRequested = tc.xs[0].At.Add(-500 * time.Millisecond)
+			}
+			if !requested.Equal(wantRequested) || !expanded.Equal(tc.expanded) || !reflect.DeepEqual(refusals, tc.refusals) {
+				t.Fatalf("got requested %v expanded %v refusals %v, want %v %v %v", requested, expanded, refusals, wantRequested, tc.expanded, tc.refusals)
+			}
+		})
 	}
 }

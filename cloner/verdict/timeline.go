@@ -3,6 +3,7 @@ package verdict
 import (
 	"time"
 
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -29,16 +30,34 @@ func timelineOf(f DiskFacts) record.Timeline {
 		t.FirstCreateVolume = f.drvErr.First
 	}
 	if ev := f.evidenceOf(); ev != nil {
-		for i, x := range ev.Expansions {
-			if i == 0 {
-				t.ExpandRequested = x.At.Add(-time.Duration(x.Millis) * time.Millisecond)
-			}
-			if x.Code == "OK" {
-				t.Expanded = x.At
-			}
-		}
+		t.ExpandRequested, t.Expanded, t.ExpandRefusals = expandPoints(ev.Expansions)
 	}
 	return t
+}
+
+// expandPoints dates the expand phase from the volume's ControllerExpandVolume
+// calls, oldest first: when the first was asked for, the end of the last
+// that succeeded, and the failures before that one (the last
+// record.MaxExpandRefusals; all of them while none has succeeded).
+func expandPoints(xs []fleet.Expansion) (requested, expanded time.Time, refusals []fleet.Refusal) {
+	lastOK := -1
+	for i, x := range xs {
+		if i == 0 {
+			requested = x.At.Add(-time.Duration(x.Millis) * time.Millisecond)
+		}
+		if x.Code == codes.OK.String() {
+			expanded, lastOK = x.At, i
+		}
+	}
+	for i, x := range xs {
+		if x.Code != codes.OK.String() && (lastOK < 0 || i < lastOK) {
+			refusals = append(refusals, fleet.Refusal{At: x.At, Code: x.Code})
+		}
+	}
+	if n := len(refusals); n > record.MaxExpandRefusals {
+		refusals = refusals[n-record.MaxExpandRefusals:]
+	}
+	return requested, expanded, refusals
 }
 
 // persistedRecord is the disk's persisted record, nil when it has none or

@@ -237,6 +237,9 @@ func checkFailure(t *testing.T, ctx context.Context, c *cluster.Cluster, f failu
 	}
 	assertWarnings(t, ctx, c, f.name, f.reasons)
 	checkWarningWords(t, ctx, c, f)
+	if f.name == resizeCase.name {
+		checkExpandRefusals(t, ctx, c, f)
+	}
 	waitMetrics(t, ctx, c, func(s scrape) error {
 		for _, reason := range f.reasons {
 			labels := map[string]string{"namespace": verdictTenant, "pool": f.pool, "reason": reason}
@@ -250,6 +253,25 @@ func checkFailure(t *testing.T, ctx context.Context, c *cluster.Cluster, f failu
 		return nil
 	})
 	checkReportLines(t, ctx, c, f)
+}
+
+// checkExpandRefusals: the disk stuck in its expansion has the driver's
+// refusals in its timeline, each with the driver's code, and no expansion.
+func checkExpandRefusals(t *testing.T, ctx context.Context, c *cluster.Cluster, f failureCase) {
+	t.Helper()
+	rec := readRecord(t, ctx, c, verdictTenant, f.name)
+	if rec == nil {
+		t.Fatalf("%s: no record on its claim", f.name)
+	}
+	tl := rec.Timeline
+	if len(tl.ExpandRefusals) == 0 || !tl.Expanded.IsZero() || tl.ExpandRequested.IsZero() || rec.Phase != record.PhaseExpand {
+		t.Fatalf("%s: phase %q, timeline %+v: want refused expansions since expandRequested, none expanded, in phase expand", f.name, rec.Phase, tl)
+	}
+	for _, r := range tl.ExpandRefusals {
+		if r.Code != "OutOfRange" || r.At.Before(tl.ExpandRequested) {
+			t.Errorf("%s: expansion refusal %+v: want the driver's OutOfRange after %v", f.name, r, tl.ExpandRequested)
+		}
+	}
 }
 
 // checkWarningWords: the sidecar's Warning for the verdict carries CDI's or
