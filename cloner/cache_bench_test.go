@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -69,6 +70,7 @@ func wireFleet(b *testing.B, n int) []wireDisk {
 		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume", Name: dv.Name, UID: dv.UID}}
 		pv.Annotations["pv.kubernetes.io/provisioned-by"] = "linstor.csi.linbit.com"
 		dv.Annotations["cdi.kubevirt.io/storage.usePopulator"] = "true"
+		dv.Status.Conditions = finishedConditions(dv.Name)
 		for _, m := range []*metav1.ObjectMeta{&dv.ObjectMeta, &pvc.ObjectMeta, &pv.ObjectMeta} {
 			m.ManagedFields = managed
 		}
@@ -178,5 +180,16 @@ func BenchmarkClaimEvent(b *testing.B) {
 				mustTransform(bc.transform(decode()))
 			}
 		})
+	}
+}
+
+// finishedConditions are the conditions cdi-controller leaves on a
+// finished DataVolume (datavolume/conditions.go: Bound, Ready, Running).
+func finishedConditions(claim string) []cdiv1.DataVolumeCondition {
+	at := metav1.NewTime(clonertest.T0)
+	return []cdiv1.DataVolumeCondition{
+		{Type: cdiv1.DataVolumeBound, Status: corev1.ConditionTrue, LastHeartbeatTime: at, LastTransitionTime: at, Reason: "Bound", Message: "PVC " + claim + " Bound"},
+		{Type: cdiv1.DataVolumeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: at, LastTransitionTime: at},
+		{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionFalse, LastHeartbeatTime: at, LastTransitionTime: at, Reason: "Completed"},
 	}
 }

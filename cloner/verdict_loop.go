@@ -136,7 +136,14 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 // DataVolume went away: a pass for one changed disk does not walk the whole
 // ledger. A nil Ledger means nothing was counted this time.
 func (c *Controller) countPass(ctx context.Context, ev *verdict.Evaluation, full, more bool) (*ledger.Ledger, error) {
-	c.heldFacts = append(c.heldFacts, ledger.LedgerFacts(ev, c.cfg)...)
+	// Only what the ledger lacks is held until the pass's last chunk: at
+	// a settled fleet's full pass, holding every disk's fact (and copying
+	// them by shard) was a peak of several MB at 10,000 disks.
+	for _, f := range ledger.LedgerFacts(ev, c.cfg) {
+		if c.ledger == nil || c.ledger.Adds(f) {
+			c.heldFacts = append(c.heldFacts, f)
+		}
+	}
 	c.heldPrune = c.heldPrune || full || c.dataVolumesDeleted.Swap(false)
 	if more {
 		return nil, nil

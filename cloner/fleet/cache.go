@@ -285,6 +285,11 @@ var statusField = []byte(`"f:status":`)
 // conditions, their repeated words shared.
 func dataVolumeStatus(st cdiv1.DataVolumeStatus) cdiv1.DataVolumeStatus {
 	out := cdiv1.DataVolumeStatus{ClaimName: st.ClaimName, Phase: cdiv1.DataVolumePhase(intern(string(st.Phase))), RestartCount: st.RestartCount}
+	if len(st.Conditions) > 0 {
+		// Sized once: appended, CDI's three conditions took room for
+		// four (448 bytes a DataVolume instead of 352, 1 MB at 10,000).
+		out.Conditions = make([]cdiv1.DataVolumeCondition, 0, len(st.Conditions))
+	}
 	for _, c := range st.Conditions {
 		c.Type = cdiv1.DataVolumeConditionType(intern(string(c.Type)))
 		c.Status = corev1.ConditionStatus(intern(string(c.Status)))

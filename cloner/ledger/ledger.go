@@ -165,6 +165,16 @@ func (l *Ledger) flavor(key string) *FlavorTotals {
 
 // apply counts what the facts add beyond what is already marked, and marks
 // it, in memory; it reports whether anything changed.
+// Adds reports whether Apply would change the ledger for f: a fact of a
+// disk the ledger has counted as far as f goes adds nothing.
+func (l *Ledger) Adds(f LedgerFact) bool {
+	m := l.Counted[string(f.Uid)]
+	if m == nil {
+		return f.fetches > 0 || f.Avoided || f.Timed
+	}
+	return f.fetches > m.Fetches || (f.Avoided && !m.Avoided) || (f.Timed && !m.Timed)
+}
+
 func (l *Ledger) Apply(facts []LedgerFact) bool {
 	changed := false
 	for _, f := range facts {

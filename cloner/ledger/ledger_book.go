@@ -271,6 +271,14 @@ func (l *Ledger) adopt(marks map[string]*Mark) bool {
 	return changed
 }
 
+// Adds reports whether Update would count anything of f, by the shard as
+// last read or written: marks are only added (pruning drops those of
+// disks gone), so a fact it says nothing of is settled for good.
+func (b *LedgerBook) Adds(f LedgerFact) bool {
+	s := b.Shards[ShardOf(f.Uid)]
+	return s == nil || s.Adds(f)
+}
+
 // update adds the facts to the shards their UIDs hash to and, with prune,
 // forgets marks of DataVolumes confirmed gone; only shards that change are
 // written.

@@ -113,3 +113,37 @@ func TestImageGoldenDisksAreTimedButFetchNothing(t *testing.T) {
 		t.Errorf("mark %+v, want timed and nothing avoided", m)
 	}
 }
+
+// Adds is Apply's answer without the change: over every mark (none, and
+// each combination of fetches, avoided and timed) and every fact (each
+// combination of the same), it says true exactly when Apply changes the
+// ledger. The verdict loop holds only the facts it says true of.
+func TestAddsIsWhetherApplyChanges(t *testing.T) {
+	var marks []*Mark
+	marks = append(marks, nil)
+	var facts []LedgerFact
+	for _, fetches := range []int64{0, 1, 2} {
+		for _, avoided := range []bool{false, true} {
+			for _, timed := range []bool{false, true} {
+				marks = append(marks, &Mark{Ref: "t/d", Fetches: fetches, Avoided: avoided, Timed: timed})
+				for _, kind := range []string{"", FetchGoldenImport, FetchWorkerImport} {
+					facts = append(facts, LedgerFact{Uid: "u1", Ref: "t/d", Flavor: "f/v1", kind: kind, fetches: fetches,
+						Avoided: avoided, Bytes: 10, Verdict: record.VerdictCSIClone, Duration: time.Minute, Timed: timed})
+				}
+			}
+		}
+	}
+	for _, m := range marks {
+		for _, f := range facts {
+			l := NewLedger()
+			if m != nil {
+				mark := *m
+				l.Counted["u1"] = &mark
+			}
+			adds := l.Adds(f)
+			if changed := l.Apply([]LedgerFact{f}); adds != changed {
+				t.Errorf("mark %+v, fact %+v: Adds %v, Apply changed %v", m, f, adds, changed)
+			}
+		}
+	}
+}
