@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -138,6 +139,10 @@ type Claim struct {
 	// PerDisk are the claim's per-disk annotations (the DataVolume's,
 	// copied; permissiveClone also when CDI sized the clone).
 	PerDisk PerDisk
+	// AccessModes are the claim's: the DataVolume's, or for a spec.storage
+	// one that names none, its class's StorageProfile's; empty when CDI
+	// leaves them unset (a spec.pvc DataVolume naming none).
+	AccessModes []string
 }
 
 // Errors of rendering: the DataVolume never gets a claim.
@@ -157,7 +162,7 @@ var (
 // to the minimum supported size (renderPvcSpecVolumeSize). A spec.pvc claim
 // without a class takes the Kubernetes default at admission.
 func RenderClaim(dv DataVolume, d Defaults, env Env) (Claim, error) {
-	c := Claim{VolumeMode: resolveMode(dv.VolumeMode), Bytes: dv.Bytes, PerDisk: dv.PerDisk}
+	c := Claim{VolumeMode: resolveMode(dv.VolumeMode), Bytes: dv.Bytes, PerDisk: dv.PerDisk, AccessModes: dv.AccessModes}
 	if dv.Class != nil {
 		c.Class, c.HasClass = *dv.Class, true
 	} else if fb := FallbackClass(dv.Kind, dv.ContentType, d); fb != "" {
@@ -174,11 +179,11 @@ func RenderClaim(dv DataVolume, d Defaults, env Env) (Claim, error) {
 		mode = Filesystem
 	}
 	if sc := env.Classes[c.Class]; c.HasClass && sc != nil {
-		m, err := profileMode(env.Profiles[c.Class], mode, dv.AccessModes)
+		m, ams, err := profileModes(env.Profiles[c.Class], mode, dv.AccessModes)
 		if err != nil {
 			return c, err
 		}
-		mode = m
+		mode, c.AccessModes = m, ams
 	} else if len(dv.AccessModes) == 0 {
 		// renderPvcSpecFromAvailablePv finds nothing for a missing class.
 		return c, ErrNoClass
@@ -197,10 +202,15 @@ func RenderClaim(dv DataVolume, d Defaults, env Env) (Claim, error) {
 	return c, nil
 }
 
-// profileMode is the volume mode a spec.storage claim gets from the class's
-// StorageProfile status.claimPropertySets (datavolume/util.go
-// getDefaultVolumeAndAccessMode, getDefaultVolumeMode, getDefaultAccessModes).
-func profileMode(sp *cdiv1.StorageProfile, mode string, accessModes []string) (string, error) {
+// profileModes are the volume mode and access modes a spec.storage claim
+// gets from the class's StorageProfile status.claimPropertySets
+// (datavolume/util.go renderPvcSpecVolumeModeAndAccessModesAndStorageClass:
+// getDefaultVolumeAndAccessMode when it names neither, the first set's;
+// getDefaultAccessModes when it names a volume mode only, the first set of
+// that mode that has access modes; getDefaultVolumeMode when it names
+// access modes only, the mode of the first set sharing one of them, else
+// Kubernetes' default).
+func profileModes(sp *cdiv1.StorageProfile, mode string, accessModes []string) (string, []string, error) {
 	var sets []cdiv1.ClaimPropertySet
 	if sp != nil {
 		sets = sp.Status.ClaimPropertySets
@@ -208,38 +218,46 @@ func profileMode(sp *cdiv1.StorageProfile, mode string, accessModes []string) (s
 	switch {
 	case mode == "" && len(accessModes) == 0:
 		if sp == nil {
-			return "", ErrNoProfileForCPS
+			return "", nil, ErrNoProfileForCPS
 		}
 		if len(sets) == 0 || len(sets[0].AccessModes) == 0 {
-			return "", ErrNoAccessMode
+			return "", nil, ErrNoAccessMode
 		}
-		return modeOf(sets[0]), nil
+		return modeOf(sets[0]), accessModeNames(sets[0].AccessModes), nil
 	case len(accessModes) == 0:
 		if sp == nil {
-			return "", ErrNoProfileForCPS
+			return "", nil, ErrNoProfileForCPS
 		}
 		for _, s := range sets {
 			if s.VolumeMode != nil && string(*s.VolumeMode) == mode && len(s.AccessModes) > 0 {
-				return mode, nil
+				return mode, accessModeNames(s.AccessModes), nil
 			}
 		}
-		return "", ErrNoMatchingMode
+		return "", nil, ErrNoMatchingMode
 	case mode == "":
 		if sp == nil {
-			return "", ErrNoProfileForCPS
+			return "", nil, ErrNoProfileForCPS
 		}
 		for _, s := range sets {
 			for _, am := range s.AccessModes {
 				for _, want := range accessModes {
 					if string(am) == want {
-						return modeOf(s), nil
+						return modeOf(s), accessModes, nil
 					}
 				}
 			}
 		}
-		return "", nil // Kubernetes' default, Filesystem
+		return "", accessModes, nil // Kubernetes' default, Filesystem
 	}
-	return mode, nil
+	return mode, accessModes, nil
+}
+
+func accessModeNames(ams []corev1.PersistentVolumeAccessMode) []string {
+	out := make([]string, len(ams))
+	for i, am := range ams {
+		out[i] = string(am)
+	}
+	return out
 }
 
 func modeOf(s cdiv1.ClaimPropertySet) string {

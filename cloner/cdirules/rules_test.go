@@ -2,6 +2,8 @@ package cdirules
 
 import (
 	"errors"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -120,6 +122,7 @@ func TestDefaultClassesNewestThenByName(t *testing.T) {
 func TestRenderClaim(t *testing.T) {
 	c := cluster("")
 	d := Defaults{Virt: "replicated", Kubernetes: "fs-first"}
+	rwo := []string{"ReadWriteOnce"}
 	cases := []struct {
 		name string
 		dv   DataVolume
@@ -131,19 +134,19 @@ func TestRenderClaim(t *testing.T) {
 		{"spec.pvc empty class takes the Kubernetes default", DataVolume{Kind: KindPVC, Bytes: gi},
 			Claim{Class: "fs-first", HasClass: true, VolumeMode: Filesystem, Bytes: gi}, nil},
 		{"spec.storage Filesystem is inflated", DataVolume{Kind: KindStorage, Class: ptr("replicated"), VolumeMode: Filesystem, Bytes: 10 * gi},
-			Claim{Class: "replicated", HasClass: true, VolumeMode: Filesystem, Bytes: 11381663335}, nil},
+			Claim{Class: "replicated", HasClass: true, VolumeMode: Filesystem, Bytes: 11381663335, AccessModes: rwo}, nil},
 		{"spec.storage Block is not", DataVolume{Kind: KindStorage, Class: ptr("replicated"), VolumeMode: Block, Bytes: 10 * gi},
-			Claim{Class: "replicated", HasClass: true, VolumeMode: Block, Bytes: 10 * gi}, nil},
+			Claim{Class: "replicated", HasClass: true, VolumeMode: Block, Bytes: 10 * gi, AccessModes: rwo}, nil},
 		{"volume mode from claimPropertySets[0]", DataVolume{Kind: KindStorage, Class: ptr("fs-first"), Bytes: gi},
-			Claim{Class: "fs-first", HasClass: true, VolumeMode: Filesystem, Bytes: RequiredSpace(DefaultOverhead, gi)}, nil},
+			Claim{Class: "fs-first", HasClass: true, VolumeMode: Filesystem, Bytes: RequiredSpace(DefaultOverhead, gi), AccessModes: rwo}, nil},
 		{"empty class: the virtualization default and its profile", DataVolume{Kind: KindStorage, Bytes: gi},
-			Claim{Class: "replicated", HasClass: true, VolumeMode: Block, Bytes: gi}, nil},
+			Claim{Class: "replicated", HasClass: true, VolumeMode: Block, Bytes: gi, AccessModes: rwo}, nil},
 		{"archive: the Kubernetes default, Filesystem", DataVolume{Kind: KindStorage, ContentType: ContentArchive, Bytes: gi},
-			Claim{Class: "fs-first", HasClass: true, VolumeMode: Filesystem, Bytes: RequiredSpace(DefaultOverhead, gi)}, nil},
+			Claim{Class: "fs-first", HasClass: true, VolumeMode: Filesystem, Bytes: RequiredSpace(DefaultOverhead, gi), AccessModes: rwo}, nil},
 		{"archive Block", DataVolume{Kind: KindStorage, ContentType: ContentArchive, VolumeMode: Block, Bytes: gi},
 			Claim{}, ErrArchiveBlock},
 		{"sizeless storage stays sizeless", DataVolume{Kind: KindStorage, Class: ptr("replicated")},
-			Claim{Class: "replicated", HasClass: true, VolumeMode: Block}, nil},
+			Claim{Class: "replicated", HasClass: true, VolumeMode: Block, AccessModes: rwo}, nil},
 		{"missing class, no access modes", DataVolume{Kind: KindStorage, Class: ptr("nope"), Bytes: gi}, Claim{}, ErrNoClass},
 		{"below 1MiB", DataVolume{Kind: KindStorage, Class: ptr("replicated"), VolumeMode: Block, Bytes: mi - 1}, Claim{}, ErrTooSmall},
 	}
@@ -155,8 +158,60 @@ func TestRenderClaim(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != tc.want {
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: RenderClaim = %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// A spec.storage claim's access modes are the DataVolume's, else its
+// class's StorageProfile's as datavolume/util.go
+// renderPvcSpecVolumeModeAndAccessModesAndStorageClass picks them: the
+// first set when the DataVolume names no volume mode either, the first set
+// of its volume mode that has access modes, and with access modes named,
+// the mode of the first set sharing one of them.
+func TestRenderClaimAccessModesFromTheProfile(t *testing.T) {
+	c := cluster("")
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	c.Profiles["replicated"].Status.ClaimPropertySets = []cdiv1.ClaimPropertySet{
+		{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, VolumeMode: &block},
+		{VolumeMode: &fs}, // no access modes: skipped for Filesystem
+		{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany}, VolumeMode: &fs},
+	}
+	c.Profiles["fixed"].Status.ClaimPropertySets = []cdiv1.ClaimPropertySet{{VolumeMode: &block}}
+	cases := []struct {
+		name  string
+		dv    DataVolume
+		mode  string
+		modes []string
+		err   error
+	}{
+		{"neither: the first set's", DataVolume{Kind: KindStorage, Class: ptr("replicated")}, Block, []string{"ReadWriteMany"}, nil},
+		{"Filesystem: the first Filesystem set with access modes", DataVolume{Kind: KindStorage, Class: ptr("replicated"), VolumeMode: Filesystem},
+			Filesystem, []string{"ReadWriteOnce", "ReadOnlyMany"}, nil},
+		{"Block: the Block set's", DataVolume{Kind: KindStorage, Class: ptr("replicated"), VolumeMode: Block}, Block, []string{"ReadWriteMany"}, nil},
+		{"access modes named: kept, mode from the set sharing one", DataVolume{Kind: KindStorage, Class: ptr("replicated"), AccessModes: []string{"ReadOnlyMany"}},
+			Filesystem, []string{"ReadOnlyMany"}, nil},
+		{"access modes no set has: kept, Kubernetes' default mode", DataVolume{Kind: KindStorage, Class: ptr("replicated"), AccessModes: []string{"ReadWriteOncePod"}},
+			Filesystem, []string{"ReadWriteOncePod"}, nil},
+		{"both named: as named", DataVolume{Kind: KindStorage, Class: ptr("replicated"), VolumeMode: Block, AccessModes: []string{"ReadWriteOnce"}},
+			Block, []string{"ReadWriteOnce"}, nil},
+		{"first set without access modes", DataVolume{Kind: KindStorage, Class: ptr("fixed")}, "", nil, ErrNoAccessMode},
+		{"no set of the mode", DataVolume{Kind: KindStorage, Class: ptr("fixed"), VolumeMode: Filesystem}, "", nil, ErrNoMatchingMode},
+		{"spec.pvc: copied, none", DataVolume{Kind: KindPVC, Class: ptr("replicated"), Bytes: gi}, Filesystem, nil, nil},
+		{"spec.pvc: copied", DataVolume{Kind: KindPVC, Class: ptr("replicated"), AccessModes: []string{"ReadWriteMany"}, Bytes: gi},
+			Filesystem, []string{"ReadWriteMany"}, nil},
+	}
+	for _, tc := range cases {
+		got, err := RenderClaim(tc.dv, c.Defaults, c.Env)
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) {
+				t.Errorf("%s: err = %v, want %v", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.VolumeMode != tc.mode || !slices.Equal(got.AccessModes, tc.modes) {
+			t.Errorf("%s: %s %v (%v), want %s %v", tc.name, got.VolumeMode, got.AccessModes, err, tc.mode, tc.modes)
 		}
 	}
 }

@@ -132,11 +132,17 @@ func (s *State) claimMode(t Target) string {
 	if t.Claimed {
 		return resolvedMode(t.VolumeMode)
 	}
-	c, err := cdirules.RenderClaim(t.dataVolume(), s.cluster.Defaults, s.cluster.Env)
+	c, err := s.Claim(t)
 	if err != nil {
 		return "unknown"
 	}
 	return c.VolumeMode
+}
+
+// Claim is the claim CDI renders for a DataVolume target
+// (cdirules.RenderClaim); an error when CDI renders none.
+func (s *State) Claim(t Target) (cdirules.Claim, error) {
+	return cdirules.RenderClaim(t.dataVolume(), s.cluster.Defaults, s.cluster.Env)
 }
 
 // strategyWhy names where the strategy came from.

@@ -1,7 +1,5 @@
 package predict
 
-import "github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
-
 // poolAccessModes are a pool disk's, as the platform renders them.
 var poolAccessModes = []string{"ReadWriteOnce"}
 
@@ -89,7 +87,7 @@ func (s *State) claimBytes(t Target, b int64) int64 {
 		return b
 	}
 	t.Bytes = b
-	c, err := cdirules.RenderClaim(t.dataVolume(), s.cluster.Defaults, s.cluster.Env)
+	c, err := s.Claim(t)
 	if err != nil {
 		return b
 	}

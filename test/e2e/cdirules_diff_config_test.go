@@ -44,19 +44,31 @@ var (
 	diffOverrides          = []string{"", "csi-clone", "", "snapshot", "", "copy"}
 	diffProfileStrategies  = []string{"", "csi-clone", "snapshot", "copy", "fast", "csi-clone", ""}
 	diffClassStrategies    = []string{"", "copy", "snapshot", "csi-clone", "fast", ""}
-	diffPropertySetLayouts = []string{"", "block-fs", "fs-block", "fs", "block"}
+	diffPropertySetLayouts = []string{"", "block-fs", "fs-block", "fs", "block", "block-rwx-fs"}
 	diffMinimums           = []string{"", "10752Mi", "", "16Gi"}
 	diffGlobalOverheads    = []string{"", "0.1"}
 	diffClassOverheads     = []string{"", "0", "0.2"}
 )
 
 // diffPropertySets are the StorageProfile spec.claimPropertySets layouts,
-// by name (each set ReadWriteOnce: the test driver serves no other mode).
+// by name: the sets' volume modes, each set ReadWriteOnce but a Block set
+// of an "rwx" layout, ReadWriteMany as CDI derives LINSTOR's (the test
+// driver, like LINSTOR, serves ReadWriteMany for Block volumes only).
 var diffPropertySets = map[string][]string{
-	"block-fs": {cdirules.Block, cdirules.Filesystem},
-	"fs-block": {cdirules.Filesystem, cdirules.Block},
-	"fs":       {cdirules.Filesystem},
-	"block":    {cdirules.Block},
+	"block-fs":     {cdirules.Block, cdirules.Filesystem},
+	"fs-block":     {cdirules.Filesystem, cdirules.Block},
+	"fs":           {cdirules.Filesystem},
+	"block":        {cdirules.Block},
+	"block-rwx-fs": {cdirules.Block, cdirules.Filesystem},
+}
+
+// diffSetAccessMode is the access mode of a set of volume mode mode in
+// the layout.
+func diffSetAccessMode(layout, mode string) corev1.PersistentVolumeAccessMode {
+	if strings.Contains(layout, "rwx") && mode == cdirules.Block {
+		return corev1.ReadWriteMany
+	}
+	return corev1.ReadWriteOnce
 }
 
 // Which VolumeSnapshotClasses exist: none, one of the golden's driver, one of
@@ -183,7 +195,7 @@ func applyDiffConfig(t *testing.T, ctx context.Context, c *cluster.Cluster, cfg 
 			var out []cdiv1.ClaimPropertySet
 			for _, m := range diffPropertySets[layout] {
 				vm := corev1.PersistentVolumeMode(m)
-				out = append(out, cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &vm})
+				out = append(out, cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{diffSetAccessMode(layout, m)}, VolumeMode: &vm})
 			}
 			b, _ := json.Marshal(out)
 			sets = string(b)
@@ -468,6 +480,15 @@ var diffBreaks = map[string]func(*predict.Inputs){
 					m = corev1.PersistentVolumeFilesystem
 				}
 				sp.Status.ClaimPropertySets[i].VolumeMode = &m
+			}
+		}
+	},
+	// Access modes from the profile: every claimPropertySet ReadWriteOnce
+	// (CDI derives ReadWriteMany first for LINSTOR's Block volumes).
+	"accessmodes": func(in *predict.Inputs) {
+		for _, sp := range in.Profiles {
+			for i := range sp.Status.ClaimPropertySets {
+				sp.Status.ClaimPropertySets[i].AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 			}
 		}
 	},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ import (
 //
 // CDIRULES_BREAK=<break> predicts from deliberately wrong inputs (diffBreaks:
 // overhead, minsize, volumemode, snapshotclass, strategy, override,
-// expansion, derivedcopy; diffDiskBreaks: clonetype, usepopulator,
+// expansion, derivedcopy, accessmodes; diffDiskBreaks: clonetype, usepopulator,
 // permissive, imagesize): the test must then report mismatches. Every run
 // also counts the mismatches each break would have.
 
@@ -290,6 +291,7 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 			t.Errorf("%s/%s: source %s (%s, %d bytes), target %+v, configuration %v: predicted %s, CDI did %s",
 				ns, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, cfg.dims(a.target.Class), want, got)
 		}
+		r.checkAccessModes(t, ctx, c, ns, a, cfg, state, broken)
 		if a.src.name != golden.name {
 			continue
 		}
@@ -301,6 +303,36 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 		} else if refused != p.GuardRefuses(predict.GuardRules{}) {
 			r.mismatches++
 			t.Errorf("%s/%s: the guard refused=%v, the prediction is %s/%s, flags %v (CDI did %s): %+v", ns, a.name, refused, p.Path, p.Reason, p.Flags, got, a.target)
+		}
+	}
+}
+
+// checkAccessModes compares the access modes of the claim CDI made for the
+// arrangement (when it made one) with those the model renders
+// (cdirules.RenderClaim: the DataVolume's, else the class's
+// StorageProfile's); each break that renders others counts.
+func (r *diffRun) checkAccessModes(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, a diffArrangement, cfg diffConfig,
+	state *predict.State, broken map[string]*predict.State) {
+	t.Helper()
+	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, a.name, metav1.GetOptions{})
+	if err != nil {
+		return // CDI rendered no claim
+	}
+	var got []string
+	for _, am := range pvc.Spec.AccessModes {
+		got = append(got, string(am))
+	}
+	r.coverage.add(map[string]string{"claim accessModes": strings.Join(got, ",")})
+	_, bt := breakDisk(r.brk, predict.Golden{}, a.target)
+	if claim, err := state.Claim(bt); err != nil || !slices.Equal(claim.AccessModes, got) {
+		r.mismatches++
+		t.Errorf("%s/%s: target %+v, configuration %v: CDI's claim has access modes %v, the model renders %v (%v)",
+			ns, a.name, a.target, cfg.dims(a.target.Class), got, claim.AccessModes, err)
+	}
+	for _, b := range diffBreakNames {
+		_, bt := breakDisk(b, predict.Golden{}, a.target)
+		if claim, err := broken[b].Claim(bt); err != nil || !slices.Equal(claim.AccessModes, got) {
+			r.byBreak[b]++
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"io"
 	"os"
 	"slices"
@@ -153,7 +154,8 @@ func checkTimelinesKept(t *testing.T, before, after map[string]record.Timeline) 
 	t.Helper()
 	points := func(tl record.Timeline) map[string]time.Time {
 		return map[string]time.Time{"requested": tl.Requested, "claimed": tl.Claimed, "firstCreateVolume": tl.FirstCreateVolume,
-			"volumeCreated": tl.VolumeCreated, "expanded": tl.Expanded, "ready": tl.Ready}
+			"volumeCreated": tl.VolumeCreated, "expandRequested": tl.ExpandRequested, "expanded": tl.Expanded, "bound": tl.Bound,
+			"ready": tl.Ready}
 	}
 	compared := 0
 	for name, tl := range before {
@@ -166,6 +168,12 @@ func checkTimelinesKept(t *testing.T, before, after map[string]record.Timeline) 
 			if !now[point].Equal(at) {
 				t.Errorf("%s: timeline's %s was %v at the kill, %v after the restart", name, point, at, now[point])
 			}
+		}
+		// What the driver refused is the tap's evidence, kept on the PV.
+		if a := after[name]; tl.CreateVolumeAttempts > 0 && (a.CreateVolumeAttempts != tl.CreateVolumeAttempts ||
+			!reflect.DeepEqual(a.Refusals, tl.Refusals) || !reflect.DeepEqual(a.ExpandRefusals, tl.ExpandRefusals)) {
+			t.Errorf("%s: attempts and refusals were %d %v %v at the kill, %d %v %v after the restart", name,
+				tl.CreateVolumeAttempts, tl.Refusals, tl.ExpandRefusals, a.CreateVolumeAttempts, a.Refusals, a.ExpandRefusals)
 		}
 	}
 	t.Logf("%d timeline points known at the kill, all kept across the restart", compared)
