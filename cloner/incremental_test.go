@@ -85,17 +85,9 @@ func TestAChangeReJudgesOnlyTheDisksItTouches(t *testing.T) {
 // a time, reports the rest as due, counts the ledger once after the last
 // chunk, and ends with every disk judged, written and counted once.
 func TestAFullPassGoesInChunks(t *testing.T) {
-	var w clonertest.World
-	w.Class(clonertest.TestClass, nil, clonertest.T0)
-	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	const n, chunk = 23, 5
-	for i := range n {
-		w.Cloned(w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
-	}
-	fc := newFakeCluster(t, &w)
+	fc, c := chunkedFleet(t, n, chunk)
 	ctx := t.Context()
-	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
-	c.due.SetChunk(chunk)
 	c.markFull()
 	var passes []int64
 	for {
@@ -142,17 +134,9 @@ func TestAFullPassGoesInChunks(t *testing.T) {
 // 10,000 disks they were several MB at the process's peak) and writes no
 // ledger.
 func TestASettledFullPassHoldsNoFacts(t *testing.T) {
-	var w clonertest.World
-	w.Class(clonertest.TestClass, nil, clonertest.T0)
-	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	const n, chunk = 12, 4
-	for i := range n {
-		w.Cloned(w.Worker("tenant-a", fmt.Sprintf("d%02d", i), "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass)), clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
-	}
-	fc := newFakeCluster(t, &w)
+	fc, c := chunkedFleet(t, n, chunk)
 	ctx := t.Context()
-	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
-	c.due.SetChunk(chunk)
 	fullPass := func(check func(held int)) {
 		c.markFull()
 		for {
