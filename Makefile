@@ -81,7 +81,7 @@ diff:
 
 ## cdidiff: cloner/cdirules (the prediction) against the real cdi-controller over seeded arrangements; `make e2e` runs it with 240 (CDIRULES_ARRANGEMENTS=1000 for more, CDIRULES_SEED=<n> to replay a run, CDIRULES_BREAK=<break> to see it fail)
 cdidiff: build
-	CSI_CLONE_E2E_RACE=$(E2E_RACE) $(GO) test -count=1 -v -timeout 90m -run '^TestCDIRulesMatchCDIController$$' ./test/e2e/
+	CSI_CLONE_E2E_RACE=$(E2E_RACE) $(GO) test -count=1 -v -timeout 120m -run '^TestCDIRulesMatchCDIController$$' ./test/e2e/
 
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 # The CDI differential test runs seed 4 here unless CDIRULES_SEED is set: the

@@ -121,8 +121,9 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 		DriverArgs: []string{"--capacity=replicated=32Ti", "--capacity=fixed=32Ti", "--capacity=b=32Ti"},
 	})
 	// A chunk takes 25s on a quiet machine and 70-100s on a loaded one
-	// (1,000 arrangements took 38 minutes under a load average of 12-24).
-	ctx, cancel := context.WithTimeout(context.Background(), max(38*time.Minute, time.Duration(total)*4*time.Second))
+	// (1,000 arrangements took 38 minutes under a load average of 12-24;
+	// each chunk now also waits until its claims are deleted).
+	ctx, cancel := context.WithTimeout(context.Background(), max(38*time.Minute, time.Duration(total)*5*time.Second))
 	defer cancel()
 	if err := c.StartOtherDriver(ctx, otherDriver, cluster.StorageClass{Name: otherClass}); err != nil {
 		t.Fatal(err)
