@@ -40,6 +40,7 @@ var publishedSeries = []string{
 	"csi_clone_phase_duration_seconds{phase,verdict,storage_class}",
 	"csi_clone_path_predicted{schematic_id,version,storage_class,path,reason}",
 	"csi_clone_prediction_checks{result}",
+	"csi_clone_read_write_many_predicted{schematic_id,version,storage_class}",
 	"csi_clone_tap_calls_undecoded_total{reason}",
 	"csi_clone_tap_connections_abandoned_total{reason}",
 	"csi_clone_tap_connections_total{}",

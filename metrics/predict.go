@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 )
 
@@ -16,6 +17,9 @@ var (
 	descImagePathPredicted = prometheus.NewDesc("csi_clone_image_path_predicted",
 		"The clone path CDI is predicted to take for a disk cloned from an image golden (vm-default-images) larger than it, one series per (golden, StorageClass) pair with value 1, as csi_clone_path_predicted for the Talos flavors.",
 		[]string{"namespace", "golden", "image", "storage_class", "path", "reason"}, nil)
+	descReadWriteManyPredicted = prometheus.NewDesc("csi_clone_read_write_many_predicted",
+		"Whether CDI is predicted to give a worker disk of the flavor on the StorageClass a ReadWriteMany claim (1) or not (0: the worker's VM could not live-migrate), one series per csi_clone_path_predicted pair; the platform's worker template names no access modes, so the class's StorageProfile decides. No series where CDI renders no claim.",
+		[]string{"schematic_id", "version", "storage_class"}, nil)
 	descPredictionChecks = prometheus.NewDesc("csi_clone_prediction_checks",
 		"Worker disks with a decided verdict and a recorded prediction, by result: right (the verdict shows the predicted path) or wrong (finding prediction-wrong).",
 		[]string{"result"}, nil)
@@ -40,7 +44,7 @@ func NewPredictionCollector(src ClonesSource) prometheus.Collector {
 }
 
 func (predictionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPathPredicted, descImagePathPredicted, descPredictionChecks, descClassDisks, descGoldenReady, descAdmissionParams} {
+	for _, d := range []*prometheus.Desc{descPathPredicted, descReadWriteManyPredicted, descImagePathPredicted, descPredictionChecks, descClassDisks, descGoldenReady, descAdmissionParams} {
 		ch <- d
 	}
 }
@@ -59,6 +63,10 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[key] = true
 		ch <- prometheus.MustNewConstMetric(descPathPredicted, prometheus.GaugeValue, 1, key[0], key[1], key[2], p.Path, p.Reason)
+		if len(p.AccessModes) > 0 {
+			ch <- prometheus.MustNewConstMetric(descReadWriteManyPredicted, prometheus.GaugeValue,
+				boolValue(!predict.LacksReadWriteMany(p.AccessModes)), key[0], key[1], key[2])
+		}
 	}
 	for _, p := range s.ImagePaths {
 		ns, name, _ := strings.Cut(p.Golden, "/")
@@ -86,4 +94,11 @@ func (c predictionCollector) Collect(ch chan<- prometheus.Metric) {
 	case publish.AdmissionParamsFailed:
 		ch <- prometheus.MustNewConstMetric(descAdmissionParams, prometheus.GaugeValue, 0)
 	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -15,7 +15,10 @@ func TestPredictionCollectorSeries(t *testing.T) {
 	s := leaderSnapshot()
 	s.Paths = []verdict.ClonePathReport{
 		{SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated-fixed", Prediction: predict.Prediction{Path: predict.PathHostAssisted, Reason: predict.ReasonNoVolumeExpansion}},
-		{SchematicID: sid, Version: "v1.13.2", StorageClass: predict.EmptyClass, Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride}},
+		{SchematicID: sid, Version: "v1.13.2", StorageClass: predict.EmptyClass, Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride,
+			AccessModes: []string{"ReadWriteMany"}}},
+		{SchematicID: sid, Version: "v1.13.2", StorageClass: "replicated-rwo", Prediction: predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride,
+			AccessModes: []string{"ReadWriteOnce"}}},
 	}
 	s.PredictionChecks = verdict.PredictionCheck{Right: 3, Wrong: 1}
 	s.AdmissionParams = publish.AdmissionParamsSynced
@@ -25,6 +28,11 @@ func TestPredictionCollectorSeries(t *testing.T) {
 # TYPE csi_clone_path_predicted gauge
 csi_clone_path_predicted{path="csi-clone",reason="cdi-override",schematic_id="` + sid + `",storage_class="(default)",version="v1.13.2"} 1
 csi_clone_path_predicted{path="host-assisted",reason="no-volume-expansion",schematic_id="` + sid + `",storage_class="replicated-fixed",version="v1.13.2"} 1
+csi_clone_path_predicted{path="csi-clone",reason="cdi-override",schematic_id="` + sid + `",storage_class="replicated-rwo",version="v1.13.2"} 1
+# HELP csi_clone_read_write_many_predicted Whether CDI is predicted to give a worker disk of the flavor on the StorageClass a ReadWriteMany claim (1) or not (0: the worker's VM could not live-migrate), one series per csi_clone_path_predicted pair; the platform's worker template names no access modes, so the class's StorageProfile decides. No series where CDI renders no claim.
+# TYPE csi_clone_read_write_many_predicted gauge
+csi_clone_read_write_many_predicted{schematic_id="` + sid + `",storage_class="(default)",version="v1.13.2"} 1
+csi_clone_read_write_many_predicted{schematic_id="` + sid + `",storage_class="replicated-rwo",version="v1.13.2"} 0
 # HELP csi_clone_prediction_checks Worker disks with a decided verdict and a recorded prediction, by result: right (the verdict shows the predicted path) or wrong (finding prediction-wrong).
 # TYPE csi_clone_prediction_checks gauge
 csi_clone_prediction_checks{result="right"} 3
@@ -33,7 +41,8 @@ csi_clone_prediction_checks{result="wrong"} 1
 # TYPE csi_clone_admission_params_synced gauge
 csi_clone_admission_params_synced 1
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "csi_clone_path_predicted", "csi_clone_prediction_checks", "csi_clone_admission_params_synced"); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "csi_clone_path_predicted", "csi_clone_read_write_many_predicted",
+		"csi_clone_prediction_checks", "csi_clone_admission_params_synced"); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {

@@ -283,6 +283,15 @@ func claimCapacity(pvc *corev1.PersistentVolumeClaim) int64 {
 	return 0
 }
 
+// ClaimAccessModes are a claim's spec.accessModes, as names.
+func ClaimAccessModes(pvc *corev1.PersistentVolumeClaim) []string {
+	out := make([]string, len(pvc.Spec.AccessModes))
+	for i, m := range pvc.Spec.AccessModes {
+		out[i] = string(m)
+	}
+	return out
+}
+
 func ClaimRequest(pvc *corev1.PersistentVolumeClaim) int64 {
 	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 		return q.Value()

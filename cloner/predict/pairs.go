@@ -1,6 +1,6 @@
 package predict
 
-// poolAccessModes are a pool disk's, as the platform renders them.
+// poolAccessModes are the pair's path's disk's (see Pairs).
 var poolAccessModes = []string{"ReadWriteOnce"}
 
 // EmptyClass is the class name of the pair for a disk that names no
@@ -17,12 +17,21 @@ type Pair struct {
 	// the class resolves to ("" when it does not).
 	Class, ResolvedClass     string
 	Larger, AtSize, Sizeless Prediction
+	// AccessModes are what CDI gives the claim of a disk the platform's
+	// worker template renders on the class: a spec.storage DataVolume
+	// naming neither access modes nor a volume mode takes both from the
+	// class's StorageProfile (claimPropertySets[0]). Nil when CDI renders no
+	// claim for it (no profile, or no access mode in it).
+	AccessModes []string
 }
 
 // Pairs predicts every golden on every CSI class, plus the empty class
-// resolved as empty says. A pool's disk is a spec.storage DataVolume of the
-// golden's volume mode, ReadWriteOnce (the platform renders both alike); Predict with a
-// Target of the disk's own says more for a disk that exists.
+// resolved as empty says. The path is a spec.storage DataVolume's of the
+// golden's volume mode, ReadWriteOnce, the shape the guard's keys are
+// indexed by (the mode decides the path; the access modes only whether CDI
+// renders a claim); the access modes are those the platform's worker
+// template gets (Pair.AccessModes). Predict with a Target of the disk's own
+// says more for a disk that exists.
 func (s *State) Pairs(goldens []Golden, empty Target) []Pair {
 	classes := s.CSIClasses()
 	out := make([]Pair, 0, len(goldens)*(len(classes)+1))
@@ -38,7 +47,23 @@ func (s *State) Pairs(goldens []Golden, empty Target) []Pair {
 func (s *State) pair(g Golden, label string, t Target) Pair {
 	t.VolumeMode, t.AccessModes = g.VolumeMode, poolAccessModes
 	r := s.Regions(g, t)
-	return Pair{Golden: g, Class: label, ResolvedClass: t.Class, Larger: r.Larger, AtSize: r.AtSize, Sizeless: r.Sizeless}
+	return Pair{Golden: g, Class: label, ResolvedClass: t.Class, Larger: r.Larger, AtSize: r.AtSize, Sizeless: r.Sizeless,
+		AccessModes: s.templateAccessModes(t)}
+}
+
+// templateAccessModes are the access modes CDI renders for the platform's
+// worker disk on t's class (kubernetes-nodes' nodegroup.yaml names none:
+// worker VMs live-migrate, and the StorageProfile is to give them
+// ReadWriteMany).
+func (s *State) templateAccessModes(t Target) []string {
+	if t.Unresolved {
+		return nil
+	}
+	c, err := s.Claim(Target{Class: t.Class})
+	if err != nil {
+		return nil
+	}
+	return c.AccessModes
 }
 
 // PairsOn predicts every golden on one class, labelled label.

@@ -15,6 +15,7 @@
 package predict
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -45,7 +46,14 @@ const (
 	// FlagClassMismatch: the target class is not the golden's, even where
 	// the driver can clone across classes.
 	FlagClassMismatch = "class-mismatch"
+	// FlagNotReadWriteMany: a worker disk's claim would not be
+	// ReadWriteMany, so KubeVirt cannot live-migrate the worker's VM
+	// (Pair.AccessModes).
+	FlagNotReadWriteMany = "risk: not ReadWriteMany"
 )
+
+// ReadWriteMany is the access mode a live-migrating VM's disk needs.
+const ReadWriteMany = "ReadWriteMany"
 
 // Golden is what the planner reads of a clone source.
 type Golden struct {
@@ -190,6 +198,10 @@ type Prediction struct {
 	// Uncertain lists what could make the prediction wrong; empty when the
 	// rules CDI applies decide it from objects that exist.
 	Uncertain []string `json:"uncertain,omitempty"`
+	// AccessModes are the access modes of the disk's claim: the claim's own
+	// once CDI made it, else what CDI renders (cdirules.RenderClaim); nil
+	// when it renders none.
+	AccessModes []string `json:"accessModes,omitempty"`
 }
 
 // Bad reports whether the path defeats the golden: a copy over the network
@@ -251,5 +263,26 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 	p := s.fromOutcome(g, t, o)
 	s.addFlags(&p, g, t, sc)
 	s.addUncertainty(&p, g, t, assumed)
+	p.AccessModes = s.claimAccessModes(t)
 	return p
+}
+
+// claimAccessModes are the access modes the disk's claim has or gets: a
+// claim's own (a Claimed target's AccessModes), else CDI's rendering; nil
+// when CDI renders no claim.
+func (s *State) claimAccessModes(t Target) []string {
+	if t.Claimed {
+		return t.AccessModes
+	}
+	c, err := s.Claim(t)
+	if err != nil {
+		return nil
+	}
+	return c.AccessModes
+}
+
+// LacksReadWriteMany reports whether known access modes leave out
+// ReadWriteMany (false when none are known).
+func LacksReadWriteMany(modes []string) bool {
+	return len(modes) > 0 && !slices.Contains(modes, ReadWriteMany)
 }

@@ -51,6 +51,10 @@ const (
 	ReasonFailedGolden  = "failed-golden"
 	ReasonCDIDisagrees  = "cdi-disagrees"
 	ReasonWrongSource   = "wrong-source"
+	// ReasonNotReadWriteMany: a worker disk whose claim is (or, as CDI
+	// renders it, will be) without ReadWriteMany: KubeVirt cannot
+	// live-migrate the worker's VM.
+	ReasonNotReadWriteMany = "not-read-write-many"
 	// ReasonPredictionWrong: the verdict contradicts the clone path
 	// predicted for the disk before it was made (predictions.go).
 	ReasonPredictionWrong = "prediction-wrong"
@@ -91,6 +95,8 @@ var reasonInfos = map[string]reasonInfo{
 		"trust the storage layer's record; check CDI's StorageProfile cloneStrategy and the driver's clone support"},
 	ReasonWrongSource: {"CloneSourceMismatch",
 		"the volume was cloned from something other than the golden's volume; recreate the disk from the golden"},
+	ReasonNotReadWriteMany: {"WorkerDiskNotReadWriteMany",
+		"give the pool's StorageClass a StorageProfile whose first claimPropertySet offers ReadWriteMany (on LINSTOR: a replicated DRBD class, volumeMode Block), as the worker template takes its access modes from the profile; a worker disk made without it keeps its access modes: recreate it once the profile is fixed"},
 	ReasonBadPathPredicted: {"BadClonePathPredicted",
 		"apply the prediction's fix the message names before CDI copies the disk, or delete the DataVolume and recreate it once fixed; the admission guard in Deny mode refuses such a DataVolume"},
 	ReasonPredictionWrong: {"ClonePathMispredicted",

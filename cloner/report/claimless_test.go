@@ -23,7 +23,7 @@ func TestReportJudgesADiskWithNoClaim(t *testing.T) {
 	var w clonertest.World
 	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	dv := w.Worker("tenant-a", "small", "p", g, 4*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
 	clonertest.Condition(dv, cdiv1.DataVolumeBound, corev1.ConditionFalse, fleet.CdiReasonValidationFailed, "The clone doesn't meet the validation requirements", clonertest.T0)
 	inv := fleet.BuildInventory(w.Objects(t), config.Namespaces{config.DefaultGoldenNamespace})
 	_, bad := report.ReportDisks(inv, report.JudgeClaimless(inv, clonertest.ConfigAt(clonertest.T0.Add(time.Minute)), verdict.BuildPredictor(clonertest.CdiAtDefaults(), inv)))

@@ -137,7 +137,7 @@ func itemsOf[T any](items []T) []any {
 
 // printClonePaths writes the "clone paths" table.
 func printClonePaths(tw io.Writer, paths []verdict.ClonePathReport) {
-	fmt.Fprintln(tw, "GOLDEN\tCLASS\tPATH\tREASON\tAT GOLDEN SIZE\tFLAGS\tFIX")
+	fmt.Fprintln(tw, "GOLDEN\tCLASS\tPATH\tREASON\tAT GOLDEN SIZE\tACCESS MODES\tFLAGS\tFIX")
 	for _, p := range paths {
 		class := p.StorageClass
 		if p.StorageClass == predict.EmptyClass {
@@ -147,7 +147,7 @@ func printClonePaths(tw io.Writer, paths []verdict.ClonePathReport) {
 		if len(p.Uncertain) > 0 {
 			path += " (uncertain)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Golden, class, path, p.Reason, p.AtGoldenSize,
-			verdict.OrNone(strings.Join(p.Flags, ", ")), verdict.OrNone(p.Fix))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Golden, class, path, p.Reason, p.AtGoldenSize,
+			verdict.OrNone(strings.Join(p.AccessModes, ",")), verdict.OrNone(strings.Join(p.Flags, ", ")), verdict.OrNone(p.Fix))
 	}
 }

@@ -150,6 +150,7 @@ func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
 		if f.Pvc.Spec.VolumeMode != nil {
 			t.VolumeMode = string(*f.Pvc.Spec.VolumeMode)
 		}
+		t.AccessModes = fleet.ClaimAccessModes(f.Pvc)
 	}
 	pr := p.State.Predict(g, t)
 	return &pr
@@ -272,8 +273,14 @@ func (p *Predictor) Reports(pairs []predict.Pair) []ClonePathReport {
 	for _, pr := range pairs {
 		ref := types.NamespacedName{Namespace: pr.Golden.Namespace, Name: pr.Golden.Name}
 		f := p.flavors[ref]
+		pred := pr.Larger
+		pred.AccessModes = pr.AccessModes
+		if p.imageNames[ref] == "" && predict.LacksReadWriteMany(pr.AccessModes) {
+			// A Talos golden's disks are worker disks: their VMs live-migrate.
+			pred.Flags = append(slices.Clip(pred.Flags), predict.FlagNotReadWriteMany)
+		}
 		out = append(out, ClonePathReport{Golden: ref.String(), SchematicID: f.SchematicID, Version: f.Version, Image: p.imageNames[ref],
-			StorageClass: pr.Class, ResolvedClass: pr.ResolvedClass, Prediction: pr.Larger,
+			StorageClass: pr.Class, ResolvedClass: pr.ResolvedClass, Prediction: pred,
 			AtGoldenSize: pr.AtSize.Path, Fix: predict.Fix(pr.Larger.Reason)})
 	}
 	return out
@@ -292,6 +299,8 @@ type ClonePathReport struct {
 	ResolvedClass string `json:"resolvedClass"`
 	predict.Prediction
 	// AtGoldenSize is the path of a disk of exactly the golden's size.
+	// The Prediction's AccessModes are the platform's worker disk's
+	// (predict.Pair.AccessModes).
 	AtGoldenSize string `json:"atGoldenSize"`
 	Fix          string `json:"fix,omitempty"`
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -371,12 +372,14 @@ func TestFindingsAllAtOnceInTheRecordsOrder(t *testing.T) {
 	f.golden.Problems, f.golden.Phase = []string{"bad name"}, string(cdiv1.Failed)
 	f.class = fleet.ClassResolution{Name: "local", How: fleet.ClassFromClaim}
 	f.predicted = &predict.Prediction{Path: predict.PathBlocked, Reason: predict.ReasonTargetTooSmall}
+	f.Pvc.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	f.tap = &fleet.VolumeEvidence{Created: t0, SourceVolume: "other",
 		Expansions: []fleet.Expansion{{RequiredBytes: 20 << 30, Code: codes.OutOfRange.String()}}}
 	r := &record.Record{Verdict: record.VerdictCSIClone, Source: record.SourceCSITap, CDICloneType: string(cdiv1.CloneStrategySnapshot),
 		CapacityBytes: 6 << 30, Predicted: predict.PathBlocked}
 	want := []string{record.ReasonInvalidGolden, record.ReasonFailedGolden, record.ReasonClassMismatch, record.ReasonTooSmall,
-		record.ReasonResizeMissing, record.ReasonResizeFailed, record.ReasonCDIDisagrees, record.ReasonWrongSource, record.ReasonPredictionWrong}
+		record.ReasonResizeMissing, record.ReasonResizeFailed, record.ReasonCDIDisagrees, record.ReasonWrongSource, record.ReasonNotReadWriteMany,
+		record.ReasonPredictionWrong}
 	if got := reasonsOf(findings(r, f, nil)); !slices.Equal(got, want) {
 		t.Errorf("findings %v, want %v", got, want)
 	}
@@ -396,6 +399,58 @@ func TestBadPathPredictedQuotesThePrediction(t *testing.T) {
 		}
 		if want := head + ". The prediction's fix: " + predict.Fix(predict.ReasonNoVolumeExpansion); got != want {
 			t.Errorf("message %q: %q, want %q", msg, got, want)
+		}
+	}
+}
+
+// TestNotReadWriteManyOverEveryClaimAndGolden: a worker disk (a clone of a
+// Talos golden) is flagged when its claim has access modes and none is
+// ReadWriteMany, or, before CDI makes the claim, when its prediction renders
+// such modes; a claim's own modes outrank the prediction; a vm-disk (an
+// image golden's), an HTTP import and a claim or prediction without modes
+// are never flagged. Over every golden kind x disk kind x claim x prediction.
+func TestNotReadWriteManyOverEveryClaimAndGolden(t *testing.T) {
+	claims := map[string][]corev1.PersistentVolumeAccessMode{
+		"no claim": nil, "claim without modes": {}, "claim RWO": {corev1.ReadWriteOnce},
+		"claim RWO+RWX": {corev1.ReadWriteOnce, corev1.ReadWriteMany}, "claim RWX": {corev1.ReadWriteMany},
+		"claim RWOP": {corev1.ReadWriteOncePod},
+	}
+	predictions := map[string][]string{"no prediction": nil, "predicted none": {}, "predicted RWO": {"ReadWriteOnce"},
+		"predicted RWX": {"ReadWriteMany"}}
+	for _, image := range []bool{false, true} {
+		for _, kind := range []string{fleet.DiskClone, fleet.DiskHTTPImport} {
+			for claimName, modes := range claims {
+				for predName, predicted := range predictions {
+					f := rulesFacts(cdiv1.CSICloneInProgress)
+					f.Disk.Kind = kind
+					if image {
+						f.golden.Image = "ubuntu"
+					}
+					if claimName == "no claim" {
+						f.Pvc = nil
+					} else {
+						f.Pvc.Spec.AccessModes = modes
+					}
+					if predName != "no prediction" {
+						f.predicted = &predict.Prediction{Path: predict.PathCSIClone, Reason: predict.ReasonCDIOverride, AccessModes: predicted}
+					}
+					var want bool
+					switch {
+					case image || kind != fleet.DiskClone:
+					case len(modes) > 0:
+						want = !slices.Contains(modes, corev1.ReadWriteMany)
+					case claimName == "no claim" || claimName == "claim without modes":
+						want = predName == "predicted RWO"
+					}
+					msg := notReadWriteMany(f)
+					if got := msg != ""; got != want {
+						t.Errorf("image golden %v, %s, %s, %s: flagged %v (%q), want %v", image, kind, claimName, predName, got, msg, want)
+					}
+					if want && !strings.Contains(msg, "not ReadWriteMany") {
+						t.Errorf("%s, %s: message %q does not say what is missing", claimName, predName, msg)
+					}
+				}
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -143,6 +144,37 @@ func TestForDiskReadsTheDataVolumesPerDiskAnnotations(t *testing.T) {
 		if (got.Reason == predict.ReasonPopulatorOff || got.Reason == predict.ReasonCloneTypeCopy) != (tc.wantReason != "") ||
 			tc.wantReason != "" && (got.Reason != tc.wantReason || got.Path != predict.PathHostAssisted) {
 			t.Errorf("%s: %s/%s (%s), want reason %q", tc.name, got.Path, got.Reason, got.Message, tc.wantReason)
+		}
+	}
+}
+
+// TestClonePathsFlagWorkerPairsWithoutReadWriteMany: the clone-paths table
+// shows the access modes the platform's worker disk gets on each class, and
+// flags a Talos golden's pair (its disks are live-migrating workers) whose
+// modes leave out ReadWriteMany; an image golden's pair and a pair whose
+// class renders no modes are not flagged, and the pair's own flags are not
+// changed.
+func TestClonePathsFlagWorkerPairsWithoutReadWriteMany(t *testing.T) {
+	talos := predict.Golden{Namespace: "cozy-public", Name: "talos-worker-abc-v1"}
+	image := predict.Golden{Namespace: "cozy-public", Name: "vm-default-images-ubuntu"}
+	p := &Predictor{imageNames: map[types.NamespacedName]string{{Namespace: image.Namespace, Name: image.Name}: "ubuntu"}}
+	shared := []string{predict.FlagClassMismatch}
+	for _, tc := range []struct {
+		g       predict.Golden
+		modes   []string
+		flagged bool
+	}{
+		{talos, []string{"ReadWriteOnce"}, true}, {talos, []string{"ReadWriteMany"}, false}, {talos, nil, false},
+		{image, []string{"ReadWriteOnce"}, false}, {image, []string{"ReadWriteMany"}, false},
+	} {
+		pair := predict.Pair{Golden: tc.g, Class: "c", Larger: predict.Prediction{Path: predict.PathCSIClone, Flags: shared[:1:1],
+			AccessModes: []string{"ReadWriteOnce"}}, AccessModes: tc.modes}
+		r := p.Reports([]predict.Pair{pair})[0]
+		if got := r.HasFlag(predict.FlagNotReadWriteMany); got != tc.flagged || !slices.Equal(r.AccessModes, tc.modes) {
+			t.Errorf("%s, %v: flagged %v, modes %v; want %v, %v", tc.g.Name, tc.modes, got, r.AccessModes, tc.flagged, tc.modes)
+		}
+		if len(pair.Larger.Flags) != 1 || !r.HasFlag(predict.FlagClassMismatch) {
+			t.Errorf("%s, %v: the pair's flags %v, the report's %v", tc.g.Name, tc.modes, pair.Larger.Flags, r.Flags)
 		}
 	}
 }

@@ -63,10 +63,10 @@ func TestBadPathPredictedNeverRepeatsAFinding(t *testing.T) {
 	g.Status.Phase = cdiv1.Failed
 	block := corev1.PersistentVolumeBlock
 	d := w.Worker("tenant-a", "of-failed", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	d.Spec.Storage.AccessModes, d.Spec.Storage.VolumeMode = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, &block
+	d.Spec.Storage.AccessModes, d.Spec.Storage.VolumeMode = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, &block
 	good, _ := w.Golden(clonertest.TestSID, "v1.13.3")
 	s := w.Worker("tenant-a", "small", "p", good, 2*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	s.Spec.Storage.AccessModes, s.Spec.Storage.VolumeMode = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, &block
+	s.Spec.Storage.AccessModes, s.Spec.Storage.VolumeMode = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, &block
 	recs := w.JudgeWithCDI(t, clonertest.T0.Add(time.Minute))
 	for name, want := range map[string]string{"of-failed": record.ReasonFailedGolden, "small": record.ReasonTooSmall} {
 		r := recs[name]

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -305,6 +306,9 @@ func findings(r *record.Record, f DiskFacts, snapshotOf map[string]string) []rec
 	if msg := wrongSource(r, f, snapshotOf); msg != "" {
 		add(record.ReasonWrongSource, msg)
 	}
+	if msg := notReadWriteMany(f); msg != "" {
+		add(record.ReasonNotReadWriteMany, msg)
+	}
 	if msg := predictionWrong(r); msg != "" {
 		add(record.ReasonPredictionWrong, msg)
 	}
@@ -312,6 +316,29 @@ func findings(r *record.Record, f DiskFacts, snapshotOf map[string]string) []rec
 		add(record.ReasonBadPathPredicted, msg)
 	}
 	return out
+}
+
+// notReadWriteMany: a worker disk (a clone of a Talos golden: the
+// kubernetes-nodes worker VMs live-migrate, evictionStrategy External)
+// whose claim has no ReadWriteMany, or before CDI makes the claim, whose
+// prediction renders none. Claims without access modes say nothing.
+func notReadWriteMany(f DiskFacts) string {
+	if f.golden.IsImage() || f.Disk.Kind != fleet.DiskClone {
+		return ""
+	}
+	if f.Pvc != nil && len(f.Pvc.Spec.AccessModes) > 0 {
+		modes := fleet.ClaimAccessModes(f.Pvc)
+		if !predict.LacksReadWriteMany(modes) {
+			return ""
+		}
+		return fmt.Sprintf("the worker disk's claim is %s, not ReadWriteMany: KubeVirt cannot live-migrate the worker's VM, so a node drain stops it",
+			strings.Join(modes, ","))
+	}
+	if p := f.predicted; p != nil && predict.LacksReadWriteMany(p.AccessModes) {
+		return fmt.Sprintf("CDI will render the worker disk's claim %s from class %s's StorageProfile, not ReadWriteMany: KubeVirt cannot live-migrate the worker's VM, so a node drain stops it",
+			strings.Join(p.AccessModes, ","), f.class.Name)
+	}
+	return ""
 }
 
 // tooSmall: the model of CDI's rules (package cdirules, through the disk's

@@ -179,7 +179,7 @@ func dataVolume(ns, name string, size int64) *cdiv1.DataVolume {
 			"cdi.kubevirt.io/storage.bind.immediate.requested": "true",
 		}},
 		Spec: cdiv1.DataVolumeSpec{Storage: &cdiv1.StorageSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 			VolumeMode:       ptr(corev1.PersistentVolumeBlock),
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: q}},
 			StorageClassName: ptr(class),

@@ -89,12 +89,21 @@ type Worker struct {
 	TokenTarget string
 	// Annotations are added to the DataVolume's (per-disk CDI inputs).
 	Annotations map[string]string
+	// AccessModes are the disk's (default ReadWriteMany, what LINSTOR's
+	// StorageProfile gives a worker pool's Block disk: worker VMs
+	// live-migrate).
+	AccessModes []corev1.PersistentVolumeAccessMode
+	// FromProfile: the disk names neither access modes nor a volume mode,
+	// as the platform's worker template; CDI takes both from the class's
+	// StorageProfile.
+	FromProfile bool
 }
 
 // CreateWorkerDisk creates a worker disk DataVolume cloned from its golden,
 // with a cross-namespace clone token minted just before (tokens expire; the
 // cdi-apiserver webhook that would add it does not run here). There is no
-// defaulting webhook either, so volumeMode and accessModes are set.
+// defaulting webhook either, so volumeMode and accessModes are set (Block,
+// ReadWriteMany unless w names others).
 func (c *Cluster) CreateWorkerDisk(ctx context.Context, w Worker) (*cdiv1.DataVolume, error) {
 	target := w.TokenTarget
 	if target == "" {
@@ -119,6 +128,13 @@ func (c *Cluster) CreateWorkerDisk(ctx context.Context, w Worker) (*cdiv1.DataVo
 			Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: NamespaceGolden, Name: w.Golden}},
 			Storage: blockStorage(w.StorageClass, w.Size),
 		},
+	}
+	dv.Spec.Storage.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	if w.AccessModes != nil {
+		dv.Spec.Storage.AccessModes = w.AccessModes
+	}
+	if w.FromProfile {
+		dv.Spec.Storage.AccessModes, dv.Spec.Storage.VolumeMode = nil, nil
 	}
 	maps.Copy(dv.Annotations, w.Annotations)
 	return c.CreateDataVolume(ctx, dv)

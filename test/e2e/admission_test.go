@@ -84,7 +84,7 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 		ObjectMeta: metav1.ObjectMeta{Namespace: admissionTenant, Name: name, Annotations: map[string]string{cluster.AnnPool: "kubernetes-" + name}},
 		Spec: cdiv1.DataVolumeSpec{
 			Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: cluster.NamespaceGolden, Name: golden}},
-			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &block},
+			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, VolumeMode: &block},
 		},
 	}
 	for k, v := range ann {

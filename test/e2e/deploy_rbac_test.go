@@ -396,7 +396,7 @@ func (s *rbacScenario) createRestore(t *testing.T, ctx context.Context, name str
 			Annotations: map[string]string{cluster.AnnGolden: s.golden, cluster.AnnPool: rbacPool}},
 		Spec: cdiv1.DataVolumeSpec{
 			Source: &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: cluster.NamespaceGolden, Name: rbacSnapshot}},
-			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &block,
+			Storage: &cdiv1.StorageSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, VolumeMode: &block,
 				StorageClassName: &[]string{"replicated"}[0],
 				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")}}},
 		},
