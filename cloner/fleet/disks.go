@@ -283,13 +283,25 @@ func claimCapacity(pvc *corev1.PersistentVolumeClaim) int64 {
 	return 0
 }
 
-// ClaimAccessModes are a claim's spec.accessModes, as names.
+// ClaimAccessModes are a claim's spec.accessModes, as names; a single mode
+// (nearly every claim) is a shared slice, not to be modified, so a full
+// pass over a large fleet allocates nothing for it.
 func ClaimAccessModes(pvc *corev1.PersistentVolumeClaim) []string {
+	if len(pvc.Spec.AccessModes) == 1 {
+		if shared, ok := singleAccessModes[pvc.Spec.AccessModes[0]]; ok {
+			return shared
+		}
+	}
 	out := make([]string, len(pvc.Spec.AccessModes))
 	for i, m := range pvc.Spec.AccessModes {
 		out[i] = string(m)
 	}
 	return out
+}
+
+var singleAccessModes = map[corev1.PersistentVolumeAccessMode][]string{
+	corev1.ReadWriteOnce: {string(corev1.ReadWriteOnce)}, corev1.ReadWriteMany: {string(corev1.ReadWriteMany)},
+	corev1.ReadOnlyMany: {string(corev1.ReadOnlyMany)}, corev1.ReadWriteOncePod: {string(corev1.ReadWriteOncePod)},
 }
 
 func ClaimRequest(pvc *corev1.PersistentVolumeClaim) int64 {

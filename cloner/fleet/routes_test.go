@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -192,5 +193,28 @@ func TestCDIsOwnDecisionsAreNoInputs(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestClaimAccessModesAreTheClaims: the names of a claim's access modes,
+// in order, for none, each single mode Kubernetes defines (a shared slice,
+// allocated once) and several.
+func TestClaimAccessModesAreTheClaims(t *testing.T) {
+	for _, modes := range [][]corev1.PersistentVolumeAccessMode{nil, {corev1.ReadWriteOnce}, {corev1.ReadWriteMany}, {corev1.ReadOnlyMany},
+		{corev1.ReadWriteOncePod}, {"Unknown"}, {corev1.ReadWriteOnce, corev1.ReadWriteMany}} {
+		pvc := &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{AccessModes: modes}}
+		got := ClaimAccessModes(pvc)
+		if len(got) != len(modes) {
+			t.Fatalf("%v: %v", modes, got)
+		}
+		for i := range modes {
+			if got[i] != string(modes[i]) {
+				t.Errorf("%v: %v", modes, got)
+			}
+		}
+	}
+	pvc := &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}
+	if n := testing.AllocsPerRun(100, func() { ClaimAccessModes(pvc) }); n != 0 {
+		t.Errorf("a single mode allocates %v times", n)
 	}
 }
