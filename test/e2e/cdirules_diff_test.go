@@ -672,6 +672,11 @@ func diffDataVolume(a diffArrangement, ns, srcNS string) *cdiv1.DataVolume {
 	return dv
 }
 
+// optimisticLockMessage ends the API server's Conflict error
+// (k8s.io/apiserver registry/generic/registry/store.go
+// OptimisticLockErrorMsg).
+const optimisticLockMessage = "the object has been modified; please apply your changes to the latest version and try again"
+
 // CDI's fallback messages (clone/planner.go) by reason.
 var diffFallbacks = map[string]string{
 	"No compatible volumesnapshotclass found":                cdirules.FallbackNoVolumeSnapshotClass,
@@ -728,6 +733,12 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 	}
 	phase, ct := ann["cdi.kubevirt.io/clonePhase"], ann["cdi.kubevirt.io/cloneType"]
 	switch {
+	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], optimisticLockMessage):
+		// A write that lost a race (apierrors.IsConflict): the populator
+		// records every error of a reconcile as clonePhase Error
+		// (populators/clone-populator.go updateClonePhaseError) and the
+		// next reconcile overwrites it. Not a decision (seed 1212).
+		return "", seen
 	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], "smaller than the source"):
 		return "validation", seen
 	case phase == "Error" && strings.Contains(ann["cdi.kubevirt.io/cloneError"], "volumesnapshotclass"):
