@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,10 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
-	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -90,14 +86,7 @@ func waitClonePathModes(t *testing.T, ctx context.Context, c *cluster.Cluster, g
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var out bytes.Buffer
-		if err := report.Report(ctx, config.Clients{Kube: c.Client, Dynamic: c.Dynamic}, config.DefaultConfig(), &out, "json"); err != nil {
-			return false, err
-		}
-		var rep report.ReportData
-		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-			return false, err
-		}
+		rep, _ := reportJSON(t, ctx, c)
 		found := 0
 		last = ""
 		for _, p := range rep.ClonePaths {
