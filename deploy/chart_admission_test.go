@@ -18,6 +18,10 @@ const admissionParamsFlag = "--admission-params=true"
 
 var admissionKinds = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
+// admissionObjectCount: the guard's policy and binding, and the worker
+// access-mode warning's.
+const admissionObjectCount = 4
+
 // admissionObjects keeps the admission guard's objects of a rendering.
 func admissionObjects(objs []map[string]any) []map[string]any {
 	var out []map[string]any
@@ -39,8 +43,8 @@ func TestChartAdmissionGuardIsDeployAdmission(t *testing.T) {
 	} {
 		chart := admissionObjects(render(t, "cozy-linstor", set...))
 		kust := kustomize(t, dir)
-		if len(chart) != len(admissionKinds) || len(kust) != len(admissionKinds) {
-			t.Fatalf("%s: chart renders %d admission objects, kustomize builds %d, want %d", dir, len(chart), len(kust), len(admissionKinds))
+		if len(chart) != admissionObjectCount || len(kust) != admissionObjectCount {
+			t.Fatalf("%s: chart renders %d admission objects, kustomize builds %d, want %d", dir, len(chart), len(kust), admissionObjectCount)
 		}
 		for _, k := range kust {
 			c := object(t, chart, k["kind"].(string), get(k, "metadata", "name").(string))

@@ -31,8 +31,10 @@ var chartCopies = map[string]string{
 	"files/dashboard.json":   "monitoring/dashboard.json",
 	// The admission guard's policy and binding: the chart sets the
 	// binding's validationActions and paramRef.namespace from its values.
-	"files/admission-policy.yaml":  "admission/warn/policy.yaml",
-	"files/admission-binding.yaml": "admission/warn/binding.yaml",
+	"files/admission-policy.yaml":               "admission/warn/policy.yaml",
+	"files/admission-binding.yaml":              "admission/warn/binding.yaml",
+	"files/admission-access-modes-policy.yaml":  "admission/warn/access-modes-policy.yaml",
+	"files/admission-access-modes-binding.yaml": "admission/warn/access-modes-binding.yaml",
 }
 
 // helm returns the pinned Helm that `make tools` builds into the cache.
@@ -178,10 +180,11 @@ var chartValues = map[string]struct {
 		[]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceMonitor"}},
 	"admission guard": {"cozy-linstor", []string{"admissionGuard.enabled=true"},
 		[]string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "GrafanaDashboard", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceMonitor",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}},
 	"admission guard, deny, custom namespace": {"piraeus-datastore", []string{"admissionGuard.enabled=true", "admissionGuard.validationActions={Deny}",
 		"csiController.serviceAccount=my-csi-controller", "monitoring.kind=none", "dashboard.enabled=false"},
-		[]string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
+		[]string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
+			"ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}},
 }
 
 // clusterScoped are the kinds the chart renders without a namespace.

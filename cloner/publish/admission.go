@@ -8,6 +8,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -37,6 +38,15 @@ const (
 //	dataSource.<namespace>.<name>             "<pvcNamespace>/<pvcName>" the DataSource clones ("" namespace: the DataVolume's)
 //	rule.class-mismatch                       "guard": a disk onto another class than its golden's is warned about
 //	                                          or refused; "allow": admitted (predict.GuardRules)
+//	<golden>.worker                           "true": a Talos flavor's golden, whose clones are worker disks
+//	class.<class>.accessModes                 the access modes CDI renders for a spec.storage disk naming neither
+//	                                          access modes nor a volume mode, comma-separated (the worker template's)
+//	class.<class>.accessModes.<mode>          the same for one naming only the volume mode <mode>
+//
+// The last three are the worker access-mode warning's
+// (deploy/admission/warn/access-modes.yaml, bound Warn whatever the guard's
+// mode: a worker disk without ReadWriteMany clones at the storage layer all
+// the same, so it is never refused).
 //
 // <kind> is pvc or storage, <mode> the claim's volume mode (Block or
 // Filesystem: the guard resolves a DataVolume's as CDI does, from the class
@@ -130,12 +140,41 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string, rules predict.G
 	for r := range bad {
 		put("fix."+r, predict.Fix(r))
 	}
+	workerAccessModes(p, goldenNamespace, put)
 	for _, ds := range p.DataSources {
 		if pvc := cdirules.DataSourcePVC(ds); pvc != nil {
 			put("dataSource."+ds.Namespace+"."+ds.Name, pvc.Namespace+"/"+pvc.Name)
 		}
 	}
 	return d
+}
+
+// workerAccessModes writes the worker access-mode warning's parameters: which
+// goldens are worker goldens, and per class the access modes CDI renders
+// (cdirules.RenderClaim, the model the CDI differential compares with every
+// claim cdi-controller makes) for a disk that leaves them to the
+// StorageProfile. A class CDI renders no claim for gets no key: the warning
+// then says nothing (the guard names the unrenderable claim).
+func workerAccessModes(p *verdict.Predictor, goldenNamespace string, put func(k, v string)) {
+	for ref := range p.Goldens {
+		if ref.Namespace == goldenNamespace {
+			put(ref.Name+".worker", "true")
+		}
+	}
+	for _, c := range p.State.ClassNames() {
+		for _, mode := range []string{"", cdirules.Block, cdirules.Filesystem} {
+			claim, err := p.State.Claim(predict.Target{Class: c, Kind: cdirules.KindStorage, VolumeMode: mode})
+			if err != nil || len(claim.AccessModes) == 0 {
+				continue
+			}
+			key := "class." + c + ".accessModes"
+			if mode != "" {
+				key += "." + mode
+			}
+			put(key, strings.Join(claim.AccessModes, ","))
+		}
+	}
+	put("fix."+record.ReasonNotReadWriteMany, record.Fix(record.ReasonNotReadWriteMany))
 }
 
 func regionsValue(r predict.Regions) string {

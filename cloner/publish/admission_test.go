@@ -1,14 +1,18 @@
 package publish
 
 import (
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
 )
 
@@ -53,6 +57,52 @@ func TestAdmissionDataCarriesTheClassMismatchRule(t *testing.T) {
 	for allow, want := range map[bool]string{false: ruleGuard, true: ruleAllow} {
 		if got := AdmissionData(p, "cozy-public", predict.GuardRules{AllowClassMismatch: allow})[paramClassMismatch]; got != want {
 			t.Errorf("AllowClassMismatch %v: %s = %q, want %q", allow, paramClassMismatch, got, want)
+		}
+	}
+}
+
+// The worker access-mode warning's parameters: the catalog's goldens in the
+// golden namespace are worker goldens, and each class carries the access
+// modes CDI renders for a disk that names none, per volume mode it names
+// (the first claimPropertySet of that mode); a class CDI renders no claim
+// for (no StorageProfile) carries none.
+func TestAdmissionDataCarriesWorkerAccessModes(t *testing.T) {
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	set := func(mode *corev1.PersistentVolumeMode, am corev1.PersistentVolumeAccessMode) cdiv1.ClaimPropertySet {
+		return cdiv1.ClaimPropertySet{VolumeMode: mode, AccessModes: []corev1.PersistentVolumeAccessMode{am}}
+	}
+	in := predict.Inputs{CSIDrivers: []string{"linstor.csi.linbit.com"}}
+	for _, name := range []string{"replicated", "local", "bare"} {
+		in.Classes = append(in.Classes, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "linstor.csi.linbit.com"})
+	}
+	in.Profiles = []*cdiv1.StorageProfile{
+		{ObjectMeta: metav1.ObjectMeta{Name: "replicated"}, Status: cdiv1.StorageProfileStatus{
+			ClaimPropertySets: []cdiv1.ClaimPropertySet{set(&block, corev1.ReadWriteMany)}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Status: cdiv1.StorageProfileStatus{
+			ClaimPropertySets: []cdiv1.ClaimPropertySet{set(&fs, corev1.ReadWriteOnce), set(&block, corev1.ReadWriteMany)}}},
+	}
+	p := &verdict.Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{
+		{Namespace: "cozy-public", Name: "talos-worker-a"}: {},
+		{Namespace: "elsewhere", Name: "talos-worker-b"}:   {},
+	}}
+	got := AdmissionData(p, "cozy-public", predict.GuardRules{})
+	want := map[string]string{
+		"talos-worker-a.worker":                "true",
+		"class.replicated.accessModes":         "ReadWriteMany",
+		"class.replicated.accessModes.Block":   "ReadWriteMany",
+		"class.local.accessModes":              "ReadWriteOnce",
+		"class.local.accessModes.Block":        "ReadWriteMany",
+		"class.local.accessModes.Filesystem":   "ReadWriteOnce",
+		"fix." + record.ReasonNotReadWriteMany: record.Fix(record.ReasonNotReadWriteMany),
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok && (strings.HasSuffix(k, ".worker") || strings.Contains(k, ".accessModes")) {
+			t.Errorf("unexpected %s = %q", k, got[k])
 		}
 	}
 }

@@ -117,3 +117,88 @@ func waitWarnings(t *testing.T, ctx context.Context, c *cluster.Cluster, name st
 	})
 	assertWarnings(t, ctx, c, name, reasons)
 }
+
+var accessGuardFlavor = strings.Repeat("a7", 32)
+
+// TestAdmissionWarnsAboutWorkerDisksWithoutReadWriteMany applies
+// deploy/admission/deny and checks the worker access-mode warning it
+// carries: a worker disk whose claim would lack ReadWriteMany, named so or
+// rendered so by CDI from the class's StorageProfile, is admitted with a
+// warning naming its access modes and the fix, even with the guard in Deny
+// (its clone is a storage-layer clone all the same); one with
+// ReadWriteMany, and a vm-disk of another golden whatever its modes, are
+// admitted silently. The sidecar runs with --admission-allow-class-mismatch,
+// so a disk onto the ReadWriteOnce class is not the guard's to refuse.
+func TestAdmissionWarnsAboutWorkerDisksWithoutReadWriteMany(t *testing.T) {
+	checkNoLeaks(t)
+	c := cluster.Start(t, cluster.Options{
+		StorageClasses: []cluster.StorageClass{
+			{Name: "replicated", DefaultVirt: true},
+			{Name: "replicated-rwo", Pool: "rwo"},
+		},
+		SidecarArgs:      []string{"--resync-period=2s", "--admission-params=true", "--admission-allow-class-mismatch"},
+		ExtraControllers: []string{"validatingadmissionpolicy-status-controller"},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	mergePatch(t, ctx, c, cluster.StorageProfileGVR, "replicated-rwo",
+		`{"spec":{"claimPropertySets":[{"accessModes":["ReadWriteOnce"],"volumeMode":"Block"}]}}`)
+	golden := admissionGolden(t, ctx, c, accessGuardFlavor)
+	const image = "ubuntu"
+	if _, err := c.CreateVMImage(ctx, cluster.VMImage{Image: image, StorageClass: "replicated", Size: "5Gi"}); err != nil {
+		t.Fatal(err)
+	}
+	imageGolden := cluster.VMImageGoldenName(image)
+	waitPhase(t, ctx, c, cluster.NamespaceGolden, imageGolden, cdiv1.Succeeded)
+	createDataSource(t, ctx, c, "worker-ds", golden)
+	waitAdmissionParams(t, ctx, c, golden+".worker", "true")
+	waitAdmissionParams(t, ctx, c, "class.replicated-rwo.accessModes", "ReadWriteOnce")
+	waitAdmissionParams(t, ctx, c, imageGolden+".phase", "Succeeded")
+
+	applyAdmission(t, c, "deny")
+	checkTypeChecking(t, ctx, c, admissionPolicy)
+	checkTypeChecking(t, ctx, c, accessModesPolicy)
+	a := newAdmissionClient(t, c)
+	warning := func(name, modes, class string) []string {
+		return []string{"worker disk " + name + " of golden " + golden + " would get access modes " + modes + " on StorageClass " + class +
+			", not ReadWriteMany: its VM cannot live-migrate (the verdict flags not-read-write-many). Fix: " + record.Fix(record.ReasonNotReadWriteMany)}
+	}
+	rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	// Shapes of the disk's spec.storage (nil: ReadWriteMany Block as named).
+	fromProfile := func(s *cdiv1.StorageSpec) { s.AccessModes, s.VolumeMode = nil, nil } // the worker template's
+	blockFromProfile := func(s *cdiv1.StorageSpec) { s.AccessModes = nil }
+	namedRWO := func(s *cdiv1.StorageSpec) { s.AccessModes = rwo }
+	cases := []struct {
+		name, golden, class string
+		shape               func(*cdiv1.StorageSpec)
+		want                []string
+	}{
+		{"template", golden, "replicated", fromProfile, nil},
+		{"template-rwo", golden, "replicated-rwo", fromProfile, warning("template-rwo", "ReadWriteOnce", "replicated-rwo")},
+		{"block-rwo", golden, "replicated-rwo", blockFromProfile, warning("block-rwo", "ReadWriteOnce", "replicated-rwo")},
+		{"named-rwo", golden, "replicated", namedRWO, warning("named-rwo", "ReadWriteOnce", "replicated")},
+		{"named-rwx", golden, "replicated-rwo", nil, nil},
+		{"via-datasource-rwo", dataSourcePrefix + "worker-ds", "replicated", namedRWO, warning("via-datasource-rwo", "ReadWriteOnce", "replicated")},
+		// A vm-disk is no worker disk: no live migration is promised.
+		{"vm-disk-rwo", imageGolden, "replicated-rwo", fromProfile, nil},
+	}
+	waitGuard(t, ctx, c, func() (bool, string) {
+		dv := workerDataVolume("probe", golden, "replicated", "20Gi", nil)
+		namedRWO(dv.Spec.Storage)
+		w, err := a.createDataVolume(ctx, dv, false)
+		return err == nil && len(w) > 0, fmt.Sprintf("warnings %q, error %v", w, err)
+	})
+	for _, tc := range cases {
+		dv := workerDataVolume(tc.name, tc.golden, tc.class, "20Gi", nil)
+		if tc.shape != nil {
+			tc.shape(dv.Spec.Storage)
+		}
+		warnings, err := a.createDataVolume(ctx, dv, false)
+		if err != nil {
+			t.Errorf("%s refused with the guard in Deny: %v", tc.name, err)
+		}
+		checkMessages(t, tc.name, warnings, tc.want)
+	}
+}
+
+const accessModesPolicy = "csi-clone-sidecar-worker-access-modes"

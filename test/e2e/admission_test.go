@@ -78,6 +78,13 @@ func newAdmissionClient(t *testing.T, c *cluster.Cluster) *admissionClient {
 // persist), with the per-disk annotations ann, and returns the warnings and
 // the error.
 func (a *admissionClient) create(ctx context.Context, name, golden, class, size string, persist bool, ann map[string]string) ([]string, error) {
+	return a.createDataVolume(ctx, workerDataVolume(name, golden, class, size, ann), persist)
+}
+
+// workerDataVolume is a ReadWriteMany Block worker disk cloning golden (a
+// name with dataSourcePrefix: through that DataSource) on class ("" none)
+// at size ("" none), with the per-disk annotations ann.
+func workerDataVolume(name, golden, class, size string, ann map[string]string) *cdiv1.DataVolume {
 	block := corev1.PersistentVolumeBlock
 	dv := &cdiv1.DataVolume{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataVolume"},
@@ -99,7 +106,7 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 	if ds, ok := strings.CutPrefix(golden, dataSourcePrefix); ok { // through a DataSource
 		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: ds}
 	}
-	return a.createDataVolume(ctx, dv, persist)
+	return dv
 }
 
 // createDataVolume creates dv (dry run unless persist) and returns the
@@ -215,7 +222,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 
 	createDataSource(t, ctx, c, "golden-ds", golden)
 	applyAdmission(t, c, "warn")
-	checkTypeChecking(t, ctx, c)
+	checkTypeChecking(t, ctx, c, admissionPolicy)
 	waitGuard(t, ctx, c, func() (bool, string) {
 		w, err := a.create(ctx, "probe", golden, "replicated-fixed", "20Gi", false, nil)
 		return err == nil && len(w) > 0, fmt.Sprintf("warnings %q, error %v", w, err)
@@ -404,10 +411,10 @@ const admissionPolicy = "csi-clone-sidecar-golden-clones"
 
 // checkTypeChecking waits for kube-controller-manager's type check of the
 // policy and fails on any warning it reports.
-func checkTypeChecking(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+func checkTypeChecking(t *testing.T, ctx context.Context, c *cluster.Cluster, policy string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, admissionPolicy, metav1.GetOptions{})
+		p, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, policy, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -415,7 +422,7 @@ func checkTypeChecking(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 			return false, nil
 		}
 		for _, w := range p.Status.TypeChecking.ExpressionWarnings {
-			t.Errorf("policy type check: %s: %s", w.FieldRef, w.Warning)
+			t.Errorf("policy %s type check: %s: %s", policy, w.FieldRef, w.Warning)
 		}
 		return true, nil
 	})
