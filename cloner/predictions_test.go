@@ -35,7 +35,9 @@ func TestVerdictContradictingThePredictionIsAFinding(t *testing.T) {
 	w, _ := clonertest.PredictionWorld(t)
 	cfg := clonertest.TestConfig()
 	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
-	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(clonertest.CsiCloneForced(), inv))
+	in := clonertest.CsiCloneForced()
+	in.Profiles = clonertest.DerivedProfiles(clonertest.TestClass, "fixed")
+	ev := verdict.EvaluateWith(inv, cfg, clonertest.T0.Add(time.Hour), verdict.BuildPredictor(in, inv))
 	recs := map[string]*record.Record{}
 	for _, a := range ev.Assessments {
 		recs[a.Disk.Name] = a.Record
@@ -188,7 +190,8 @@ func countWrites(actions []clienttesting.Action, resource string) int {
 }
 
 // servePredictionInputs serves CDI's StorageProfile and CDI resources (no
-// snapshot classes) and creates the CDI resource and the CSIDriver.
+// snapshot classes) and creates the CDI resource, the CSIDriver and the
+// StorageProfiles CDI derives for the prediction world's classes.
 func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	t.Helper()
 	for _, l := range fc.kube.Resources {
@@ -206,6 +209,11 @@ func servePredictionInputs(t *testing.T, fc *fakeCluster) {
 	}
 	if _, err := fc.kube.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: clonertest.TestDriver}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	for _, sp := range clonertest.DerivedProfiles(clonertest.TestClass, "fixed") {
+		if _, err := fc.dyn.Resource(fleet.StorageProfileGVR).Create(ctx, clonertest.ToUnstructured(t, sp), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -283,6 +283,26 @@ func CsiCloneForced() predict.Inputs {
 	return predict.Inputs{CDIs: []*cdiv1.CDI{{Spec: cdiv1.CDISpec{CloneStrategyOverride: &s}}}, CSIDrivers: []string{TestDriver}}
 }
 
+// DerivedProfiles are the StorageProfiles CDI derives for classes of
+// LINSTOR's driver (pkg/storagecapabilities): claimPropertySets ReadWriteMany
+// Block, ReadWriteOnce Block, ReadWriteOnce Filesystem.
+func DerivedProfiles(classes ...string) []*cdiv1.StorageProfile {
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	set := func(mode *corev1.PersistentVolumeMode, am corev1.PersistentVolumeAccessMode) cdiv1.ClaimPropertySet {
+		return cdiv1.ClaimPropertySet{VolumeMode: mode, AccessModes: []corev1.PersistentVolumeAccessMode{am}}
+	}
+	out := make([]*cdiv1.StorageProfile, 0, len(classes))
+	for _, c := range classes {
+		out = append(out, &cdiv1.StorageProfile{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "StorageProfile"},
+			ObjectMeta: metav1.ObjectMeta{Name: c},
+			Status: cdiv1.StorageProfileStatus{ClaimPropertySets: []cdiv1.ClaimPropertySet{
+				set(&block, corev1.ReadWriteMany), set(&block, corev1.ReadWriteOnce), set(&fs, corev1.ReadWriteOnce)}},
+		})
+	}
+	return out
+}
+
 // cdiAtDefaults: csiCloneForced with a CDIConfig that reports CDI's default
 // filesystem overhead (0.06).
 func CdiAtDefaults() predict.Inputs {

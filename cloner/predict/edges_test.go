@@ -140,7 +140,7 @@ func TestFilesystemOverheadUncertainty(t *testing.T) {
 // and refuses a larger one. (A golden whose claim has no request cannot be
 // cloned at all: CDI's validateClone refuses it, see cdirules.)
 func TestPairAtSizeFitsTheGoldensCapacity(t *testing.T) {
-	s := NewState(baseInputs("csi-clone"))
+	s := NewState(withDerivedProfiles(baseInputs("csi-clone"), "replicated-fixed"))
 	target := Target{Class: "replicated-fixed", VolumeMode: "Block", AccessModes: poolAccessModes}
 	for _, g := range []Golden{golden, func() Golden { g := golden; g.RequestedBytes, g.CapacityBytes = 6*gi, 8*gi; return g }()} {
 		p := s.PairsOn([]Golden{g}, "replicated-fixed", target)[0]

@@ -1,8 +1,5 @@
 package predict
 
-// poolAccessModes are the pair's path's disk's (see Pairs).
-var poolAccessModes = []string{"ReadWriteOnce"}
-
 // EmptyClass is the class name of the pair for a disk that names no
 // StorageClass (resolved to the default before predicting).
 const EmptyClass = "(default)"
@@ -26,12 +23,14 @@ type Pair struct {
 }
 
 // Pairs predicts every golden on every CSI class, plus the empty class
-// resolved as empty says. The path is a spec.storage DataVolume's of the
-// golden's volume mode, ReadWriteOnce, the shape the guard's keys are
-// indexed by (the mode decides the path; the access modes only whether CDI
-// renders a claim); the access modes are those the platform's worker
-// template gets (Pair.AccessModes). Predict with a Target of the disk's own
-// says more for a disk that exists.
+// resolved as empty says, for the disk the platform's templates render:
+// kubernetes-nodes' worker template (nodegroup.yaml) and vm-disk's
+// (dv.yaml) are spec.storage DataVolumes naming neither a volume mode nor
+// access modes, so CDI takes both from the class's StorageProfile
+// (claimPropertySets[0]), and a class whose first set is not the golden's
+// volume mode gets a copy (incompatible-volume-modes), one CDI renders no
+// claim for a blocked disk (claim-invalid). Predict with a Target of the
+// disk's own says more for a disk that exists.
 func (s *State) Pairs(goldens []Golden, empty Target) []Pair {
 	classes := s.CSIClasses()
 	out := make([]Pair, 0, len(goldens)*(len(classes)+1))
@@ -45,7 +44,7 @@ func (s *State) Pairs(goldens []Golden, empty Target) []Pair {
 }
 
 func (s *State) pair(g Golden, label string, t Target) Pair {
-	t.VolumeMode, t.AccessModes = g.VolumeMode, poolAccessModes
+	t.VolumeMode, t.AccessModes = "", nil
 	r := s.Regions(g, t)
 	return Pair{Golden: g, Class: label, ResolvedClass: t.Class, Larger: r.Larger, AtSize: r.AtSize, Sizeless: r.Sizeless,
 		AccessModes: s.templateAccessModes(t)}

@@ -36,6 +36,19 @@ func profile(name string, strategy cdiv1.CDICloneStrategy, snapClass string) *cd
 	return sp
 }
 
+// poolAccessModes are a disk's that names its access modes.
+var poolAccessModes = []string{"ReadWriteOnce"}
+
+// withDerivedProfiles gives classes the StorageProfiles CDI derives for a
+// driver its storagecapabilities table knows as it knows LINSTOR's and Ceph
+// RBD's: ReadWriteMany Block, ReadWriteOnce Block, ReadWriteOnce Filesystem.
+func withDerivedProfiles(in Inputs, classes ...string) Inputs {
+	for _, c := range classes {
+		in = withClaimSets(in, c, [2]string{"Block", "ReadWriteMany"}, [2]string{"Block", "ReadWriteOnce"}, [2]string{"Filesystem", "ReadWriteOnce"})
+	}
+	return in
+}
+
 func cdi(override cdiv1.CDICloneStrategy) *cdiv1.CDI {
 	c := &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}}
 	if override != "" {
@@ -239,7 +252,7 @@ func TestSeveralCDIResources(t *testing.T) {
 }
 
 func TestPairsCoverEveryCSIClassAndTheEmptyOne(t *testing.T) {
-	s := NewState(baseInputs("csi-clone"))
+	s := NewState(withDerivedProfiles(baseInputs("csi-clone"), "replicated", "replicated-fixed", "replicated-b", "local", "ceph"))
 	pairs := s.Pairs([]Golden{golden}, Target{Class: "replicated"})
 	var got []string
 	for _, p := range pairs {
@@ -257,6 +270,43 @@ func TestPairsCoverEveryCSIClassAndTheEmptyOne(t *testing.T) {
 		if _, ok := fixes[r]; !ok {
 			t.Errorf("reason %s has no entry in fixes", r)
 		}
+	}
+}
+
+// A pair is the disk the platform's templates render, naming neither a
+// volume mode nor access modes: CDI gives it its class's StorageProfile's
+// first claimPropertySet. On a class whose first set is Filesystem, a
+// Block golden's template disk is copied (incompatible volume modes) where
+// a disk naming Block is CSI-cloned; on one whose profile has no set CDI
+// renders no claim.
+func TestPairsAreTheTemplatesDisk(t *testing.T) {
+	in := baseInputs("csi-clone")
+	in.Classes = append(in.Classes, class("fs-first", linstor, true), class("no-sets", linstor, true))
+	in = withDerivedProfiles(in, "replicated")
+	in = withClaimSets(in, "fs-first", [2]string{"Filesystem", "ReadWriteOnce"}, [2]string{"Block", "ReadWriteMany"})
+	in = withProfile(in, profile("no-sets", "", ""))
+	s := NewState(in)
+	got := map[string]string{}
+	for _, p := range s.PairsOn([]Golden{golden}, "", Target{Class: "replicated"}) {
+		got["replicated"] = p.Larger.Path + "/" + p.Larger.Reason + " " + strings.Join(p.AccessModes, ",")
+	}
+	for _, c := range []string{"fs-first", "no-sets"} {
+		p := s.PairsOn([]Golden{golden}, c, Target{Class: c})[0]
+		got[c] = p.Larger.Path + "/" + p.Larger.Reason + " " + strings.Join(p.AccessModes, ",")
+	}
+	want := map[string]string{
+		"replicated": PathCSIClone + "/" + ReasonCDIOverride + " ReadWriteMany",
+		"fs-first":   PathHostAssisted + "/" + ReasonIncompatibleVolumeModes + " ReadWriteOnce",
+		"no-sets":    PathBlocked + "/" + ReasonClaimInvalid + " ",
+	}
+	for c, w := range want {
+		if got[c] != w {
+			t.Errorf("pair on %s: %q, want %q", c, got[c], w)
+		}
+	}
+	named := s.Predict(golden, Target{Class: "fs-first", VolumeMode: "Block", AccessModes: poolAccessModes})
+	if named.Path != PathCSIClone {
+		t.Errorf("a disk naming Block on fs-first: %s/%s, want %s", named.Path, named.Reason, PathCSIClone)
 	}
 }
 
