@@ -73,10 +73,22 @@ func (o Outcome) StorageLayer() bool {
 // syncCommon), validation (ValidateClone), sizing (CloneSize), then the
 // legacy path or the planner (PlanClaim).
 func (c Cluster) Clone(dv DataVolume, src Source) Outcome {
+	o, _, _ := c.CloneWithClaim(dv, src)
+	return o
+}
+
+// CloneWithClaim is Clone with the claim CDI renders (rendered false: none;
+// its size before CloneSize), so a caller needing both renders it once.
+func (c Cluster) CloneWithClaim(dv DataVolume, src Source) (o Outcome, claim Claim, rendered bool) {
 	claim, err := RenderClaim(dv, c.Defaults, c.Env)
 	if err != nil {
-		return Outcome{Error: err.Error(), Render: true}
+		return Outcome{Error: err.Error(), Render: true}, Claim{}, false
 	}
+	return c.cloneRendered(dv, src, claim), claim, true
+}
+
+// cloneRendered is Clone once CDI rendered the DataVolume's claim.
+func (c Cluster) cloneRendered(dv DataVolume, src Source, claim Claim) Outcome {
 	if _, err := c.UsePopulator(dv.PerDisk, claim); err != nil {
 		return Outcome{Error: err.Error()}
 	}

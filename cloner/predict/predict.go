@@ -248,11 +248,17 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 	sc := s.classes[t.Class]
 	src, assumed := s.source(g)
 	var o cdirules.Outcome
+	// The access modes the disk's claim has (a Claimed target's own) or
+	// gets as CDI renders it (nil when CDI renders none).
+	var accessModes []string
 	if t.Claimed {
 		o = s.cluster.PlanClaim(src, cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes,
 			PerDisk: t.PerDisk})
+		accessModes = t.AccessModes
 	} else {
-		o = s.cluster.Clone(t.dataVolume(), src)
+		var claim cdirules.Claim
+		o, claim, _ = s.cluster.CloneWithClaim(t.dataVolume(), src)
+		accessModes = claim.AccessModes // Claim{} when none is rendered
 	}
 	if sc == nil && o.Validation == "" && !o.Render && !strings.HasPrefix(o.Error, cdirules.AnnUsePopulator) {
 		// CDI renders and validates the DataVolume first; then it finds no
@@ -263,22 +269,8 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 	p := s.fromOutcome(g, t, o)
 	s.addFlags(&p, g, t, sc)
 	s.addUncertainty(&p, g, t, assumed)
-	p.AccessModes = s.claimAccessModes(t)
+	p.AccessModes = accessModes
 	return p
-}
-
-// claimAccessModes are the access modes the disk's claim has or gets: a
-// claim's own (a Claimed target's AccessModes), else CDI's rendering; nil
-// when CDI renders no claim.
-func (s *State) claimAccessModes(t Target) []string {
-	if t.Claimed {
-		return t.AccessModes
-	}
-	c, err := s.Claim(t)
-	if err != nil {
-		return nil
-	}
-	return c.AccessModes
 }
 
 // LacksReadWriteMany reports whether known access modes leave out
