@@ -240,8 +240,15 @@ func nullIfEmpty(s string) any {
 
 func mergePatch(t *testing.T, ctx context.Context, c *cluster.Cluster, gvr schema.GroupVersionResource, name, patch string) {
 	t.Helper()
-	if _, err := c.Dynamic.Resource(gvr).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatalf("patch %s %s with %s: %v", gvr.Resource, name, patch, err)
+	// An object another controller makes (CDI's StorageProfile of a new
+	// class) may not exist yet: wait for it.
+	var last error
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = c.Dynamic.Resource(gvr).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return !apierrors.IsNotFound(last), nil
+	})
+	if last != nil {
+		t.Fatalf("patch %s %s with %s: %v", gvr.Resource, name, patch, last)
 	}
 }
 

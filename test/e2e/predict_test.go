@@ -59,6 +59,12 @@ func TestClonePathPredictedBeforeTheDiskIsMade(t *testing.T) {
 	if err := c.StartOtherDriver(ctx, otherDriver, cluster.StorageClass{Name: otherClass}); err != nil {
 		t.Fatal(err)
 	}
+	// CDI's storagecapabilities table does not know the second driver, so
+	// its StorageProfile offers no claimPropertySets and CDI could not
+	// render the platform's template disk (naming neither volume mode nor
+	// access modes) on its class: the pair would be blocked/claim-invalid.
+	// Its operator gives the profile one, as for any such driver.
+	mergePatch(t, ctx, c, cluster.StorageProfileGVR, otherClass, `{"spec":{"claimPropertySets":[{"accessModes":["ReadWriteMany"],"volumeMode":"Block"}]}}`)
 	golden := cluster.GoldenName(predictFlavor, talosVersion)
 	createGolden(t, ctx, c, cluster.Golden{SchematicID: predictFlavor, Version: talosVersion, StorageClass: "replicated"})
 	waitPhase(t, ctx, c, cluster.NamespaceGolden, golden, cdiv1.Succeeded)
