@@ -134,7 +134,7 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 	if _, err := c.Dynamic.Resource(classes).Create(ctx, noCSI, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := &diffRun{brk: brk, golden: setUpDiffGuard(t, ctx, c),
+	r := &diffRun{brk: brk, golden: setUpDiffGuard(t, ctx, c), guard: newAdmissionClient(t, c),
 		byBreak: map[string]int{}, coverage: diffCoverage{}}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	derived := diffDerivedPropertySets(t, ctx, c)
@@ -152,8 +152,8 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 		caught = append(caught, fmt.Sprintf("%s=%d", b, r.byBreak[b]))
 	}
 	t.Logf("seed %d: mismatches each break would have (CDIRULES_BREAK): %s", seed, strings.Join(caught, " "))
-	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny, %d cloned at the storage layer), %d mismatches",
-		seed, r.checked, r.guarded, r.storageLayer, r.mismatches)
+	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny, %d of them warned about access modes; %d cloned at the storage layer), %d mismatches",
+		seed, r.checked, r.guarded, r.warned, r.storageLayer, r.mismatches)
 	if r.mismatches > 0 || r.checked != total {
 		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, r.mismatches, total, r.checked)
 	}
@@ -221,8 +221,11 @@ type diffRun struct {
 	golden diffSource
 	// mismatches, checked, guarded: arrangements differing from CDI,
 	// compared, also shown to the guard; storageLayer: those CDI cloned at
-	// the storage layer.
-	mismatches, checked, guarded, storageLayer int
+	// the storage layer; warned: guarded ones warned about for a claim
+	// without ReadWriteMany.
+	mismatches, checked, guarded, storageLayer, warned int
+	// guard asks the API server, keeping its warnings.
+	guard *admissionClient
 	// byBreak: arrangements and profiles each break would get wrong.
 	byBreak  map[string]int
 	coverage diffCoverage
@@ -263,7 +266,7 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 	// its parameters follow the configuration.
 	golden := r.golden
 	goldens[golden.name] = sourceGolden(t, ctx, c, cluster.NamespaceGolden, golden)
-	waitGuardParams(t, ctx, c, truth, goldens[golden.name])
+	waitGuardParams(t, ctx, c, r.guard, truth, goldens[golden.name])
 	sources = append(sources, golden, golden)
 	arrs := make([]diffArrangement, n)
 	for i := range arrs {
@@ -292,12 +295,13 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 			t.Errorf("%s/%s: source %s (%s, %d bytes), target %+v, configuration %v: predicted %s, CDI did %s",
 				ns, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, cfg.dims(a.target.Class), want, got)
 		}
-		r.checkAccessModes(t, ctx, c, ns, a, cfg, state, broken)
+		claimModes, claimed := r.checkAccessModes(t, ctx, c, ns, a, cfg, state, broken)
 		if a.src.name != golden.name {
 			continue
 		}
 		r.guarded++
-		refused := guardRefuses(t, ctx, c, a)
+		refused, warnings := guardRefuses(t, ctx, r.guard, a)
+		r.checkAccessModeWarning(t, ns, a, refused, warnings, claimModes, claimed)
 		if refused && (got == cdirules.StrategyCSIClone || got == cdirules.StrategySnapshot) && a.target.Class == g.Class {
 			r.mismatches++
 			t.Errorf("%s/%s: the guard in Deny refused a DataVolume CDI clones at the storage layer on the golden's class (%s): %+v", ns, a.name, got, a.target)
@@ -313,11 +317,11 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 // (cdirules.RenderClaim: the DataVolume's, else the class's
 // StorageProfile's); each break that renders others counts.
 func (r *diffRun) checkAccessModes(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, a diffArrangement, cfg diffConfig,
-	state *predict.State, broken map[string]*predict.State) {
+	state *predict.State, broken map[string]*predict.State) (claimModes []string, claimed bool) {
 	t.Helper()
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, a.name, metav1.GetOptions{})
 	if err != nil {
-		return // CDI rendered no claim
+		return nil, false // CDI rendered no claim
 	}
 	var got []string
 	for _, am := range pvc.Spec.AccessModes {
@@ -335,6 +339,27 @@ func (r *diffRun) checkAccessModes(t *testing.T, ctx context.Context, c *cluster
 		if claim, err := broken[b].Claim(bt); err != nil || !slices.Equal(claim.AccessModes, got) {
 			r.byBreak[b]++
 		}
+	}
+	return got, true
+}
+
+// checkAccessModeWarning compares the worker access-mode warning the API
+// server gave for the guarded arrangement with the claim CDI made for it:
+// warned exactly when the claim lacks ReadWriteMany. Not compared: a
+// DataVolume the guard refused (the request stops there) or one CDI made
+// no claim for.
+func (r *diffRun) checkAccessModeWarning(t *testing.T, ns string, a diffArrangement, refused bool, warnings, claimModes []string, claimed bool) {
+	t.Helper()
+	warned := slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "not ReadWriteMany") })
+	if refused || !claimed {
+		return
+	}
+	if warned {
+		r.warned++
+	}
+	if want := predict.LacksReadWriteMany(claimModes); warned != want {
+		r.mismatches++
+		t.Errorf("%s/%s: CDI's claim has access modes %v, the access-mode warning said %v (want warned=%v): %+v", ns, a.name, claimModes, warnings, want, a.target)
 	}
 }
 
@@ -912,20 +937,25 @@ func setUpDiffGuard(t *testing.T, ctx context.Context, c *cluster.Cluster) diffS
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := kubectl(t, c, cache, "apply", "-f", deployDir+"/admission/warn/policy.yaml"); err != nil {
-		t.Fatalf("kubectl apply policy: %v\n%s", err, out)
+	for _, policy := range []string{"policy.yaml", "access-modes-policy.yaml"} {
+		if out, err := kubectl(t, c, cache, "apply", "-f", deployDir+"/admission/warn/"+policy); err != nil {
+			t.Fatalf("kubectl apply %s: %v\n%s", policy, err, out)
+		}
 	}
 	if err := c.CreateNamespace(ctx, diffGuardNamespace); err != nil {
 		t.Fatal(err)
 	}
-	binding := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-		"metadata": map[string]any{"name": "cdirules-guard"},
-		"spec": map[string]any{"policyName": admissionPolicy, "validationActions": []any{"Deny"},
-			"paramRef":       map[string]any{"name": "csi-clone-sidecar-admission", "namespace": cluster.NamespaceCSI, "parameterNotFoundAction": "Deny"},
-			"matchResources": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": diffGuardNamespace}}}}}}
-	gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}
-	if _, err := c.Dynamic.Resource(gvr).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// The guard in Deny, the access-mode warning as shipped (Warn).
+	for policy, action := range map[string]string{admissionPolicy: "Deny", accessModesPolicy: "Warn"} {
+		binding := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+			"metadata": map[string]any{"name": "cdirules-" + policy},
+			"spec": map[string]any{"policyName": policy, "validationActions": []any{action},
+				"paramRef":       map[string]any{"name": "csi-clone-sidecar-admission", "namespace": cluster.NamespaceCSI, "parameterNotFoundAction": "Deny"},
+				"matchResources": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": diffGuardNamespace}}}}}}
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}
+		if _, err := c.Dynamic.Resource(gvr).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -938,7 +968,7 @@ func setUpDiffGuard(t *testing.T, ctx context.Context, c *cluster.Cluster) diffS
 // waitGuardParams waits until the sidecar's parameters say, for the golden
 // on every class, what the prediction from the live objects says (the
 // parameters follow a batch's configuration).
-func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, s *predict.State, g predict.Golden) {
+func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, ac *admissionClient, s *predict.State, g predict.Golden) {
 	t.Helper()
 	want := map[string]string{}
 	for _, class := range s.ClassNames() {
@@ -969,7 +999,7 @@ func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, s *p
 		for _, class := range s.ClassNames() {
 			a := diffArrangement{name: "probe", classSet: true, src: diffSource{name: g.Name, golden: true},
 				target: predict.Target{Class: class, Kind: cdirules.KindStorage, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}, Bytes: 40 << 30}}
-			if refused, _ := askGuard(ctx, c, a); refused != s.Predict(g, a.target).GuardRefuses(predict.GuardRules{}) {
+			if refused, _, _ := askGuard(ctx, ac, a); refused != s.Predict(g, a.target).GuardRefuses(predict.GuardRules{}) {
 				last = fmt.Sprintf("class %s: refused=%v", class, refused)
 				return false, nil
 			}
@@ -982,30 +1012,25 @@ func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, s *p
 }
 
 // guardRefuses asks the real kube-apiserver, with the policy in Deny, about
-// the arrangement's DataVolume (a dry run in diffGuardNamespace). A refusal
-// that is not the guard's is a test failure.
-func guardRefuses(t *testing.T, ctx context.Context, c *cluster.Cluster, a diffArrangement) bool {
+// the arrangement's DataVolume (a dry run in diffGuardNamespace), and
+// returns its refusal and the warnings it gave. A refusal that is not the
+// guard's is a test failure.
+func guardRefuses(t *testing.T, ctx context.Context, ac *admissionClient, a diffArrangement) (bool, []string) {
 	t.Helper()
-	refused, err := askGuard(ctx, c, a)
+	refused, warnings, err := askGuard(ctx, ac, a)
 	if err != nil {
 		t.Fatalf("%s: %v", a.name, err)
 	}
-	return refused
+	return refused, warnings
 }
 
-func askGuard(ctx context.Context, c *cluster.Cluster, a diffArrangement) (bool, error) {
-	dv := diffDataVolume(a, diffGuardNamespace, cluster.NamespaceGolden)
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dv)
-	if err != nil {
-		return false, err
-	}
-	_, err = c.Dynamic.Resource(cluster.DataVolumeGVR).Namespace(diffGuardNamespace).Create(ctx, &unstructured.Unstructured{Object: obj},
-		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+func askGuard(ctx context.Context, ac *admissionClient, a diffArrangement) (refused bool, warnings []string, err error) {
+	warnings, err = ac.createDataVolume(ctx, diffDataVolume(a, diffGuardNamespace, cluster.NamespaceGolden), false)
 	switch {
 	case err == nil:
-		return false, nil
+		return false, warnings, nil
 	case apierrors.IsInvalid(err) && strings.Contains(err.Error(), "csi-clone-sidecar:"):
-		return true, nil
+		return true, warnings, nil
 	}
-	return false, fmt.Errorf("the API server refused the dry run for another reason: %w", err)
+	return false, warnings, fmt.Errorf("the API server refused the dry run for another reason: %w", err)
 }
