@@ -44,7 +44,7 @@ const (
 //	class.<class>.accessModes.<mode>          the same for one naming only the volume mode <mode>
 //
 // The last three are the worker access-mode warning's
-// (deploy/admission/warn/access-modes.yaml, bound Warn whatever the guard's
+// (deploy/admission/warn/access-modes-policy.yaml, bound Warn whatever the guard's
 // mode: a worker disk without ReadWriteMany clones at the storage layer all
 // the same, so it is never refused).
 //
