@@ -154,8 +154,8 @@ func applyChartAdmission(t *testing.T, ctx context.Context, c *cluster.Cluster, 
 		}
 		kinds = append(kinds, o.GetKind())
 	}
-	if len(kinds) != 2 {
-		t.Fatalf("the chart with the guard on renders %v, want the policy and its binding", kinds)
+	if len(kinds) != 4 {
+		t.Fatalf("the chart with the guard on renders %v, want the guard's policy and binding and the access-mode warning's", kinds)
 	}
 }
 
