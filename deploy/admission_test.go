@@ -1,11 +1,8 @@
 package deploy_test
 
 import (
-	"os"
 	"slices"
 	"testing"
-
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -14,63 +11,33 @@ const (
 	accessModesName   = "csi-clone-sidecar-worker-access-modes"
 )
 
-// policySpec is the part of a ValidatingAdmissionPolicy the tests compare.
-type policySpec struct {
-	Spec struct {
-		FailurePolicy    string         `json:"failurePolicy"`
-		ParamKind        map[string]any `json:"paramKind"`
-		MatchConstraints map[string]any `json:"matchConstraints"`
-		MatchConditions  []any          `json:"matchConditions"`
-		Variables        []struct{ Name, Expression string }
-		Validations      []map[string]any `json:"validations"`
-	} `json:"spec"`
-}
-
-func readPolicy(t *testing.T, path string) policySpec {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p policySpec
-	if err := yaml.Unmarshal(raw, &p); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return p
-}
-
 // The worker access-mode warning finds the golden and the class exactly as
 // the guard does: every variable it shares by name with policy.yaml has the
 // same expression, and it matches, fails and reads parameters the same way.
 // Editing one policy's resolution without the other fails here.
 func TestAccessModeWarningResolvesAsTheGuard(t *testing.T) {
-	guard, warn := readPolicy(t, guardPolicy), readPolicy(t, accessModesPolicy)
-	exprs := map[string]string{}
-	for _, v := range guard.Spec.Variables {
-		exprs[v.Name] = v.Expression
+	guard, warn := readYAML(t, guardPolicy), readYAML(t, accessModesPolicy)
+	exprs := map[string]any{}
+	for _, v := range get(guard, "spec", "variables").([]any) {
+		exprs[get(v, "name").(string)] = get(v, "expression")
 	}
 	shared := 0
-	for _, v := range warn.Spec.Variables {
-		want, ok := exprs[v.Name]
+	for _, v := range get(warn, "spec", "variables").([]any) {
+		want, ok := exprs[get(v, "name").(string)]
 		if !ok {
 			continue
 		}
 		shared++
-		if v.Expression != want {
-			t.Errorf("variable %s differs from policy.yaml's:\n%s\nwant\n%s", v.Name, v.Expression, want)
+		if got := get(v, "expression"); got != want {
+			t.Errorf("variable %s differs from policy.yaml's:\n%s\nwant\n%s", get(v, "name"), got, want)
 		}
 	}
 	if shared < 11 {
 		t.Errorf("the warning shares %d variables with the guard, want its golden and class resolution (11)", shared)
 	}
-	for what, pair := range map[string][2]any{
-		"failurePolicy":    {warn.Spec.FailurePolicy, guard.Spec.FailurePolicy},
-		"paramKind":        {warn.Spec.ParamKind, guard.Spec.ParamKind},
-		"matchConstraints": {warn.Spec.MatchConstraints, guard.Spec.MatchConstraints},
-		"matchConditions":  {warn.Spec.MatchConditions, guard.Spec.MatchConditions},
-	} {
-		if a, b := canonical(t, pair[0]), canonical(t, pair[1]); a != b {
-			t.Errorf("%s differs from policy.yaml's:\n%s\nwant\n%s", what, a, b)
+	for _, field := range []string{"failurePolicy", "paramKind", "matchConstraints", "matchConditions"} {
+		if a, b := canonical(t, get(warn, "spec", field)), canonical(t, get(guard, "spec", field)); a != b {
+			t.Errorf("%s differs from policy.yaml's:\n%s\nwant\n%s", field, a, b)
 		}
 	}
 }
