@@ -62,6 +62,9 @@ type DataVolume struct {
 	ContentType string
 	// PerDisk are its per-disk annotations (copied onto its claim).
 	PerDisk PerDisk
+	// UnqualifiedSource: its source, as CDI copies it from a DataSource
+	// (populateSourceIfSourceRef), names no namespace (ErrEmptySourceNamespace).
+	UnqualifiedSource bool
 }
 
 // Env is the cluster state claim rendering reads.
@@ -143,6 +146,8 @@ type Claim struct {
 	// one that names none, its class's StorageProfile's; empty when CDI
 	// leaves them unset (a spec.pvc DataVolume naming none).
 	AccessModes []string
+	// UnqualifiedSource is its DataVolume's.
+	UnqualifiedSource bool
 }
 
 // Errors of rendering: the DataVolume never gets a claim.
@@ -162,7 +167,8 @@ var (
 // to the minimum supported size (renderPvcSpecVolumeSize). A spec.pvc claim
 // without a class takes the Kubernetes default at admission.
 func RenderClaim(dv DataVolume, d Defaults, env Env) (Claim, error) {
-	c := Claim{VolumeMode: resolveMode(dv.VolumeMode), Bytes: dv.Bytes, PerDisk: dv.PerDisk, AccessModes: dv.AccessModes}
+	c := Claim{VolumeMode: resolveMode(dv.VolumeMode), Bytes: dv.Bytes, PerDisk: dv.PerDisk, AccessModes: dv.AccessModes,
+		UnqualifiedSource: dv.UnqualifiedSource}
 	if dv.Class != nil {
 		c.Class, c.HasClass = *dv.Class, true
 	} else if fb := FallbackClass(dv.Kind, dv.ContentType, d); fb != "" {

@@ -132,9 +132,21 @@ func LargestImage(capacity int64, overhead float64) int64 {
 // (findSourcePvc), not the DataSource's. nil: no PVC (a snapshot, or not
 // ready).
 func DataSourcePVC(ds *cdiv1.DataSource) *cdiv1.DataVolumeSourcePVC {
-	src := ds.Spec.Source
-	if src.DataSource != nil {
-		src = ds.Status.Source
+	return dataSourceSource(ds).PVC
+}
+
+// DataSourceSnapshot is the VolumeSnapshot a DataVolume's sourceRef to a
+// DataSource clones, resolved as DataSourcePVC resolves a PVC (a namespace
+// "" is the DataVolume's own); nil: none.
+func DataSourceSnapshot(ds *cdiv1.DataSource) *cdiv1.DataVolumeSourceSnapshot {
+	return dataSourceSource(ds).Snapshot
+}
+
+// dataSourceSource is populateSourceIfSourceRef's source: the spec's, or
+// the status's when the spec refers to another DataSource.
+func dataSourceSource(ds *cdiv1.DataSource) cdiv1.DataSourceSource {
+	if ds.Spec.Source.DataSource != nil {
+		return ds.Status.Source
 	}
-	return src.PVC
+	return ds.Spec.Source
 }

@@ -111,17 +111,42 @@ func (c Cluster) cloneRendered(dv DataVolume, src Source, claim Claim) Outcome {
 // PlanClaim is what CDI does with a claim it rendered: the legacy
 // host-assisted path, NoPopulator, when UsePopulator says no
 // (pvc-clone-controller.go syncClone, clone-controller-base.go
-// fallbackToHostAssisted), else Plan.
+// fallbackToHostAssisted), else Plan, once its VolumeCloneSource exists
+// (ErrEmptySourceNamespace).
 func (c Cluster) PlanClaim(src Source, claim Claim) Outcome {
-	use, err := c.UsePopulator(claim.PerDisk, claim)
-	switch {
-	case err != nil:
-		return Outcome{Error: err.Error()}
-	case !use:
-		return Outcome{CloneType: StrategyCopy, Fallback: FallbackNoPopulator}
+	if o, done := c.beforePopulator(claim); done {
+		return o
 	}
 	return c.Plan(src, claim)
 }
+
+// beforePopulator is what the DataVolume controller decides about a claim
+// before the clone populator plans it, whatever the source
+// (pvc-clone-controller.go syncClone, snapshot-clone-controller.go
+// syncSnapshotClone): the legacy path, or a VolumeCloneSource it cannot
+// create. done is false when the populator plans the claim.
+func (c Cluster) beforePopulator(claim Claim) (o Outcome, done bool) {
+	use, err := c.UsePopulator(claim.PerDisk, claim)
+	switch {
+	case err != nil:
+		return Outcome{Error: err.Error()}, true
+	case !use:
+		return Outcome{CloneType: StrategyCopy, Fallback: FallbackNoPopulator}, true
+	case claim.UnqualifiedSource:
+		return Outcome{Error: ErrEmptySourceNamespace}, true
+	}
+	return Outcome{}, false
+}
+
+// ErrEmptySourceNamespace is the API server's refusal of the
+// VolumeCloneSource CDI creates, on the populator path, in the source's
+// namespace as the DataVolume names it (clone-controller-base.go
+// reconcileVolumeCloneSourceCR, cc.GetCloneSourceInfo): a source copied from
+// a DataSource without a namespace (CDI's webhook refuses one written in
+// the DataVolume itself) is found in the DataVolume's namespace, validated
+// and sized, its claim made, then this fails every sync and the clone
+// never starts.
+const ErrEmptySourceNamespace = "an empty namespace may not be set during creation"
 
 // Plan is clone/planner.go computeStrategyForSourcePVC and Plan for a claim
 // CDI created: the target class must be set and exist
@@ -132,14 +157,10 @@ func (c Cluster) PlanClaim(src Source, claim Claim) Outcome {
 // snapshot class, validateAdvancedClonePVC's fallbacks, and the plan's own
 // snapshot class (planSnapshot).
 func (c Cluster) Plan(src Source, claim Claim) Outcome {
-	switch {
-	case !claim.HasClass:
-		return Outcome{Waits: "a StorageClass for the claim"}
-	case claim.Class == "":
-		return Outcome{Error: "claim has emptystring storageclass, will not work"}
-	case c.Classes[claim.Class] == nil:
-		return Outcome{Error: "target storage class not found"}
-	case claim.PerDisk.CloneType != nil:
+	if o, refused := c.targetClassRefused(claim); refused {
+		return o
+	}
+	if claim.PerDisk.CloneType != nil {
 		return c.obeyed(src, claim, *claim.PerDisk.CloneType)
 	}
 	if !claim.PerDisk.Permissive {
@@ -179,6 +200,20 @@ func (c Cluster) Plan(src Source, claim Claim) Outcome {
 		o.Error = fmt.Sprintf("unknown strategy/source %s", strategy)
 	}
 	return o
+}
+
+// targetClassRefused is validateTargetStorageClassAssignment, for either
+// source: the claim must have a class, not "", that exists.
+func (c Cluster) targetClassRefused(claim Claim) (Outcome, bool) {
+	switch {
+	case !claim.HasClass:
+		return Outcome{Waits: "a StorageClass for the claim"}, true
+	case claim.Class == "":
+		return Outcome{Error: "claim has emptystring storageclass, will not work"}, true
+	case c.Classes[claim.Class] == nil:
+		return Outcome{Error: "target storage class not found"}, true
+	}
+	return Outcome{}, false
 }
 
 // advanced is validateAdvancedClonePVC.

@@ -122,6 +122,23 @@ var reasonCases = map[string]struct {
 	ReasonCloneTypeRefused:     {baseInputs("csi-clone"), golden, Target{Class: "ceph", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnCloneType, "csi-clone")}},
 	ReasonPopulatorOff:         {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnUsePopulator, "false")}},
 	ReasonUsePopulatorInvalid:  {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, PerDisk: perDisk(cdirules.AnnUsePopulator, "no")}},
+	// A golden VolumeSnapshot.
+	ReasonSnapshotSource:     {baseInputs("copy"), snapshotGolden(func(*cdirules.Snapshot) {}), Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonNoProvisionerMatch: {baseInputs("csi-clone"), snapshotGolden(func(*cdirules.Snapshot) {}), Target{Class: "ceph", AccessModes: poolAccessModes}},
+	ReasonGoldenMissing:      {baseInputs("csi-clone"), snapshotGolden(func(s *cdirules.Snapshot) { *s = cdirules.Snapshot{} }), Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonSnapshotUnusable: {baseInputs("csi-clone"), snapshotGolden(func(s *cdirules.Snapshot) { s.SnapshotClass = "" }),
+		Target{Class: "replicated", AccessModes: poolAccessModes}},
+	ReasonSourceNamespaceUnset: {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, UnqualifiedSource: true}},
+}
+
+// snapshotGolden is a ready golden VolumeSnapshot of the LINSTOR golden's
+// Block volume, at its size, edited.
+func snapshotGolden(edit func(*cdirules.Snapshot)) Golden {
+	g := golden
+	g.Snapshot = &cdirules.Snapshot{Exists: true, HasStatus: true, SnapshotClass: "snaps", RestoreBytes: g.CapacityBytes, HasRestoreSize: true,
+		ContentBound: true, Driver: linstor, SourceVolumeMode: cdirules.Block}
+	edit(g.Snapshot)
+	return g
 }
 
 func perDisk(k, v string) cdirules.PerDisk { return cdirules.PerDiskOf(map[string]string{k: v}) }

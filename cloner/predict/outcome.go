@@ -36,11 +36,18 @@ func resolvedMode(m string) string {
 // fromOutcome says what CDI's outcome means for the disk, in words.
 func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 	switch {
+	case o.Validation != "" && g.Snapshot != nil && cdirules.SnapshotUnusable(*g.Snapshot) != nil:
+		return blocked(ReasonSnapshotUnusable, "golden VolumeSnapshot "+g.ref()+" cannot be cloned yet: CDI refuses the clone (CloneValidationFailed: "+o.Validation+")")
+	case o.Validation != "" && g.Snapshot != nil:
+		return blocked(ReasonTargetTooSmall, "the disk's claim would be smaller than golden VolumeSnapshot "+g.ref()+"'s restore size ("+
+			bytesText(g.Snapshot.RestoreBytes)+"): CDI refuses the clone (CloneValidationFailed: "+o.Validation+")")
 	case o.Validation != "" && strings.Contains(o.Validation, "contentType"):
 		return blocked(ReasonContentTypeMismatch, "CDI refuses the clone (CloneValidationFailed): "+o.Validation)
 	case o.Validation != "":
 		return blocked(ReasonTargetTooSmall, "the disk's claim would be smaller than golden "+g.ref()+"'s ("+bytesText(g.RequestedBytes)+
 			"): CDI refuses the clone (CloneValidationFailed: "+o.Validation+")")
+	case o.Waits == cdirules.WaitsSourceSnapshot:
+		return blocked(ReasonGoldenMissing, "golden VolumeSnapshot "+g.ref()+" does not exist: CDI waits for it (CloneWithoutSource) and makes no claim")
 	case o.Waits != "":
 		return blocked(ReasonClassUnresolved, "CDI waits for "+o.Waits)
 	case o.Error != "" && strings.HasPrefix(o.Error, cdirules.AnnUsePopulator):
@@ -52,6 +59,9 @@ func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 		return withStrategy(blocked(ReasonCloneTypeRefused, "the DataVolume's annotation "+cdirules.AnnCloneType+": "+o.CloneType+
 			" is obeyed as is onto class "+t.Class+", whose "+o.Stuck+" is not golden "+g.ref()+
 			"'s: the external-provisioner refuses CDI's clone claim for ever (ProvisioningFailed on its tmp-pvc)"), o.CloneType)
+	case o.Error == cdirules.ErrEmptySourceNamespace:
+		return blocked(ReasonSourceNamespaceUnset, "the disk's DataSource names golden "+g.Name+" without a namespace: CDI finds it in the disk's namespace "+
+			"and makes the claim, then fails every sync creating its VolumeCloneSource (\""+o.Error+"\"); the clone never starts")
 	case o.Error == cdirules.ErrResizeRefused:
 		return withStrategy(blocked(ReasonCloneTypeNoExpansion, "the DataVolume's annotation "+cdirules.AnnCloneType+": "+o.CloneType+
 			" is obeyed as is: CDI clones at golden "+g.ref()+"'s capacity, then the API server refuses to grow the claim on class "+t.Class+
@@ -59,6 +69,9 @@ func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 	case o.Error != "" && o.CloneType == cdirules.StrategySnapshot:
 		return withStrategy(blocked(ReasonSnapshotClassNotFound, "snapshot strategy ("+s.strategyWhy(t, o)+
 			"): no VolumeSnapshotClass for the disk's claim: CDI cannot plan the clone ("+o.Error+")"), o.CloneType)
+	case o.Error != "" && g.Snapshot != nil && o.StrategyFrom == cdirules.FromAnnotation && o.CloneType != cdirules.StrategySnapshot:
+		return withStrategy(blocked(ReasonUnknownStrategy, "the DataVolume's annotation "+cdirules.AnnCloneType+": "+quote(o.CloneType)+
+			" is obeyed as is, and CDI restores a VolumeSnapshot only with snapshot or copy: every clone fails with \""+o.Error+"\""), o.CloneType)
 	case o.Error != "" && o.StrategyFrom != "" && !cdirules.KnownStrategy(o.CloneType):
 		return withStrategy(blocked(ReasonUnknownStrategy, "the clone strategy "+quote(o.CloneType)+" ("+s.strategyWhy(t, o)+
 			") is not one CDI knows: every clone fails with \""+o.Error+"\""), o.CloneType)
@@ -71,6 +84,9 @@ func (s *State) fromOutcome(g Golden, t Target, o cdirules.Outcome) Prediction {
 			": copy is obeyed as is: CDI copies host-assisted"), o.CloneType)
 	case o.CloneType == cdirules.StrategyCopy:
 		return s.copyPrediction(t, o)
+	case o.CloneType == cdirules.StrategySnapshot && o.StrategyFrom == cdirules.FromSource:
+		return Prediction{Path: PathSnapshotClone, Reason: ReasonSnapshotSource, Strategy: o.CloneType,
+			Message: "CDI restores golden VolumeSnapshot " + g.ref() + " into the disk's class (the source is a snapshot: no strategy is chosen)"}
 	case o.CloneType == cdirules.StrategySnapshot:
 		return Prediction{Path: PathSnapshotClone, Reason: strategyReason(o.StrategyFrom), Strategy: o.CloneType,
 			Message: "CDI snapshots the golden's volume and restores the snapshot (" + s.strategyWhy(t, o) + ")"}
@@ -116,15 +132,34 @@ func (s *State) fallbackPrediction(g Golden, t Target, o cdirules.Outcome) Predi
 	case cdirules.FallbackIncompatibleProvisioners:
 		p = fallback(ReasonIncompatibleProvisioners, "the golden's CSI driver "+quote(g.Driver)+
 			" is not class "+t.Class+"'s "+quote(sc.Provisioner)+": CDI copies host-assisted (IncompatibleProvisioners)")
+	case cdirules.FallbackNoProvisionerMatch:
+		p = fallback(ReasonNoProvisionerMatch, "golden VolumeSnapshot "+g.ref()+"'s content is driver "+quote(g.Snapshot.Driver)+
+			"'s, not class "+t.Class+"'s "+quote(sc.Provisioner)+": CDI copies host-assisted (NoProvisionerMatch)")
 	case cdirules.FallbackIncompatibleVolumeModes:
-		p = fallback(ReasonIncompatibleVolumeModes, "the golden is "+resolvedMode(g.VolumeMode)+" and the disk's claim "+
+		p = fallback(ReasonIncompatibleVolumeModes, "the golden is "+s.goldenMode(g)+" and the disk's claim "+
 			s.claimMode(t)+": CDI copies host-assisted (IncompatibleVolumeModes)")
+	case cdirules.FallbackNoVolumeExpansion:
+		if g.Snapshot != nil {
+			p = fallback(ReasonNoVolumeExpansion, "the disk's claim is larger than golden VolumeSnapshot "+g.ref()+"'s restore size ("+
+				bytesText(g.Snapshot.RestoreBytes)+") and class "+t.Class+" has no allowVolumeExpansion: CDI copies host-assisted (NoVolumeExpansion)")
+			break
+		}
+		fallthrough
 	default:
 		p = fallback(ReasonNoVolumeExpansion, "the disk's claim is larger than golden "+g.ref()+"'s capacity and class "+t.Class+
 			" has no allowVolumeExpansion: CDI copies host-assisted (NoVolumeExpansion)")
 	}
 	p.Strategy = o.Strategy
 	return p
+}
+
+// goldenMode is the golden's volume mode as CDI compares it: a snapshot's
+// is its content's spec.sourceVolumeMode (unset read as Filesystem).
+func (s *State) goldenMode(g Golden) string {
+	if g.Snapshot != nil {
+		return resolvedMode(g.Snapshot.SourceVolumeMode)
+	}
+	return resolvedMode(g.VolumeMode)
 }
 
 // claimMode is the volume mode the disk's claim gets, for messages.

@@ -77,6 +77,10 @@ type Golden struct {
 	VirtualSize int64
 	// PinnedNodes are the nodes its PV's nodeAffinity allows (nil: any).
 	PinnedNodes []string
+	// Snapshot is set when the golden is a VolumeSnapshot (a DataVolume's
+	// source.snapshot): what CDI reads of it and its bound content. Class
+	// is then its source claim's class, Driver the content's driver.
+	Snapshot *cdirules.Snapshot
 }
 
 // Target is a disk that would be cloned from the golden: a DataVolume CDI
@@ -104,6 +108,10 @@ type Target struct {
 	// Claimed target, the claim's permissiveClone (CDI's own, from
 	// detectCloneSize, or the user's, copied).
 	PerDisk cdirules.PerDisk
+	// UnqualifiedSource: the DataVolume reaches its golden through a
+	// DataSource that names the golden without a namespace
+	// (cdirules.ErrEmptySourceNamespace).
+	UnqualifiedSource bool
 }
 
 func (t Target) dataVolume() cdirules.DataVolume {
@@ -113,7 +121,7 @@ func (t Target) dataVolume() cdirules.DataVolume {
 	}
 	class := t.Class
 	return cdirules.DataVolume{Kind: kind, Class: &class, VolumeMode: t.VolumeMode, AccessModes: t.AccessModes,
-		Bytes: t.Bytes, ContentType: t.ContentType, PerDisk: t.PerDisk}
+		Bytes: t.Bytes, ContentType: t.ContentType, PerDisk: t.PerDisk, UnqualifiedSource: t.UnqualifiedSource}
 }
 
 // SnapshotClass is the part of a VolumeSnapshotClass that decides whether
@@ -251,16 +259,24 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 	// The access modes the disk's claim has (a Claimed target's own) or
 	// gets as CDI renders it (nil when CDI renders none).
 	var accessModes []string
-	if t.Claimed {
-		o = s.cluster.PlanClaim(src, cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes,
-			PerDisk: t.PerDisk})
-		accessModes = t.AccessModes
-	} else {
-		var claim cdirules.Claim
+	claimed := cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes, PerDisk: t.PerDisk,
+		UnqualifiedSource: t.UnqualifiedSource}
+	var claim cdirules.Claim // Claim{} when none is rendered
+	switch {
+	case t.Claimed && g.Snapshot != nil:
+		o, accessModes = s.cluster.PlanSnapshotClaim(*g.Snapshot, claimed), t.AccessModes
+	case t.Claimed:
+		o, accessModes = s.cluster.PlanClaim(src, claimed), t.AccessModes
+	case g.Snapshot != nil:
+		o, claim, _ = s.cluster.CloneFromSnapshotWithClaim(t.dataVolume(), *g.Snapshot)
+		accessModes = claim.AccessModes
+	default:
 		o, claim, _ = s.cluster.CloneWithClaim(t.dataVolume(), src)
-		accessModes = claim.AccessModes // Claim{} when none is rendered
+		accessModes = claim.AccessModes
 	}
-	if sc == nil && o.Validation == "" && !o.Render && !strings.HasPrefix(o.Error, cdirules.AnnUsePopulator) {
+	// CDI renders and validates the DataVolume and waits for its source
+	// snapshot before it looks for the class's CSIDriver.
+	if sc == nil && o.Validation == "" && !o.Render && !strings.HasPrefix(o.Error, cdirules.AnnUsePopulator) && o.Waits != cdirules.WaitsSourceSnapshot {
 		// CDI renders and validates the DataVolume first; then it finds no
 		// CSIDriver for the missing class and takes its legacy path, whose
 		// claim never binds.

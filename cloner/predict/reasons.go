@@ -10,6 +10,9 @@ const (
 	ReasonCDIOverride     = "cdi-override"
 	ReasonStorageProfile  = "storage-profile"
 	ReasonDefaultSnapshot = "default-snapshot"
+	// ReasonSnapshotSource: the golden is a VolumeSnapshot, which CDI
+	// restores without choosing a strategy (computeStrategyForSourceSnapshot).
+	ReasonSnapshotSource = "snapshot-source"
 	// Host-assisted fallbacks, CDI's own (planner.go, clone-controller-base.go).
 	ReasonCopyStrategy = "copy-strategy"
 	// ReasonDerivedCopy: nobody set copy; CDI derived it for a driver absent
@@ -20,6 +23,9 @@ const (
 	ReasonIncompatibleProvisioners = "incompatible-provisioners"
 	ReasonIncompatibleVolumeModes  = "incompatible-volume-modes"
 	ReasonNoVolumeExpansion        = "no-volume-expansion"
+	// ReasonNoProvisionerMatch: a golden VolumeSnapshot's content is another
+	// driver's than the target class's.
+	ReasonNoProvisionerMatch = "no-provisioner-match"
 	// Blocked: no disk will be made.
 	ReasonGoldenFailed          = "golden-failed"
 	ReasonClassUnresolved       = "class-unresolved"
@@ -31,6 +37,14 @@ const (
 	ReasonContentTypeMismatch   = "content-type-mismatch"
 	ReasonUnknownStrategy       = "unknown-strategy"
 	ReasonClaimInvalid          = "claim-invalid"
+	// ReasonGoldenMissing: the golden VolumeSnapshot the disk names does not
+	// exist (CloneWithoutSource); ReasonSnapshotUnusable: it has no status,
+	// an error, no VolumeSnapshotClass name or no restore size.
+	ReasonGoldenMissing    = "golden-missing"
+	ReasonSnapshotUnusable = "snapshot-unusable"
+	// ReasonSourceNamespaceUnset: the disk's DataSource names its golden
+	// without a namespace (cdirules.ErrEmptySourceNamespace).
+	ReasonSourceNamespaceUnset = "source-namespace-unset"
 	// Per-disk annotations (cdirules.PerDisk).
 	// ReasonCloneTypeAnnotation: the DataVolume's cdi.kubevirt.io/cloneType
 	// (csi-clone or snapshot) is obeyed as is.
@@ -60,7 +74,8 @@ var Reasons = []string{ReasonCDIOverride, ReasonStorageProfile, ReasonDefaultSna
 	ReasonNoVolumeExpansion, ReasonGoldenFailed, ReasonClassUnresolved, ReasonClassNotFound, ReasonNoActiveCDI,
 	ReasonTargetTooSmall, ReasonSnapshotClassNotFound, ReasonNodeLocalTarget, ReasonDerivedCopy, ReasonContentTypeMismatch,
 	ReasonUnknownStrategy, ReasonClaimInvalid, ReasonCloneTypeAnnotation, ReasonCloneTypeCopy, ReasonPopulatorOff,
-	ReasonUsePopulatorInvalid, ReasonCloneTypeNoExpansion, ReasonCloneTypeRefused}
+	ReasonUsePopulatorInvalid, ReasonCloneTypeNoExpansion, ReasonCloneTypeRefused, ReasonSnapshotSource,
+	ReasonNoProvisionerMatch, ReasonGoldenMissing, ReasonSnapshotUnusable, ReasonSourceNamespaceUnset}
 
 // fixDerived is the fix when CDI itself chose the copy: give the class a
 // strategy, or give the driver a VolumeSnapshotClass.
@@ -71,6 +86,11 @@ var fixes = map[string]string{
 	ReasonCDIOverride:              "",
 	ReasonStorageProfile:           "",
 	ReasonDefaultSnapshot:          "",
+	ReasonSnapshotSource:           "",
+	ReasonNoProvisionerMatch:       "clone the golden VolumeSnapshot onto a class of its content's driver, or snapshot the golden on the pool's driver",
+	ReasonGoldenMissing:            "create the VolumeSnapshot the disk names (or name an existing one), in the namespace it names",
+	ReasonSourceNamespaceUnset:     "set the namespace of the golden in the DataSource (spec.source.pvc.namespace or spec.source.snapshot.namespace), and recreate the disk",
+	ReasonSnapshotUnusable:         "wait until the golden VolumeSnapshot is ready, or recreate it with a VolumeSnapshotClass (spec.volumeSnapshotClassName) on a driver that reports its restore size",
 	ReasonCopyStrategy:             "remove the copy strategy where it is set: cloneStrategyOverride on the CDI resource, spec.cloneStrategy on the class's StorageProfile, or the class's cdi.kubevirt.io/clone-strategy annotation (or set it to csi-clone)",
 	ReasonDerivedCopy:              fixDerived,
 	ReasonNoPopulator:              "use a class of a CSI driver (one with a CSIDriver object), as the golden's",
