@@ -61,6 +61,9 @@ type WorkerDisk struct {
 	// PerDisk are the DataVolume's own annotations CDI obeys for this disk
 	// alone (cloneType, storage.usePopulator, permissiveClone).
 	PerDisk cdirules.PerDisk
+	// UnqualifiedSource: it reaches its golden through a DataSource that
+	// names the golden without a namespace (cdirules.ErrEmptySourceNamespace).
+	UnqualifiedSource bool
 }
 
 // Ref is the disk's namespace/name.
@@ -90,6 +93,7 @@ func classifyDisk(dv *cdiv1.DataVolume, goldenNamespaces config.Namespaces, data
 			return nil, false
 		}
 		d.Kind, d.GoldenRef, d.FromPVC = DiskClone, ref, true
+		d.UnqualifiedSource = unqualifiedSource(dv, dataSource)
 		return d, true
 	}
 	switch {
@@ -112,24 +116,57 @@ func classifyDisk(dv *cdiv1.DataVolume, goldenNamespaces config.Namespaces, data
 // empty is the DataVolume's own, as CDI reads both. False: it clones no PVC
 // (another source, a snapshot, a DataSource not known or not resolved).
 func ClonedPVC(dv *cdiv1.DataVolume, dataSource func(types.NamespacedName) *cdiv1.DataSource) (types.NamespacedName, bool) {
-	var pvc *cdiv1.DataVolumeSourcePVC
+	if src := clonedSource(dv, dataSource); src != nil && src.PVC != nil {
+		return qualifiedSource(dv, src.PVC.Namespace, src.PVC.Name)
+	}
+	return types.NamespacedName{}, false
+}
+
+// ClonedSnapshot is the VolumeSnapshot a DataVolume clones: its
+// source.snapshot, or the snapshot its sourceRef's DataSource names
+// (cdirules.DataSourceSnapshot). Unlike a PVC's, a namespace left empty stays
+// empty: CDI's snapshot-clone controller looks the snapshot up as named
+// (validateCloneAndSourceSnapshot) and never finds it (CloneWithoutSource).
+func ClonedSnapshot(dv *cdiv1.DataVolume, dataSource func(types.NamespacedName) *cdiv1.DataSource) (types.NamespacedName, bool) {
+	if src := clonedSource(dv, dataSource); src != nil && src.Snapshot != nil && src.Snapshot.Name != "" {
+		return types.NamespacedName{Namespace: src.Snapshot.Namespace, Name: src.Snapshot.Name}, true
+	}
+	return types.NamespacedName{}, false
+}
+
+// clonedSource is a DataVolume's source, or the one its sourceRef's
+// DataSource gives it (clone-controller-base.go populateSourceIfSourceRef);
+// nil when neither is known.
+func clonedSource(dv *cdiv1.DataVolume, dataSource func(types.NamespacedName) *cdiv1.DataSource) *cdiv1.DataVolumeSource {
 	switch src, ref := dv.Spec.Source, dv.Spec.SourceRef; {
-	case src != nil && src.PVC != nil:
-		pvc = src.PVC
-	case src == nil && ref != nil && ref.Kind == cdiv1.DataVolumeDataSource:
-		dsRef := DataSourceRef(dv)
-		if ds := dataSource(dsRef); ds != nil {
-			pvc = cdirules.DataSourcePVC(ds)
+	case src != nil:
+		return src
+	case ref != nil && ref.Kind == cdiv1.DataVolumeDataSource:
+		if ds := dataSource(DataSourceRef(dv)); ds != nil {
+			return &cdiv1.DataVolumeSource{PVC: cdirules.DataSourcePVC(ds), Snapshot: cdirules.DataSourceSnapshot(ds)}
 		}
 	}
-	if pvc == nil || pvc.Name == "" {
+	return nil
+}
+
+// qualifiedSource is a source named by namespace and name, an empty
+// namespace read as the DataVolume's; false without a name.
+func qualifiedSource(dv *cdiv1.DataVolume, namespace, name string) (types.NamespacedName, bool) {
+	if name == "" {
 		return types.NamespacedName{}, false
 	}
-	out := types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name}
-	if out.Namespace == "" {
-		out.Namespace = dv.Namespace
+	if namespace == "" {
+		namespace = dv.Namespace
 	}
-	return out, true
+	return types.NamespacedName{Namespace: namespace, Name: name}, true
+}
+
+// unqualifiedSource reports whether a DataVolume's source PVC comes from a
+// DataSource naming it without a namespace (cdirules.ErrEmptySourceNamespace;
+// CDI's webhook refuses a source.pvc without one).
+func unqualifiedSource(dv *cdiv1.DataVolume, dataSource func(types.NamespacedName) *cdiv1.DataSource) bool {
+	src := clonedSource(dv, dataSource)
+	return dv.Spec.Source == nil && src != nil && src.PVC != nil && src.PVC.Namespace == ""
 }
 
 // DataSourceRef is the DataSource a DataVolume's sourceRef names (its own

@@ -58,6 +58,10 @@ func TestEveryRouteToAGoldenMakesADisk(t *testing.T) {
 			routeDV(sources, "via-own-ns", nil, nil, sourceRef(nil, "local")),
 			routeDV(sources, "via-chain", nil, nil, sourceRef(&srcNS, "chained")),
 			routeDV(sources, "second-namespace", nil, nil, pvcSource(other.Namespace, other.Name)),
+			// A DataSource naming its PVC without a namespace, for a disk of
+			// the golden's namespace: that golden, whose clone CDI never
+			// starts (UnqualifiedSource).
+			routeDV(ubuntu.Namespace, "unqualified", nil, map[string]string{AnnGolden: ubuntu.Name, AnnPool: "unqualified"}, sourceRef(&srcNS, "relative")),
 			// A disk made in the golden namespace (a restore of the golden's
 			// snapshot, where it lives) names its golden: a disk, not a golden.
 			routeDV(talos.Namespace, "restore", nil, map[string]string{AnnGolden: talos.Name, AnnPool: "restores"},
@@ -90,12 +94,16 @@ func TestEveryRouteToAGoldenMakesADisk(t *testing.T) {
 		"via-chain":        {ubuntu, sources, true},
 		"second-namespace": {other, sources, true},
 		"restore":          {talos, "restores", false},
+		"unqualified":      {ubuntu, "unqualified", true},
 	}
 	got := map[string]want{}
 	for _, d := range inv.Disks {
 		got[d.Name] = want{d.GoldenRef, d.Pool, d.FromPVC}
 		if d.Kind != DiskClone {
 			t.Errorf("%s: kind %s", d.Name, d.Kind)
+		}
+		if d.UnqualifiedSource != (d.Name == "unqualified") {
+			t.Errorf("%s: UnqualifiedSource %v", d.Name, d.UnqualifiedSource)
 		}
 	}
 	for name, w := range wants {
@@ -216,5 +224,53 @@ func TestClaimAccessModesAreTheClaims(t *testing.T) {
 	pvc := &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}
 	if n := testing.AllocsPerRun(100, func() { ClaimAccessModes(pvc) }); n != 0 {
 		t.Errorf("a single mode allocates %v times", n)
+	}
+}
+
+// TestClonedSnapshotResolvesAsCDI: a DataVolume's source.snapshot, or a
+// DataSource's snapshot (its status's when it chains), an empty namespace
+// left empty: the snapshot-clone controller looks it up as named and never
+// finds it (clone-controller-base.go populateSourceIfSourceRef,
+// snapshot-clone-controller.go validateCloneAndSourceSnapshot; compared
+// with cdi-controller by test/e2e's differential); a PVC route is no
+// snapshot.
+func TestClonedSnapshotResolvesAsCDI(t *testing.T) {
+	srcNS := "boot-sources"
+	snapDS := func(name, ns string) *cdiv1.DataSource {
+		ds := dataSource(srcNS, name, nil)
+		ds.Spec.Source.Snapshot = &cdiv1.DataVolumeSourceSnapshot{Namespace: ns, Name: "golden-snap"}
+		return ds
+	}
+	chained := dataSource(srcNS, "chained", nil)
+	chained.Spec.Source.DataSource = &cdiv1.DataSourceRefSourceDataSource{Namespace: srcNS, Name: "qualified"}
+	chained.Status.Source.Snapshot = &cdiv1.DataVolumeSourceSnapshot{Namespace: "cozy-public", Name: "golden-snap"}
+	sources := map[types.NamespacedName]*cdiv1.DataSource{}
+	for _, ds := range []*cdiv1.DataSource{snapDS("qualified", "cozy-public"), snapDS("relative", ""), chained,
+		dataSource(srcNS, "pvc", &cdiv1.DataVolumeSourcePVC{Namespace: "cozy-public", Name: "golden"})} {
+		sources[types.NamespacedName{Namespace: ds.Namespace, Name: ds.Name}] = ds
+	}
+	lookup := func(r types.NamespacedName) *cdiv1.DataSource { return sources[r] }
+	golden := types.NamespacedName{Namespace: "cozy-public", Name: "golden-snap"}
+	for _, tc := range []struct {
+		name string
+		spec cdiv1.DataVolumeSpec
+		want types.NamespacedName
+		ok   bool
+	}{
+		{"source.snapshot", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "cozy-public", Name: "golden-snap"}}}, golden, true},
+		{"source.snapshot without a namespace", cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Name: "golden-snap"}}},
+			types.NamespacedName{Name: "golden-snap"}, true},
+		{"DataSource", sourceRef(&srcNS, "qualified"), golden, true},
+		{"DataSource, empty namespace stays empty", sourceRef(&srcNS, "relative"), types.NamespacedName{Name: "golden-snap"}, true},
+		{"chained DataSource", sourceRef(&srcNS, "chained"), golden, true},
+		{"DataSource of a PVC", sourceRef(&srcNS, "pvc"), types.NamespacedName{}, false},
+		{"missing DataSource", sourceRef(&srcNS, "missing"), types.NamespacedName{}, false},
+		{"source.pvc", pvcSource("cozy-public", "golden"), types.NamespacedName{}, false},
+	} {
+		dv := routeDV("tenant-a", "disk", nil, nil, tc.spec)
+		got, ok := ClonedSnapshot(&dv.DataVolume, lookup)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, got, ok, tc.want, tc.ok)
+		}
 	}
 }

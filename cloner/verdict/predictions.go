@@ -137,7 +137,7 @@ func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
 	}
 	t := TargetOfClass(f.class)
 	t.Bytes, t.VolumeMode, t.AccessModes, t.ContentType = f.Disk.RequestedBytes, f.Disk.VolumeMode, f.Disk.AccessModes, f.Disk.ContentType
-	t.PerDisk = f.Disk.PerDisk
+	t.PerDisk, t.UnqualifiedSource = f.Disk.PerDisk, f.Disk.UnqualifiedSource
 	if f.Disk.FromPVCSpec {
 		t.Kind = cdirules.KindPVC
 	}
