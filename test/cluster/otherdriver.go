@@ -12,8 +12,9 @@ import (
 )
 
 // StartOtherDriver starts a second test CSI driver named driver, with its
-// own csi-provisioner (straight on its socket: the sidecar relays only the
-// first driver, as it would sit in only one CSI controller pod), its
+// own csi-provisioner and csi-snapshotter (straight on its socket: the
+// sidecar relays only the first driver, as it would sit in only one CSI
+// controller pod), its
 // CSIDriver object and one StorageClass sc backed by one pool. A clone from
 // a golden of the first driver onto sc is what CDI copies host-assisted for
 // IncompatibleProvisioners; the emulator copies into this driver's volumes
@@ -37,13 +38,21 @@ func (c *Cluster) StartOtherDriver(ctx context.Context, driver string, sc Storag
 	if err := c.waitSocket(name, sock, 30*time.Second); err != nil {
 		return err
 	}
-	bin, err := tools.Bin("csi-provisioner")
-	if err != nil {
-		return err
+	sidecars := map[string][]string{
+		"csi-provisioner": {"--extra-create-metadata", "--immediate-topology=false"},
+		// Snapshots of this driver's volumes: a golden VolumeSnapshot whose
+		// content is another driver's than a pool's class.
+		"csi-snapshotter": nil,
 	}
-	if _, err := c.start("csi-provisioner-"+driver, nil, bin, "--csi-address="+sock, "--kubeconfig="+c.Kubeconfig,
-		"--leader-election=false", "--v=4", "--extra-create-metadata", "--immediate-topology=false", "--timeout=30s"); err != nil {
-		return err
+	for name, args := range sidecars {
+		bin, err := tools.Bin(name)
+		if err != nil {
+			return err
+		}
+		args = append([]string{"--csi-address=" + sock, "--kubeconfig=" + c.Kubeconfig, "--leader-election=false", "--v=4", "--timeout=30s"}, args...)
+		if _, err := c.start(name+"-"+driver, nil, bin, args...); err != nil {
+			return err
+		}
 	}
 	c.mu.Lock()
 	if c.otherDrivers == nil {

@@ -538,6 +538,39 @@ var diffDiskBreaks = map[string]func(*predict.Golden, *predict.Target){
 	// detectCloneSize's recorded image size: unread (taken to fill the
 	// golden).
 	"imagesize": func(g *predict.Golden, _ *predict.Target) { g.VirtualSize = 0 },
+	// A golden VolumeSnapshot (cdirules.CloneFromSnapshotWithClaim), one
+	// break per rule: validateSnapshotClone's and detectCloneSize's restore
+	// size (doubled), ValidateSnapshotCloneProvisioners' content driver
+	// (swapped), SameVolumeMode's content source volume mode (unread),
+	// IsSnapshotValidForClone's class name (taken as set),
+	// validateCloneAndSourceSnapshot's missing snapshot (taken as there).
+	"restoresize": breakSnapshot(func(s *cdirules.Snapshot) { s.RestoreBytes *= 2 }),
+	"snapshotdriver": breakSnapshot(func(s *cdirules.Snapshot) {
+		s.Driver = map[bool]string{true: otherDriver, false: cluster.DefaultDriverName}[s.Driver != otherDriver]
+	}),
+	"sourcemode": breakSnapshot(func(s *cdirules.Snapshot) { s.SourceVolumeMode = "" }),
+	"snapshotclassname": breakSnapshot(func(s *cdirules.Snapshot) {
+		if s.SnapshotClass == "" {
+			s.SnapshotClass = "cdirules-main"
+		}
+	}),
+	"snapshotexists": breakSnapshot(func(s *cdirules.Snapshot) { s.Exists = true }),
+	// populateSourceIfSourceRef's empty source namespace, read as the
+	// DataSource's (viaGolden).
+	"datasourcenamespace": func(*predict.Golden, *predict.Target) {},
+}
+
+// breakSnapshot applies f to a copy of a golden VolumeSnapshot (the
+// truth's stays as read).
+func breakSnapshot(f func(*cdirules.Snapshot)) func(*predict.Golden, *predict.Target) {
+	return func(g *predict.Golden, _ *predict.Target) {
+		if g.Snapshot == nil {
+			return
+		}
+		s := *g.Snapshot
+		f(&s)
+		g.Snapshot = &s
+	}
 }
 
 // breakDisk is the golden and target with disk break b applied.

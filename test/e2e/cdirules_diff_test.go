@@ -23,6 +23,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -37,19 +38,24 @@ import (
 // empty class), under a configuration per chunk (cdirules_diff_config_test.go:
 // the CDI override, StorageProfile strategies incl. an unknown one, class
 // clone-strategy annotations, claimPropertySets, minimum supported sizes,
-// global and per-class filesystem overheads, VolumeSnapshotClasses). Each
+// global and per-class filesystem overheads, VolumeSnapshotClasses), from
+// claims and from VolumeSnapshots (cdirules_diff_snapshot_test.go), named
+// directly or through a DataSource (cdirules_diff_datasource_test.go). Each
 // DataVolume is created on the loopback stack and what CDI did (cloneType,
-// fallback reason, CloneValidationFailed, a render error, a clone error)
-// must be what the prediction says; each StorageProfile's strategy and
-// snapshot class must be what the model of CDI's profile controller says.
+// fallback reason, CloneValidationFailed, CloneWithoutSource, a render
+// error, a clone error) must be what the prediction says; each
+// StorageProfile's strategy and snapshot class must be what the model of
+// CDI's profile controller says.
 //
 //	CDIRULES_ARRANGEMENTS=1000 CDIRULES_SEED=42 go test -run '^TestCDIRulesMatchCDIController$' ./test/e2e/
 //
 // CDIRULES_BREAK=<break> predicts from deliberately wrong inputs (diffBreaks:
 // overhead, minsize, volumemode, snapshotclass, strategy, override,
 // expansion, derivedcopy, accessmodes; diffDiskBreaks: clonetype, usepopulator,
-// permissive, imagesize): the test must then report mismatches. Every run
-// also counts the mismatches each break would have.
+// permissive, imagesize, and for snapshot sources and DataSources
+// restoresize, snapshotdriver, sourcemode, snapshotclassname,
+// snapshotexists, datasourcenamespace): the test must then report
+// mismatches. Every run also counts the mismatches each break would have.
 
 const (
 	diffDefaultArrangements = 240
@@ -71,6 +77,10 @@ type diffSource struct {
 	// one (content type kubevirt, the image's virtual size recorded at its
 	// capacity), as vm-default-images' goldens are.
 	imageBytes int64
+	// class is the claim's StorageClass ("": the golden's, replicated).
+	class string
+	// snap: the source is a VolumeSnapshot (cdirules_diff_snapshot_test.go).
+	snap *diffSnap
 }
 
 func (s diffSource) namespace(batch string) string {
@@ -87,6 +97,9 @@ type diffArrangement struct {
 	target predict.Target
 	// classSet: the DataVolume names target.Class; else it names none.
 	classSet bool
+	// via: the DataVolume reaches its source through a DataSource
+	// (cdirules_diff_datasource_test.go).
+	via *diffVia
 }
 
 func diffEnvInt(t *testing.T, name string, def int64) int64 {
@@ -134,6 +147,9 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 	if _, err := c.Dynamic.Resource(classes).Create(ctx, noCSI, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.CreateNamespace(ctx, diffDataSourceNamespace); err != nil {
+		t.Fatal(err)
+	}
 	r := &diffRun{brk: brk, golden: setUpDiffGuard(t, ctx, c), guard: newAdmissionClient(t, c),
 		byBreak: map[string]int{}, coverage: diffCoverage{}}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
@@ -143,7 +159,7 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 		applyDiffConfig(t, ctx, c, cfg, derived)
 		r.mismatches += checkDiffProfiles(t, ctx, c, r.brk, r.byBreak)
 		ns := fmt.Sprintf("cdirules-%d", i)
-		r.runChunk(t, ctx, c, ns, cfg, min(diffChunk, total-i*diffChunk), rng)
+		r.runChunk(t, ctx, c, ns, i, cfg, min(diffChunk, total-i*diffChunk), rng)
 		emptyDiffChunk(t, ctx, c, ns, r.golden.name)
 	}
 	t.Logf("seed %d: coverage (arrangements per value of each input):%s", seed, r.coverage)
@@ -184,7 +200,8 @@ func emptyDiffChunk(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, g
 	t.Helper()
 	all, bg := metav1.ListOptions{}, metav1.DeletePropagationBackground
 	del := metav1.DeleteOptions{PropagationPolicy: &bg}
-	for _, gvr := range []schema.GroupVersionResource{cluster.DataVolumeGVR, cluster.VolumeSnapshotGVR,
+	emptyDiffDataSources(t, ctx, c, ns)
+	for _, gvr := range []schema.GroupVersionResource{cluster.DataVolumeGVR, cluster.VolumeSnapshotGVR, fleet.DataSourceGVR,
 		{Version: "v1", Resource: "pods"}, {Version: "v1", Resource: "persistentvolumeclaims"}} {
 		if err := c.Dynamic.Resource(gvr).Namespace(ns).DeleteCollection(ctx, del, all); err != nil {
 			t.Fatalf("emptying %s: %s: %v", ns, gvr.Resource, err)
@@ -238,7 +255,7 @@ const diffChunk = 30
 
 // runChunk creates the chunk's sources and n arrangements in namespace ns
 // and compares each with what CDI did.
-func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, cfg diffConfig, n int, rng *rand.Rand) {
+func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, chunk int, cfg diffConfig, n int, rng *rand.Rand) {
 	t.Helper()
 	if err := c.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
@@ -267,26 +284,50 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 	golden := r.golden
 	goldens[golden.name] = sourceGolden(t, ctx, c, cluster.NamespaceGolden, golden)
 	waitGuardParams(t, ctx, c, r.guard, truth, goldens[golden.name])
-	sources = append(sources, golden, golden)
+	snaps, snapGoldens := createDiffSnapshots(t, ctx, c, ns, chunk, cfg.snapshots)
+	for name, g := range snapGoldens {
+		goldens[name] = g
+	}
+	sources = append(append(sources, golden, golden), weightedSnapshotSources(snaps)...)
 	arrs := make([]diffArrangement, n)
+	viaSources := map[string]*cdiv1.DataSource{}
 	for i := range arrs {
 		arrs[i] = genArrangement(rng, i, sources, cfg)
-		createDiffDataVolume(t, ctx, c, ns, arrs[i])
+		if arrs[i].via != nil {
+			viaSources[arrs[i].name] = createDiffDataSource(t, ctx, c, ns, arrs[i])
+		}
+	}
+	waitDiffDataSources(t, ctx, c, viaSources)
+	for _, a := range arrs {
+		createDiffDataVolume(t, ctx, c, ns, a)
+	}
+	// The golden the sidecar finds for an arrangement (through its
+	// DataSource, as the break brk reads it), and what it predicts CDI does.
+	expect := func(a diffArrangement, brk string, s *predict.State) (predict.Prediction, string) {
+		g, found := goldens[a.src.name], true
+		if a.via != nil {
+			g, found = viaGolden(a, ns, viaSources[a.name], goldens, brk)
+		}
+		target := a.target
+		target.UnqualifiedSource = a.via != nil && a.via.unqualified && brk != "datasourcenamespace"
+		bg, bt := breakDisk(brk, g, target)
+		p := s.Predict(bg, bt)
+		if !found {
+			return p, "waits: source"
+		}
+		return p, expectedOutcome(p, bt)
 	}
 	for _, a := range arrs {
 		got := observeCDI(t, ctx, c, ns, a.name)
-		g := goldens[a.src.name]
-		bg, bt := breakDisk(r.brk, g, a.target)
-		p := state.Predict(bg, bt)
-		want := expectedOutcome(p, a.target)
+		p, want := expect(a, r.brk, state)
 		r.checked++
 		r.coverage.add(a.dims(cfg, got))
+		r.coverage.add(map[string]string{"route": a.route(ns)})
 		if got == cdirules.StrategyCSIClone || got == cdirules.StrategySnapshot {
 			r.storageLayer++
 		}
 		for _, b := range diffBreakNames {
-			bg, bt := breakDisk(b, g, a.target)
-			if expectedOutcome(broken[b].Predict(bg, bt), bt) != got {
+			if _, w := expect(a, b, broken[b]); w != got {
 				r.byBreak[b]++
 			}
 		}
@@ -296,9 +337,13 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 				ns, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, cfg.dims(a.target.Class), want, got)
 		}
 		claimModes, claimed := r.checkAccessModes(t, ctx, c, ns, a, cfg, state, broken)
-		if a.src.name != golden.name {
+		if a.src.name != golden.name || a.via != nil {
+			// The guard follows a DataSource through the parameters the
+			// sidecar publishes (TestAdmissionGuardWarnsDeniesAndFailsOpen);
+			// a DataSource made a moment ago is not in them yet.
 			continue
 		}
+		g := goldens[a.src.name]
 		r.guarded++
 		refused, warnings := guardRefuses(t, ctx, r.guard, a)
 		r.checkAccessModeWarning(t, ns, a, refused, warnings, claimModes, claimed)
@@ -397,7 +442,10 @@ func (a diffArrangement) dims(cfg diffConfig, got string) map[string]string {
 func createDiffSource(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, s diffSource) {
 	t.Helper()
 	mode := corev1.PersistentVolumeMode(s.mode)
-	class := "replicated"
+	class := s.class
+	if class == "" {
+		class = "replicated"
+	}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			VolumeMode: &mode, StorageClassName: &class,
@@ -508,7 +556,7 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 	shape := rng.IntN(10)
 	boundary := shape == 0
 	src := sources[rng.IntN(len(sources))]
-	for boundary && (src.golden || src.mode != cdirules.Filesystem || src.imageBytes > 0) {
+	for boundary && (src.golden || src.snap != nil || src.mode != cdirules.Filesystem || src.imageBytes > 0) {
 		src = sources[rng.IntN(len(sources))]
 	}
 	a := diffArrangement{name: fmt.Sprintf("dv-%03d", i), src: src}
@@ -573,6 +621,8 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 	if shape == 7 || shape == 8 {
 		sizeEdge(rng, &a, sources)
 	}
+	snapshotShaped(rng, &a)
+	routeViaDataSource(rng, &a)
 	return a
 }
 
@@ -583,7 +633,7 @@ func genArrangement(rng *rand.Rand, i int, sources []diffSource, cfg diffConfig)
 // fits (a Block target of a Filesystem image source).
 func sizeEdge(rng *rand.Rand, a *diffArrangement, sources []diffSource) {
 	withImage := rng.IntN(4) != 0
-	for a.src.golden || a.src.mode != cdirules.Filesystem || withImage && a.src.imageBytes == 0 {
+	for a.src.golden || a.src.snap != nil || a.src.mode != cdirules.Filesystem || withImage && a.src.imageBytes == 0 {
 		a.src = sources[rng.IntN(len(sources))]
 	}
 	t := &a.target
@@ -649,7 +699,7 @@ func genPerDisk(rng *rand.Rand) cdirules.PerDisk {
 func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster, ns string, a diffArrangement) {
 	t.Helper()
 	dv := diffDataVolume(a, ns, a.src.namespace(ns))
-	if a.src.golden {
+	if a.src.golden && (a.via == nil || !a.via.unqualified) {
 		tok, err := c.CloneToken(ctx, cluster.NamespaceGolden, a.src.name, ns, a.name)
 		if err != nil {
 			t.Fatal(err)
@@ -689,6 +739,14 @@ func diffDataVolume(a diffArrangement, ns, srcNS string) *cdiv1.DataVolume {
 		ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: ns, Annotations: tg.PerDisk.Annotations()},
 		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: srcNS, Name: a.src.name}},
 			ContentType: cdiv1.DataVolumeContentType(tg.ContentType)}}
+	if a.src.snap != nil {
+		dv.Spec.Source = &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: srcNS, Name: a.src.name}}
+	}
+	if a.via != nil {
+		viaNS := a.via.namespace(ns)
+		dv.Spec.Source = nil
+		dv.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &viaNS, Name: a.via.name(ns, a)}
+	}
 	if tg.Kind == cdirules.KindPVC {
 		dv.Spec.PVC = &corev1.PersistentVolumeClaimSpec{AccessModes: ams, VolumeMode: mode, StorageClassName: class, Resources: res}
 	} else {
@@ -704,10 +762,11 @@ const optimisticLockMessage = "the object has been modified; please apply your c
 
 // CDI's fallback messages (clone/planner.go) by reason.
 var diffFallbacks = map[string]string{
-	"No compatible volumesnapshotclass found":                cdirules.FallbackNoVolumeSnapshotClass,
-	"The volume modes of source and target are incompatible": cdirules.FallbackIncompatibleVolumeModes,
-	"No volume expansion is possible":                        cdirules.FallbackNoVolumeExpansion,
-	"Provisioners are incompatible":                          cdirules.FallbackIncompatibleProvisioners,
+	"No compatible volumesnapshotclass found":                                      cdirules.FallbackNoVolumeSnapshotClass,
+	"The volume modes of source and target are incompatible":                       cdirules.FallbackIncompatibleVolumeModes,
+	"No volume expansion is possible":                                              cdirules.FallbackNoVolumeExpansion,
+	"Provisioners are incompatible":                                                cdirules.FallbackIncompatibleProvisioners,
+	"The storageclass provisioner does not match the volumesnapshotcontent driver": cdirules.FallbackNoProvisionerMatch,
 }
 
 // observeCDI waits for CDI's decision on a DataVolume, from explicit
@@ -738,6 +797,8 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 			return "validation", ""
 		case "ErrClaimNotValid":
 			return "render", ""
+		case "CloneWithoutSource":
+			return "waits: source", ""
 		}
 	}
 	dv, err := c.Dynamic.Resource(cluster.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
@@ -753,6 +814,12 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 	}
 	ann := pvc.Annotations
 	seen = fmt.Sprint(ann)
+	if _, via := dv.Object["spec"].(map[string]any)["sourceRef"]; via && (ann["cdi.kubevirt.io/clonePhase"] == "" || ann["cdi.kubevirt.io/clonePhase"] == "Pending") &&
+		cdiLogged(c, ns, name, cdirules.ErrEmptySourceNamespace) {
+		// The claim is made, its VolumeCloneSource never is: only
+		// cdi-controller's log says why.
+		return "error: " + cdirules.ErrEmptySourceNamespace, seen
+	}
 	if pvc.Spec.DataSourceRef == nil && dv.GetAnnotations()["cdi.kubevirt.io/cloneType"] == cdirules.StrategyCopy {
 		return "legacy-copy", seen
 	}
@@ -776,14 +843,14 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 		return "error: " + ann["cdi.kubevirt.io/cloneError"], seen
 	case ct == "" || phase == "" || phase == "Pending" || !cdirules.KnownStrategy(ct):
 		return "", seen
-	case storageLayerPhases[phase]:
+	case storageLayerPhases[phase] && ct != cdirules.StrategyCopy:
+		// (A copy from a snapshot restores it in phase SnapshotClone too,
+		// planHostAssistedFromSnapshot: decided by its fallback reason.)
 		// A storage-layer clone is decided only once its claim is prepared
 		// (PrepClaimPhase is where a resize the class refuses turns it into
 		// an Error), or once a component after CDI refuses it for good.
-		if refused := refusedBelowCDI(ctx, c, dv.GetNamespace(), pvc); refused != "" {
-			return refused, seen
-		}
-		return "", seen
+		refused, events := refusedBelowCDI(ctx, c, dv.GetNamespace(), pvc)
+		return refused, seen + "; events on its tmp objects: " + events
 	case ann["cdi.kubevirt.io/cloneFallbackReason"] != "":
 		return "copy/" + diffFallbacks[ann["cdi.kubevirt.io/cloneFallbackReason"]], seen
 	}
@@ -796,8 +863,11 @@ func decideCDI(ctx context.Context, c *cluster.Cluster, ns, name string) (decide
 // external-provisioner's getPVCSource and getSnapshotSource (v6.4.0
 // pkg/controller/controller.go) on another driver or volume mode, or a
 // claim of the class no provisioner serves. Another warning is returned as
-// it is, to be read as a mismatch.
-func refusedBelowCDI(ctx context.Context, c *cluster.Cluster, ns string, pvc *corev1.PersistentVolumeClaim) string {
+// it is, to be read as a mismatch. The external-provisioners' logs are read
+// too: under load some of their events never reach the API server (seed 4,
+// chunk 3: a tmp-pvc's ProvisioningFailed logged for minutes, the API
+// holding only the PV controller's ExternalProvisioning event).
+func refusedBelowCDI(ctx context.Context, c *cluster.Cluster, ns string, pvc *corev1.PersistentVolumeClaim) (refused, seen string) {
 	srcNS := pvc.Annotations["cdi.kubevirt.io/dataSourceNamespace"]
 	if srcNS == "" {
 		srcNS = ns
@@ -806,30 +876,79 @@ func refusedBelowCDI(ctx context.Context, c *cluster.Cluster, ns string, pvc *co
 	for _, name := range []string{"tmp-pvc-" + uid, "tmp-snapshot-" + uid} {
 		events, err := c.Client.CoreV1().Events(srcNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 		if err != nil {
+			seen += fmt.Sprintf("%s/%s: %v; ", srcNS, name, err)
 			continue
 		}
+		seen += fmt.Sprintf("%s/%s: %d events; ", srcNS, name, len(events.Items))
 		for _, e := range events.Items {
-			if e.Reason == "ExternalProvisioning" && strings.Contains(e.Message, "'"+diffNoCSIProvisioner+"'") {
-				// The class's provisioner runs nowhere in the stack: the
-				// claim waits for ever.
-				return "stuck: driver"
-			}
-			if e.Type != corev1.EventTypeWarning {
-				continue
-			}
-			switch {
-			case strings.Contains(e.Message, "must have the same volume mode"),
-				strings.Contains(e.Message, "modifies the mode of the source volume"):
-				return "stuck: volume mode"
-			case strings.Contains(e.Message, "claim in dataSource not bound or invalid"),
-				strings.Contains(e.Message, "is not handled by CSI driver of StorageClass"):
-				return "stuck: driver"
-			case e.Reason == "ProvisioningFailed" || strings.HasPrefix(e.Reason, "Snapshot"):
-				return "stuck: " + e.Reason + ": " + e.Message
+			if r := provisionerRefusal(e.Type, e.Reason, e.Message); r != "" {
+				return r, seen
 			}
 		}
 	}
+	for _, log := range []string{"csi-provisioner", "csi-provisioner-" + otherDriver} {
+		if r := provisionerLogged(c.LogPath(log), srcNS+"/tmp-pvc-"+uid); r != "" {
+			return r, seen + log + "'s log: " + r
+		}
+	}
+	return "", seen
+}
+
+// provisionerRefusal classifies an event on CDI's tmp objects ("" none).
+func provisionerRefusal(kind, reason, message string) string {
+	if reason == "ExternalProvisioning" && strings.Contains(message, "'"+diffNoCSIProvisioner+"'") {
+		// The class's provisioner runs nowhere in the stack: the claim
+		// waits for ever.
+		return "stuck: driver"
+	}
+	if kind != corev1.EventTypeWarning {
+		return ""
+	}
+	switch {
+	case strings.Contains(message, "must have the same volume mode"),
+		strings.Contains(message, "modifies the mode of the source volume"):
+		return "stuck: volume mode"
+	case strings.Contains(message, "claim in dataSource not bound or invalid"),
+		strings.Contains(message, "is not handled by CSI driver of StorageClass"):
+		return "stuck: driver"
+	case reason == "ProvisioningFailed" || strings.HasPrefix(reason, "Snapshot"):
+		return "stuck: " + reason + ": " + message
+	}
 	return ""
+}
+
+// provisionerLogged is the refusal for ever (another driver or volume
+// mode) an external-provisioner logged ("Event occurred", klog) on object
+// ns/name; "" none (a transient failure is not one).
+func provisionerLogged(path, object string) string {
+	log, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(log), "\n") {
+		if !strings.Contains(line, `object="`+object+`"`) || !strings.Contains(line, "Event occurred") {
+			continue
+		}
+		switch r := provisionerRefusal(logField(line, "type"), logField(line, "reason"), logField(line, "message")); r {
+		case "stuck: " + cdirules.StuckDriver, "stuck: " + cdirules.StuckVolumeMode:
+			return r
+		}
+	}
+	return ""
+}
+
+// logField is a klog structured field's quoted value ("" absent).
+func logField(line, key string) string {
+	_, rest, ok := strings.Cut(line, " "+key+"=")
+	if !ok {
+		return ""
+	}
+	v, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return ""
+	}
+	out, _ := strconv.Unquote(v)
+	return out
 }
 
 // storageLayerPhases are the clone populator's phases before PrepClaim on
@@ -882,8 +1001,12 @@ func expectedOutcome(p predict.Prediction, target predict.Target) string {
 		// CDI finds no CSIDriver for a missing class: the legacy path, whose
 		// claim never binds.
 		return "legacy-copy"
-	case predict.ReasonTargetTooSmall, predict.ReasonContentTypeMismatch:
+	case predict.ReasonTargetTooSmall, predict.ReasonContentTypeMismatch, predict.ReasonSnapshotUnusable:
 		return "validation"
+	case predict.ReasonGoldenMissing:
+		return "waits: source"
+	case predict.ReasonSourceNamespaceUnset:
+		return "error: " + cdirules.ErrEmptySourceNamespace
 	case predict.ReasonClaimInvalid:
 		return "render"
 	case predict.ReasonUnknownStrategy:
@@ -914,6 +1037,8 @@ func cdiFallbackOf(reason string) string {
 		return cdirules.FallbackIncompatibleVolumeModes
 	case predict.ReasonNoVolumeExpansion:
 		return cdirules.FallbackNoVolumeExpansion
+	case predict.ReasonNoProvisionerMatch:
+		return cdirules.FallbackNoProvisionerMatch
 	}
 	return reason
 }
