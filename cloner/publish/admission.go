@@ -27,7 +27,7 @@ const (
 //
 //	<golden>.phase, .class, .contentType      the golden's facts
 //	<golden>.<kind>.<mode>.<class>            "<min>:<fit>:<sizeless>:<small>:<atSize>:<larger>"
-//	<golden>.<kind>.<mode>.<class>.<variant>  the same for a disk with per-disk annotations (guardVariants),
+//	<golden>.<kind>.<mode>.<class>.<variant>  the same for a disk with per-disk inputs (guardVariants),
 //	                                          only where it differs from the key it falls back to
 //	<golden>.path.<class>                     the pool disk's path, larger than the golden (readable summary)
 //	class.<class>.provisioner                 the class exists
@@ -35,7 +35,8 @@ const (
 //	class.<class>.modes                       the modes its claimPropertySets offer, comma-separated
 //	class.<class>.am.<accessMode>             "<index>:<mode>" of the first claimPropertySet with the access mode
 //	fix.<reason>                              each bad reason's fix
-//	dataSource.<namespace>.<name>             "<pvcNamespace>/<pvcName>" the DataSource clones ("" namespace: the DataVolume's)
+//	dataSource.<namespace>.<name>             "<pvcNamespace>/<pvcName>" the DataSource clones ("" namespace: the
+//	                                          DataVolume's, and the variant unqualified)
 //	rule.class-mismatch                       "guard": a disk onto another class than its golden's is warned about
 //	                                          or refused; "allow": admitted (predict.GuardRules)
 //	<golden>.worker                           "true": a Talos flavor's golden, whose clones are worker disks
@@ -121,6 +122,9 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string, rules predict.G
 					put(key, regionsValue(r))
 					for k, v := range perDiskRegions(p.State, g, t, regionsValue(r), csi[c]) {
 						put(key+"."+k, v)
+						for _, reason := range badRegionReasons(v) {
+							bad[reason] = true
+						}
 					}
 					for _, pr := range []predict.Prediction{r.Sizeless, r.Small, r.AtSize, r.Larger} {
 						if pr.Bad() {
@@ -184,6 +188,19 @@ func regionsValue(r predict.Regions) string {
 
 func pathValue(p predict.Prediction) string { return p.Path + "/" + p.Reason }
 
+// badRegionReasons are the reasons of a regions value's paths that are not
+// a clone at the storage layer (predict.Prediction.Bad's paths).
+func badRegionReasons(regions string) []string {
+	var out []string
+	fields := strings.Split(regions, ":")
+	for _, f := range fields[min(2, len(fields)):] {
+		if path, reason, ok := strings.Cut(f, "/"); ok && (predict.Prediction{Path: path}).Bad() {
+			out = append(out, reason)
+		}
+	}
+	return out
+}
+
 func resolvedGoldenMode(g predict.Golden) string {
 	if g.VolumeMode == cdirules.Block {
 		return cdirules.Block
@@ -191,9 +208,11 @@ func resolvedGoldenMode(g predict.Golden) string {
 	return cdirules.Filesystem
 }
 
-// guardVariants are the per-disk annotations whose effect depends on the
+// guardVariants are the per-disk inputs whose effect depends on the
 // disk's size and class, so the guard reads regions for them: the
-// cloneType CDI obeys as is (csi-clone, snapshot) and permissiveClone. On a
+// cloneType CDI obeys as is (csi-clone, snapshot), permissiveClone, and a
+// DataSource naming the golden without a namespace (unqualified: decided
+// before the populator reads any cloneType, so it takes precedence). On a
 // class without a CSIDriver object each also gets a "pop." variant, with
 // usePopulator true (the populators all the same); on one with a CSIDriver
 // that is the variant itself. The other values decide the path alone and
@@ -201,12 +220,14 @@ func resolvedGoldenMode(g predict.Golden) string {
 // unparsable (use-populator-invalid), cloneType copy (clone-type-copy) or
 // any other (unknown-strategy).
 var guardVariants = []struct {
-	name    string
-	perDisk cdirules.PerDisk
+	name        string
+	perDisk     cdirules.PerDisk
+	unqualified bool
 }{
-	{cdirules.StrategyCSIClone, cdirules.PerDisk{CloneType: ptrTo(cdirules.StrategyCSIClone)}},
-	{cdirules.StrategySnapshot, cdirules.PerDisk{CloneType: ptrTo(cdirules.StrategySnapshot)}},
-	{"permissive", cdirules.PerDisk{Permissive: true}},
+	{cdirules.StrategyCSIClone, cdirules.PerDisk{CloneType: ptrTo(cdirules.StrategyCSIClone)}, false},
+	{cdirules.StrategySnapshot, cdirules.PerDisk{CloneType: ptrTo(cdirules.StrategySnapshot)}, false},
+	{"permissive", cdirules.PerDisk{Permissive: true}, false},
+	{"unqualified", cdirules.PerDisk{}, true},
 }
 
 func ptrTo(s string) *string { return &s }
@@ -223,13 +244,13 @@ var perDiskBadReasons = []string{predict.ReasonCloneTypeCopy, predict.ReasonPopu
 // "pop." variants: usePopulator true changes nothing there).
 func perDiskRegions(s *predict.State, g predict.Golden, t predict.Target, base string, csiClass bool) map[string]string {
 	out := map[string]string{}
-	at := func(pd cdirules.PerDisk) string {
-		t.PerDisk = pd
+	at := func(pd cdirules.PerDisk, unqualified bool) string {
+		t.PerDisk, t.UnqualifiedSource = pd, unqualified
 		return regionsValue(s.Regions(g, t))
 	}
 	yes := "true"
 	if !csiClass {
-		if v := at(cdirules.PerDisk{UsePopulator: &yes}); v != base {
+		if v := at(cdirules.PerDisk{UsePopulator: &yes}, false); v != base {
 			out["pop"] = v
 		}
 	}
@@ -238,7 +259,7 @@ func perDiskRegions(s *predict.State, g predict.Golden, t predict.Target, base s
 			// No size is refused: skipping the size check changes nothing.
 			continue
 		}
-		plain := at(gv.perDisk)
+		plain := at(gv.perDisk, gv.unqualified)
 		if plain != base {
 			out[gv.name] = plain
 		}
@@ -247,7 +268,7 @@ func perDiskRegions(s *predict.State, g predict.Golden, t predict.Target, base s
 		}
 		withPop := gv.perDisk
 		withPop.UsePopulator = &yes
-		if v := at(withPop); v != plain {
+		if v := at(withPop, gv.unqualified); v != plain {
 			out["pop."+gv.name] = v
 		}
 	}

@@ -106,3 +106,42 @@ func TestAdmissionDataCarriesWorkerAccessModes(t *testing.T) {
 		}
 	}
 }
+
+// A DataSource naming the golden without a namespace: on a class with a
+// CSIDriver object CDI fails every sync creating the VolumeCloneSource, so
+// the parameters carry the variant unqualified (blocked
+// source-namespace-unset, a disk too small refused before it) and its fix;
+// on a class without one CDI's legacy path copies all the same, and only
+// usePopulator true reaches the failure ("pop.unqualified").
+func TestAdmissionDataCarriesTheUnqualifiedSourceVariant(t *testing.T) {
+	in := predict.Inputs{CSIDrivers: []string{"linstor.csi.linbit.com"}}
+	yes := true
+	for _, c := range []struct{ name, provisioner string }{{"replicated", "linstor.csi.linbit.com"}, {"other", "other.csi.example.com"}} {
+		in.Classes = append(in.Classes, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: c.name},
+			Provisioner: c.provisioner, AllowVolumeExpansion: &yes})
+	}
+	csiClone := cdiv1.CloneStrategyCsiClone
+	in.CDIs = []*cdiv1.CDI{{Spec: cdiv1.CDISpec{CloneStrategyOverride: &csiClone}}}
+	g := predict.Golden{Namespace: "cozy-public", Name: "talos-worker-x", Class: "replicated", Phase: "Succeeded",
+		Driver: "linstor.csi.linbit.com", VolumeMode: cdirules.Block, CapacityBytes: 5 << 30, RequestedBytes: 5 << 30}
+	p := &verdict.Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{{Namespace: g.Namespace, Name: g.Name}: g}}
+	data := AdmissionData(p, "cozy-public", predict.GuardRules{})
+	unset := "blocked/" + predict.ReasonSourceNamespaceUnset
+	key := g.Name + ".storage.Block.replicated"
+	got, ok := data[key+".unqualified"]
+	regions := strings.Split(got, ":")
+	if !ok || len(regions) != 6 || regions[2] != unset || regions[4] != unset || regions[5] != unset ||
+		regions[3] != "blocked/"+predict.ReasonTargetTooSmall {
+		t.Errorf("%s.unqualified = %q (present %v), want %s in every region but small's target-too-small; base %q", key, got, ok, unset, data[key])
+	}
+	if data["fix."+predict.ReasonSourceNamespaceUnset] != predict.Fix(predict.ReasonSourceNamespaceUnset) {
+		t.Errorf("fix.%s = %q", predict.ReasonSourceNamespaceUnset, data["fix."+predict.ReasonSourceNamespaceUnset])
+	}
+	other := g.Name + ".storage.Block.other"
+	if v, ok := data[other+".unqualified"]; ok {
+		t.Errorf("%s.unqualified written (%q) though CDI's legacy path copies without a CSIDriver object", other, v)
+	}
+	if v := data[other+".pop.unqualified"]; !strings.Contains(v, unset) {
+		t.Errorf("%s.pop.unqualified = %q, want %s", other, v, unset)
+	}
+}

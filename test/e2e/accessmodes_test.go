@@ -150,7 +150,7 @@ func TestAdmissionWarnsAboutWorkerDisksWithoutReadWriteMany(t *testing.T) {
 	}
 	imageGolden := cluster.VMImageGoldenName(image)
 	waitPhase(t, ctx, c, cluster.NamespaceGolden, imageGolden, cdiv1.Succeeded)
-	createDataSource(t, ctx, c, "worker-ds", golden)
+	createDataSource(t, ctx, c, admissionTenant, "worker-ds", cluster.NamespaceGolden, golden)
 	waitAdmissionParams(t, ctx, c, golden+".worker", "true")
 	waitAdmissionParams(t, ctx, c, "class.replicated-rwo.accessModes", "ReadWriteOnce")
 	waitAdmissionParams(t, ctx, c, imageGolden+".phase", "Succeeded")

@@ -81,9 +81,10 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 	return a.createDataVolume(ctx, workerDataVolume(name, golden, class, size, ann), persist)
 }
 
-// workerDataVolume is a ReadWriteMany Block worker disk cloning golden (a
-// name with dataSourcePrefix: through that DataSource) on class ("" none)
-// at size ("" none), with the per-disk annotations ann.
+// workerDataVolume is a ReadWriteMany Block worker disk of the tenant
+// cloning golden (a name with dataSourcePrefix: through that DataSource; as
+// "<namespace>/<name>", the disk is in that namespace with it) on class (""
+// none) at size ("" none), with the per-disk annotations ann.
 func workerDataVolume(name, golden, class, size string, ann map[string]string) *cdiv1.DataVolume {
 	block := corev1.PersistentVolumeBlock
 	dv := &cdiv1.DataVolume{
@@ -104,6 +105,9 @@ func workerDataVolume(name, golden, class, size string, ann map[string]string) *
 		dv.Spec.Storage.StorageClassName = &class
 	}
 	if ds, ok := strings.CutPrefix(golden, dataSourcePrefix); ok { // through a DataSource
+		if ns, name, ok := strings.Cut(ds, "/"); ok {
+			dv.Namespace, ds = ns, name
+		}
 		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: ds}
 	}
 	return dv
@@ -129,18 +133,20 @@ func (a *admissionClient) createDataVolume(ctx context.Context, dv *cdiv1.DataVo
 // name: the DataVolume clones through spec.sourceRef.
 const dataSourcePrefix = "datasource:"
 
-// createDataSource makes a DataSource in the tenant namespace naming the
-// golden's PVC and waits until the parameters know it.
-func createDataSource(t *testing.T, ctx context.Context, c *cluster.Cluster, name, golden string) {
+// createDataSource makes a DataSource in namespace ns naming the PVC
+// pvcNamespace/golden and waits until the parameters know it. Its CRD
+// requires spec.source.pvc.namespace but takes an empty one.
+func createDataSource(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name, pvcNamespace, golden string) {
 	t.Helper()
+	pvc := map[string]any{"name": golden, "namespace": pvcNamespace}
 	ds := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
-		"metadata": map[string]any{"name": name, "namespace": admissionTenant},
-		"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": cluster.NamespaceGolden, "name": golden}}}}}
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"source": map[string]any{"pvc": pvc}}}}
 	gvr := cluster.DataVolumeGVR.GroupVersion().WithResource("datasources")
-	if _, err := c.Dynamic.Resource(gvr).Namespace(admissionTenant).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitAdmissionParams(t, ctx, c, "dataSource."+admissionTenant+"."+name, cluster.NamespaceGolden+"/"+golden)
+	waitAdmissionParams(t, ctx, c, "dataSource."+ns+"."+name, pvcNamespace+"/"+golden)
 }
 
 // admissionCase is one DataVolume and what the guard must say about it.
@@ -151,6 +157,11 @@ type admissionCase struct {
 	want []string
 	// ann are per-disk annotations CDI reads (cdirules.PerDisk).
 	ann map[string]string
+}
+
+// create submits the case's DataVolume as name (dry run unless persist).
+func (tc admissionCase) create(ctx context.Context, a *admissionClient, name string, persist bool) ([]string, error) {
+	return a.create(ctx, name, tc.golden, tc.class, tc.size, persist, tc.ann)
 }
 
 // TestAdmissionGuardWarnsDeniesAndFailsOpen applies deploy/admission/warn,
@@ -199,6 +210,12 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 			"CDI will take path host-assisted (reason no-volume-expansion) for golden " + golden + " on StorageClass replicated-fixed",
 			mismatch("replicated-fixed")}, nil},
 		{"via-datasource-good", dataSourcePrefix + "golden-ds", "replicated", "20Gi", nil, nil},
+		// A DataSource naming the golden without a namespace, used by a
+		// disk in the golden's namespace: CDI finds the golden there, makes
+		// the claim, then fails every sync creating its VolumeCloneSource
+		// (cdirules.ErrEmptySourceNamespace).
+		{"via-datasource-unqualified", dataSourcePrefix + cluster.NamespaceGolden + "/golden-ds-unqualified", "replicated", "20Gi", []string{
+			"CDI will take path blocked (reason source-namespace-unset) for golden " + golden + " on StorageClass replicated"}, nil},
 		// Per-disk annotations: usePopulator "false" is CDI's legacy
 		// host-assisted path even on the golden's class (Cozystack's worker
 		// template sets it); cloneType csi-clone is obeyed as is, so a disk
@@ -220,7 +237,8 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCopy}},
 	}
 
-	createDataSource(t, ctx, c, "golden-ds", golden)
+	createDataSource(t, ctx, c, admissionTenant, "golden-ds", cluster.NamespaceGolden, golden)
+	createDataSource(t, ctx, c, cluster.NamespaceGolden, "golden-ds-unqualified", "", golden)
 	applyAdmission(t, c, "warn")
 	checkTypeChecking(t, ctx, c, admissionPolicy)
 	waitGuard(t, ctx, c, func() (bool, string) {
@@ -229,7 +247,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	})
 	for _, tc := range cases {
 		persist := tc.name == "mismatched" || tc.name == "good" || tc.name == heldByCDI
-		warnings, err := a.create(ctx, tc.name, tc.golden, tc.class, tc.size, persist, tc.ann)
+		warnings, err := tc.create(ctx, a, tc.name, persist)
 		if err != nil {
 			t.Errorf("warn mode: %s refused: %v", tc.name, err)
 		}
@@ -243,7 +261,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		return apierrors.IsInvalid(err), fmt.Sprintf("error %v", err)
 	})
 	for _, tc := range cases {
-		warnings, err := a.create(ctx, tc.name+"-deny", tc.golden, tc.class, tc.size, false, tc.ann)
+		warnings, err := tc.create(ctx, a, tc.name+"-deny", false)
 		if len(warnings) > 0 {
 			t.Errorf("deny mode: %s got warnings %q", tc.name, warnings)
 		}
@@ -271,7 +289,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		return err == nil && len(w) == 0, fmt.Sprintf("warnings %q, error %v", w, err)
 	})
 	for _, tc := range cases {
-		warnings, err := a.create(ctx, tc.name+"-open", tc.golden, tc.class, tc.size, tc.name == "mismatched", tc.ann)
+		warnings, err := tc.create(ctx, a, tc.name+"-open", tc.name == "mismatched")
 		if err != nil || len(warnings) > 0 {
 			t.Errorf("parameters deleted: %s not admitted silently: %v %q", tc.name, err, warnings)
 		}
