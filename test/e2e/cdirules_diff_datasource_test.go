@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -48,7 +50,7 @@ const labelDiffChunk = "cdirules.test/chunk"
 
 // routeViaDataSource sends one arrangement in five through a DataSource:
 // a golden's in the golden namespace, a batch source's in the batch's
-// namespace or the third one; one time in four it names the source
+// namespace or the third one; one time in eight it names the source
 // without a namespace (a golden is then looked for in the disk's namespace
 // and not found).
 func routeViaDataSource(rng *rand.Rand, a *diffArrangement) {
@@ -56,10 +58,10 @@ func routeViaDataSource(rng *rand.Rand, a *diffArrangement) {
 		return
 	}
 	if a.src.golden {
-		a.via = &diffVia{ns: cluster.NamespaceGolden, unqualified: rng.IntN(4) == 0}
+		a.via = &diffVia{ns: cluster.NamespaceGolden, unqualified: rng.IntN(8) == 0}
 		return
 	}
-	a.via = &diffVia{ns: []string{"", diffDataSourceNamespace}[rng.IntN(2)], unqualified: rng.IntN(4) == 0}
+	a.via = &diffVia{ns: []string{"", diffDataSourceNamespace}[rng.IntN(2)], unqualified: rng.IntN(8) == 0}
 }
 
 // namespace is the DataSource's namespace for a disk of namespace batch.
@@ -192,5 +194,62 @@ func emptyDiffDataSources(t *testing.T, ctx context.Context, c *cluster.Cluster,
 		if err != nil {
 			t.Fatalf("emptying %s's DataSources in %s: %v", batch, ns, err)
 		}
+	}
+}
+
+// waitDiffDataSourceParams waits until the guard's parameters name the PVC
+// of each DataSource routing to the catalog's golden (the guard follows a
+// DataSource through them), as boot sources exist long before their disks.
+func waitDiffDataSourceParams(t *testing.T, ctx context.Context, c *cluster.Cluster, batch string, arrs []diffArrangement, sources map[string]*cdiv1.DataSource, golden string) {
+	t.Helper()
+	want := map[string]string{}
+	for _, a := range arrs {
+		if ds := sources[a.name]; ds != nil && a.src.name == golden {
+			pvc := cdirules.DataSourcePVC(ds)
+			want["dataSource."+ds.Namespace+"."+ds.Name] = pvc.Namespace + "/" + pvc.Name
+		}
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		for k, v := range want {
+			if cm.Data[k] != v {
+				last = fmt.Sprintf("%s=%q, want %q", k, cm.Data[k], v)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the guard's parameters never named the DataSources' PVCs: %s", last)
+	}
+	// The API server reads the parameters through an informer: wait until
+	// it follows each qualified DataSource to the golden, which it then
+	// refuses to clone onto a class that does not exist.
+	ac := newAdmissionClient(t, c)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, a := range arrs {
+			if sources[a.name] == nil || a.src.name != golden || a.via.unqualified {
+				continue
+			}
+			// Its DataSource is named after it; a dry run makes nothing.
+			probe := a
+			probe.classSet, probe.target.Class = true, "no-such-class"
+			if refused, _, err := askGuard(ctx, ac, batch, probe); !refused {
+				if now := fmt.Sprintf("%s admitted onto a missing class (%v)", a.name, err); now != last {
+					t.Logf("waiting: %s", now)
+					last = now
+				}
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the API server never followed the DataSources: %s", last)
 	}
 }

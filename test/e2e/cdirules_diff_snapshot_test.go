@@ -244,6 +244,7 @@ func snapshotShaped(rng *rand.Rand, a *diffArrangement) {
 	if rng.IntN(2) == 0 {
 		poolShaped(rng, a)
 		a.target.PerDisk = cdirules.PerDisk{}
+		a.shape = "snapshot restore"
 		return
 	}
 	if a.target.PerDisk.CloneType == nil && rng.IntN(4) == 0 {
