@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -47,10 +46,6 @@ type diffSnap struct {
 	// missing: no such VolumeSnapshot is made.
 	missing bool
 }
-
-// annAllowVolumeModeChange is the external-provisioner's content
-// annotation (v6.4.0 pkg/controller/controller.go annAllowVolumeModeChange).
-const annAllowVolumeModeChange = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 
 // diffSnapshotSources are a chunk's snapshot sources under its
 // VolumeSnapshotClasses state.
@@ -106,7 +101,7 @@ func createDiffSnapshots(t *testing.T, ctx context.Context, c *cluster.Cluster, 
 			content := waitDiffSnapshotReady(t, ctx, c, ns, s.name)
 			handles[s.name] = content
 			if s.name == "snap-block" && chunk%2 == 1 {
-				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, annAllowVolumeModeChange)
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, fleet.AnnAllowVolumeModeChange)
 				if _, err := c.Dynamic.Resource(volumeSnapshotContentGVR).Patch(ctx, content, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 					t.Fatal(err)
 				}
@@ -184,50 +179,30 @@ func waitDiffSnapshotReady(t *testing.T, ctx context.Context, c *cluster.Cluster
 	return content
 }
 
-// readDiffSnapshot reads a VolumeSnapshot and its bound content as CDI
-// does (validateSnapshotClone, computeStrategyForSourceSnapshot); a
-// missing one is cdirules.Snapshot{}.
+// readDiffSnapshot reads a VolumeSnapshot and its bound content from the
+// API as the sidecar reads a golden one (fleet.ReadSnapshot), so the
+// differential holds the sidecar's reading against CDI's; a missing one
+// is cdirules.Snapshot{}.
 func readDiffSnapshot(ctx context.Context, c *cluster.Cluster, ns, name string) (cdirules.Snapshot, error) {
 	vs, err := c.Dynamic.Resource(cluster.VolumeSnapshotGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return cdirules.Snapshot{}, nil
+		return fleet.ReadSnapshot(nil, nil)
 	}
 	if err != nil {
 		return cdirules.Snapshot{}, err
 	}
-	s := cdirules.Snapshot{Exists: true}
-	s.SnapshotClass, _, _ = unstructured.NestedString(vs.Object, "spec", "volumeSnapshotClassName")
-	status, ok := vs.Object["status"].(map[string]any)
-	if !ok {
-		return s, nil
-	}
-	s.HasStatus = true
-	if e, ok := status["error"].(map[string]any); ok {
-		s.Error = "no details"
-		if msg, ok := e["message"].(string); ok {
-			s.Error = msg
+	var contentErr error
+	s, err := fleet.ReadSnapshot(vs, func(name string) (*unstructured.Unstructured, bool) {
+		content, err := c.Dynamic.Resource(volumeSnapshotContentGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			contentErr = err
 		}
+		return content, err == nil
+	})
+	if err == nil {
+		err = contentErr
 	}
-	if size, ok := status["restoreSize"].(string); ok {
-		q, err := resource.ParseQuantity(size)
-		if err != nil {
-			return s, fmt.Errorf("%s/%s restoreSize %q: %w", ns, name, size, err)
-		}
-		s.RestoreBytes, s.HasRestoreSize = q.Value(), true
-	}
-	contentName, _ := status["boundVolumeSnapshotContentName"].(string)
-	if contentName == "" {
-		return s, nil
-	}
-	content, err := c.Dynamic.Resource(volumeSnapshotContentGVR).Get(ctx, contentName, metav1.GetOptions{})
-	if err != nil {
-		return s, err
-	}
-	s.ContentBound = true
-	s.Driver, _, _ = unstructured.NestedString(content.Object, "spec", "driver")
-	s.SourceVolumeMode, _, _ = unstructured.NestedString(content.Object, "spec", "sourceVolumeMode")
-	s.AllowVolumeModeChange, _ = strconv.ParseBool(content.GetAnnotations()[annAllowVolumeModeChange])
-	return s, nil
+	return s, err
 }
 
 // snapshotShaped makes half the arrangements of a snapshot source a pool's
