@@ -143,6 +143,18 @@ func (c *Cluster) CreateWorkerDisk(ctx context.Context, w Worker) (*cdiv1.DataVo
 // CloneToken signs a CDI clone token for cloning PVC srcNS/srcName into
 // DataVolume dstNS/dstName, with the key cdi-controller verifies against.
 func (c *Cluster) CloneToken(ctx context.Context, srcNS, srcName, dstNS, dstName string) (string, error) {
+	return c.CloneTokenFor(ctx, TokenForPVC, srcNS, srcName, dstNS, dstName)
+}
+
+// The sources a clone token names (cdi-clone-token -source-resource).
+const (
+	TokenForPVC      = "persistentvolumeclaims"
+	TokenForSnapshot = "volumesnapshots"
+)
+
+// CloneTokenFor is CloneToken for a source of the given resource
+// (TokenForPVC or TokenForSnapshot).
+func (c *Cluster) CloneTokenFor(ctx context.Context, resource, srcNS, srcName, dstNS, dstName string) (string, error) {
 	if c.cdiKey == "" {
 		return "", fmt.Errorf("clone token: cdi-controller is not running (Options.NoCDI?)")
 	}
@@ -152,7 +164,7 @@ func (c *Cluster) CloneToken(ctx context.Context, srcNS, srcName, dstNS, dstName
 	}
 	out, err := exec.CommandContext(ctx, bin, "-key", c.cdiKey,
 		"-source-namespace", srcNS, "-source-name", srcName,
-		"-target-namespace", dstNS, "-target-name", dstName).Output()
+		"-target-namespace", dstNS, "-target-name", dstName, "-source-resource", resource).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			return "", fmt.Errorf("cdi-clone-token: %v: %s", err, ee.Stderr)

@@ -66,7 +66,11 @@ type VMDisk struct {
 	// DataSource, if set, is "<namespace>/<name>" of a DataSource the disk
 	// names instead of the golden, with no label either: the disk reaches
 	// its golden only through spec.sourceRef.
-	DataSource         string
+	DataSource string
+	// Snapshot, if set, is "<namespace>/<name>" of a golden VolumeSnapshot
+	// the disk restores: through source.snapshot, or through DataSource
+	// when that names it. The disk carries no label either.
+	Snapshot           string
 	StorageClass, Size string
 	// Annotations are added to the DataVolume's (CDI's per-disk ones).
 	Annotations map[string]string
@@ -88,7 +92,12 @@ func (c *Cluster) CreateVMDisk(ctx context.Context, d VMDisk) (*cdiv1.DataVolume
 // submits it itself (through the admission guard, as a dry run).
 func (c *Cluster) VMDiskDataVolume(ctx context.Context, d VMDisk) (*cdiv1.DataVolume, error) {
 	golden := VMImageGoldenName(d.Image)
-	tok, err := c.CloneToken(ctx, NamespaceGolden, golden, d.Namespace, d.Name)
+	resource, srcNS, srcName := TokenForPVC, NamespaceGolden, golden
+	snapNS, snapName, fromSnapshot := strings.Cut(d.Snapshot, "/")
+	if fromSnapshot {
+		resource, srcNS, srcName = TokenForSnapshot, snapNS, snapName
+	}
+	tok, err := c.CloneTokenFor(ctx, resource, srcNS, srcName, d.Namespace, d.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +110,8 @@ func (c *Cluster) VMDiskDataVolume(ctx context.Context, d VMDisk) (*cdiv1.DataVo
 	}
 	if ns, name, ok := strings.Cut(d.DataSource, "/"); ok {
 		dv.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: name}
+	} else if fromSnapshot {
+		dv.Spec.Source = &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: snapNS, Name: snapName}}
 	} else {
 		dv.Labels = map[string]string{LabelInstance: d.Name}
 		dv.Spec.ContentType = cdiv1.DataVolumeKubeVirt
@@ -113,10 +124,20 @@ func (c *Cluster) VMDiskDataVolume(ctx context.Context, d VMDisk) (*cdiv1.DataVo
 // PublishDataSource publishes PVC pvcNS/pvcName as the boot source ns/name,
 // as KubeVirt's DataImportCron or an administrator does.
 func (c *Cluster) PublishDataSource(ctx context.Context, ns, name, pvcNS, pvcName string) error {
+	return c.publishDataSource(ctx, ns, name, cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: pvcNS, Name: pvcName}})
+}
+
+// PublishSnapshotDataSource publishes VolumeSnapshot snapNS/snapName as the
+// boot source ns/name, as a DataImportCron of sourceFormat snapshot does.
+func (c *Cluster) PublishSnapshotDataSource(ctx context.Context, ns, name, snapNS, snapName string) error {
+	return c.publishDataSource(ctx, ns, name, cdiv1.DataSourceSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: snapNS, Name: snapName}})
+}
+
+func (c *Cluster) publishDataSource(ctx context.Context, ns, name string, src cdiv1.DataSourceSource) error {
 	ds := &cdiv1.DataSource{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "cdi.kubevirt.io/v1beta1", Kind: "DataSource"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: pvcNS, Name: pvcName}}},
+		Spec:       cdiv1.DataSourceSpec{Source: src},
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
 	if err != nil {

@@ -5,7 +5,7 @@
 // right before creating each cross-namespace DataVolume (tokens expire).
 //
 //	cdi-clone-token -key id_rsa -source-namespace NS -source-name PVC \
-//	    -target-namespace NS -target-name DV
+//	    -target-namespace NS -target-name DV [-source-resource volumesnapshots]
 package main
 
 import (
@@ -29,8 +29,9 @@ const lifetime = 5 * time.Minute
 
 func main() {
 	keyPath := flag.String("key", "", "PEM RSA private key the CDI controller trusts (id_rsa)")
-	srcNS := flag.String("source-namespace", "", "namespace of the source PVC")
-	srcName := flag.String("source-name", "", "name of the source PVC")
+	srcNS := flag.String("source-namespace", "", "namespace of the source PVC or VolumeSnapshot")
+	srcName := flag.String("source-name", "", "name of the source PVC or VolumeSnapshot")
+	srcResource := flag.String("source-resource", resourcePVC, "the source's resource: "+resourcePVC+" (source.pvc) or "+resourceSnapshot+" (source.snapshot)")
 	dstNS := flag.String("target-namespace", "", "namespace of the target DataVolume")
 	dstName := flag.String("target-name", "", "name of the target DataVolume")
 	flag.Parse()
@@ -45,7 +46,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cdi-clone-token:", err)
 		os.Exit(1)
 	}
-	tok, err := mint(pemKey, *srcNS, *srcName, *dstNS, *dstName)
+	if *srcResource != resourcePVC && *srcResource != resourceSnapshot {
+		fmt.Fprintf(os.Stderr, "cdi-clone-token: -source-resource %q: want %s or %s\n", *srcResource, resourcePVC, resourceSnapshot)
+		os.Exit(2)
+	}
+	tok, err := mint(pemKey, *srcResource, *srcNS, *srcName, *dstNS, *dstName)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cdi-clone-token: %s: %v\n", *keyPath, err)
 		os.Exit(1)
@@ -53,9 +58,17 @@ func main() {
 	fmt.Println(tok)
 }
 
+// The source resources CDI's token names (pkg/controller/common/util.go
+// getTokenResourceNameDataVolume).
+const (
+	resourcePVC      = "persistentvolumeclaims"
+	resourceSnapshot = "volumesnapshots"
+)
+
 // mint signs the payload the cdi-apiserver webhook signs for a DataVolume
-// with source.pvc: the controller checks every one of these fields.
-func mint(pemKey []byte, srcNS, srcName, dstNS, dstName string) (string, error) {
+// with source.pvc or source.snapshot: the controller checks every one of
+// these fields.
+func mint(pemKey []byte, resource, srcNS, srcName, dstNS, dstName string) (string, error) {
 	key, err := parseKey(pemKey)
 	if err != nil {
 		return "", err
@@ -64,7 +77,7 @@ func mint(pemKey []byte, srcNS, srcName, dstNS, dstName string) (string, error) 
 		Operation: token.OperationClone,
 		Namespace: srcNS,
 		Name:      srcName,
-		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: resource},
 		Params:    map[string]string{"targetNamespace": dstNS, "targetName": dstName},
 	})
 }
