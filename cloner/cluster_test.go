@@ -50,7 +50,8 @@ func newFakeCluster(t *testing.T, w *clonertest.World) *fakeCluster {
 	kube := kubefake.NewSimpleClientset(kubeObjs...)
 	kube.Resources = []*metav1.APIResourceList{
 		{GroupVersion: fleet.DataVolumeGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "datavolumes", Namespaced: true, Kind: "DataVolume"}}},
-		{GroupVersion: fleet.VolumeSnapshotContentGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "volumesnapshotcontents", Kind: "VolumeSnapshotContent"}}},
+		{GroupVersion: fleet.VolumeSnapshotContentGVR.GroupVersion().String(), APIResources: []metav1.APIResource{{Name: "volumesnapshotcontents", Kind: "VolumeSnapshotContent"},
+			{Name: "volumesnapshots", Namespaced: true, Kind: "VolumeSnapshot"}}},
 	}
 	enforceResourceVersion(kube, "configmaps")
 	var dynObjs []runtime.Object
@@ -61,7 +62,7 @@ func newFakeCluster(t *testing.T, w *clonertest.World) *fakeCluster {
 		dynObjs = append(dynObjs, u)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		fleet.DataVolumeGVR: "DataVolumeList", fleet.VolumeSnapshotContentGVR: "VolumeSnapshotContentList",
+		fleet.DataVolumeGVR: "DataVolumeList", fleet.VolumeSnapshotContentGVR: "VolumeSnapshotContentList", fleet.VolumeSnapshotGVR: "VolumeSnapshotList",
 		fleet.StorageProfileGVR: "StorageProfileList", fleet.CDIGVR: "CDIList", fleet.CDIConfigGVR: "CDIConfigList", fleet.DataSourceGVR: "DataSourceList", fleet.VolumeSnapshotClassGVR: "VolumeSnapshotClassList",
 		report.GrafanaDashboardGVR: "GrafanaDashboardList",
 	}, dynObjs...)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -47,6 +48,7 @@ type Controller struct {
 	scInf    cache.SharedIndexInformer
 	dvInf    atomic.Pointer[cache.SharedIndexInformer]
 	vscInf   atomic.Pointer[cache.SharedIndexInformer]
+	vsInf    atomic.Pointer[cache.SharedIndexInformer]
 	dvReady  chan struct{}
 	// claimUIDs and dataVolumeUIDs find a PVC and a DataVolume by UID.
 	claimUIDs, dataVolumeUIDs *fleet.UIDKeys
@@ -198,6 +200,10 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 			c.vscInf.Store(&inf)
 			f.Start(ctx.Done())
 		}
+		if c.vsInf.Load() == nil && c.served(fleet.VolumeSnapshotGVR) {
+			c.vsInf.Store(c.watchGoldenSnapshots(f))
+			f.Start(ctx.Done())
+		}
 		if c.dvInf.Load() == nil && c.served(fleet.DataVolumeGVR) {
 			inf := f.ForResource(fleet.DataVolumeGVR).Informer()
 			must(inf.SetTransform(fleet.CacheDataVolume))
@@ -212,7 +218,7 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 				close(c.dvReady)
 			}
 		}
-		if c.dvInf.Load() != nil && c.vscInf.Load() != nil {
+		if c.dvInf.Load() != nil && c.vscInf.Load() != nil && c.vsInf.Load() != nil {
 			return
 		}
 		if c.dvInf.Load() == nil {
@@ -224,6 +230,20 @@ func (c *Controller) watchCRDs(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// watchGoldenSnapshots makes the VolumeSnapshot informer: a golden
+// namespace's snapshots are image goldens (fleet.AddSnapshots), and a change
+// to one asks for a pass over every disk, as a golden DataVolume's does.
+func (c *Controller) watchGoldenSnapshots(f dynamicinformer.DynamicSharedInformerFactory) *cache.SharedIndexInformer {
+	inf := f.ForResource(fleet.VolumeSnapshotGVR).Informer()
+	must(inf.SetTransform(fleet.CacheUnstructured))
+	onEvent(inf, func(obj any) {
+		if u, ok := obj.(*unstructured.Unstructured); ok && c.cfg.GoldenNamespaces().Has(u.GetNamespace()) {
+			c.markFull()
+		}
+	})
+	return &inf
 }
 
 // served asks discovery whether a resource exists.

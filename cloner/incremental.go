@@ -139,6 +139,9 @@ func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 			dvs = append(dvs, o.(*fleet.CachedDataVolume))
 		}
 	}
+	if p := c.vsInf.Load(); p != nil {
+		inv.AddSnapshots(fleet.UnstructuredList((*p).GetStore().List()), c.cfg.GoldenNamespaces())
+	}
 	inv.AddDataVolumes(dvs, c.cfg.GoldenNamespaces())
 	return inv
 }

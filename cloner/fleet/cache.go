@@ -53,6 +53,7 @@ var ReadAnnotations = []string{
 	AnnCDICloneType, AnnCDIFallbackReason, AnnCDIClonePhase, AnnCDICloneError, // CDI's, on PVCs
 	cdirules.AnnContentType, cdirules.AnnVirtualSize, cdirules.AnnSourceCapacity, // CDI's, on a golden's PVC
 	cdirules.AnnUsePopulator, cdirules.AnnPermissiveClone, // per disk, on DataVolumes (cloneType is AnnCDICloneType)
+	AnnAllowVolumeModeChange, // the external-provisioner's, on VolumeSnapshotContents (cached whole but managedFields)
 }
 
 // ReadLabels are the labels a reader of the cache uses: the pool of a disk

@@ -78,7 +78,16 @@ type Golden struct {
 	ClaimRequestBytes int64
 	ContentType       string
 	VirtualSize       int64
+	// Snapshot is set for a golden VolumeSnapshot (an image golden): what
+	// CDI reads of it and its content (ReadSnapshot). SnapshotHandle is its
+	// content's status.snapshotHandle, the source of the restores the
+	// driver is asked for.
+	Snapshot       *cdirules.Snapshot
+	SnapshotHandle string
 }
+
+// IsSnapshot reports whether the golden is a VolumeSnapshot.
+func (g *Golden) IsSnapshot() bool { return g.Snapshot != nil }
 
 // Trusted reports whether the golden follows the naming rules.
 func (g *Golden) Trusted() bool { return len(g.Problems) == 0 }

@@ -15,6 +15,9 @@ const (
 	ClassVirtDefault = "virt-default" // storageclass.kubevirt.io/is-default-virt-class
 	ClassK8sDefault  = "default"      // storageclass.kubernetes.io/is-default-class
 	ClassUnresolved  = "unresolved"   // empty, and no default exists
+	// ClassFromSnapshotSource: a golden VolumeSnapshot's, the class of the
+	// claim it was cut from while that claim exists.
+	ClassFromSnapshotSource = "snapshot-source"
 )
 
 // ClassResolution is a resolved StorageClass name and the rule that gave it.

@@ -64,6 +64,10 @@ type WorkerDisk struct {
 	// UnqualifiedSource: it reaches its golden through a DataSource that
 	// names the golden without a namespace (cdirules.ErrEmptySourceNamespace).
 	UnqualifiedSource bool
+	// FromSnapshot: the DataVolume restores a golden VolumeSnapshot
+	// (source.snapshot, or sourceRef to a DataSource of one); GoldenRef
+	// names the snapshot.
+	FromSnapshot bool
 }
 
 // Ref is the disk's namespace/name.
@@ -80,7 +84,9 @@ func (d *WorkerDisk) Failed() bool { return d.Phase == string(cdiv1.Failed) }
 // classifyDisk decides whether a DataVolume is a worker disk. A clone disk
 // reaches a golden through source.pvc or through sourceRef to a DataSource
 // (followed as CDI follows it), naming a known golden or a Talos-golden-shaped
-// name in a golden namespace, or carries the golden annotation; an
+// name in a golden namespace, or carries the golden annotation (which
+// wins); one restoring a VolumeSnapshot of a golden namespace
+// (source.snapshot or a DataSource of one) clones that golden; an
 // HTTP-import disk fetches a Factory URL of a flavor the catalog knows.
 func classifyDisk(dv *cdiv1.DataVolume, goldenNamespaces config.Namespaces, dataSource func(types.NamespacedName) *cdiv1.DataSource,
 	known func(types.NamespacedName) bool, knownFlavor func(Flavor) bool) (*WorkerDisk, bool) {
@@ -94,6 +100,10 @@ func classifyDisk(dv *cdiv1.DataVolume, goldenNamespaces config.Namespaces, data
 		}
 		d.Kind, d.GoldenRef, d.FromPVC = DiskClone, ref, true
 		d.UnqualifiedSource = unqualifiedSource(dv, dataSource)
+		return d, true
+	}
+	if ref, ok := ClonedSnapshot(dv, dataSource); ok && ann == "" && goldenNamespaces.Has(ref.Namespace) {
+		d.Kind, d.GoldenRef, d.FromSnapshot = DiskClone, ref, true
 		return d, true
 	}
 	switch {

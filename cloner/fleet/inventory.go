@@ -24,6 +24,8 @@ type Objects struct {
 	Volumes          []*corev1.PersistentVolume
 	Classes          []*storagev1.StorageClass
 	SnapshotContents []*unstructured.Unstructured
+	// Snapshots are the VolumeSnapshots of the golden namespaces.
+	Snapshots []*unstructured.Unstructured
 	// DataSources are what a disk's sourceRef may name.
 	DataSources []*cdiv1.DataSource
 }
@@ -40,13 +42,15 @@ type MalformedObject struct {
 // inventory is one consistent view of the catalog, the worker disks and the
 // storage objects behind them, indexed for the joins the verdicts need.
 type Inventory struct {
-	// Goldens is the Talos catalog; Images the other DataVolumes of the
-	// golden namespaces, each a golden once a disk clones it. GoldenByRef
-	// finds either.
-	Goldens     []*Golden
-	Images      []*Golden
-	GoldenByRef map[types.NamespacedName]*Golden
-	Disks       []*WorkerDisk
+	// Goldens is the Talos catalog; Images the other DataVolumes and the
+	// VolumeSnapshots of the golden namespaces, each a golden once a disk
+	// clones it. GoldenByRef finds a DataVolume's, SnapshotGoldens a
+	// VolumeSnapshot's (the two may share a name); GoldenOf a disk's.
+	Goldens         []*Golden
+	Images          []*Golden
+	GoldenByRef     map[types.NamespacedName]*Golden
+	SnapshotGoldens map[types.NamespacedName]*Golden
+	Disks           []*WorkerDisk
 	// dvRefs holds every DataVolume seen, readable or not: the ledger only
 	// forgets a UID once its DataVolume is gone.
 	dvRefs    map[types.UID]types.NamespacedName
@@ -65,6 +69,8 @@ type Inventory struct {
 	Classes     classIndex
 	// snapshotOf maps a snapshot handle to the volume handle it was cut from.
 	SnapshotOf map[string]string
+	// contents are the VolumeSnapshotContents by name.
+	contents map[string]*unstructured.Unstructured
 }
 
 func BuildInventory(objs Objects, goldenNamespaces config.Namespaces) *Inventory {
@@ -84,6 +90,7 @@ func BuildInventory(objs Objects, goldenNamespaces config.Namespaces) *Inventory
 		func(ref types.NamespacedName) *corev1.PersistentVolumeClaim { return pvcs[ref] },
 		func(name string) *corev1.PersistentVolume { return pvs[name] })
 	inv.DataSource = func(ref types.NamespacedName) *cdiv1.DataSource { return sources[ref] }
+	inv.AddSnapshots(objs.Snapshots, goldenNamespaces)
 	inv.AddDataVolumes(objs.DataVolumes, goldenNamespaces)
 	return inv
 }
@@ -91,13 +98,15 @@ func BuildInventory(objs Objects, goldenNamespaces config.Namespaces) *Inventory
 func NewInventory(classes []*storagev1.StorageClass, snapshotContents []*unstructured.Unstructured,
 	claims func(types.NamespacedName) *corev1.PersistentVolumeClaim, volumes func(string) *corev1.PersistentVolume) *Inventory {
 	inv := &Inventory{
-		GoldenByRef: map[types.NamespacedName]*Golden{},
-		dvRefs:      map[types.UID]types.NamespacedName{},
-		Claims:      claims,
-		Volumes:     volumes,
-		DataSource:  func(types.NamespacedName) *cdiv1.DataSource { return nil },
-		Classes:     NewClassIndex(classes),
-		SnapshotOf:  map[string]string{},
+		GoldenByRef:     map[types.NamespacedName]*Golden{},
+		SnapshotGoldens: map[types.NamespacedName]*Golden{},
+		dvRefs:          map[types.UID]types.NamespacedName{},
+		Claims:          claims,
+		Volumes:         volumes,
+		DataSource:      func(types.NamespacedName) *cdiv1.DataSource { return nil },
+		Classes:         NewClassIndex(classes),
+		SnapshotOf:      map[string]string{},
+		contents:        map[string]*unstructured.Unstructured{},
 	}
 	inv.indexSnapshotContents(snapshotContents)
 	return inv
@@ -180,6 +189,14 @@ func (inv *Inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespaces con
 	}
 }
 
+// GoldenOf is the golden a disk names (nil: none known).
+func (inv *Inventory) GoldenOf(d *WorkerDisk) *Golden {
+	if d.FromSnapshot {
+		return inv.SnapshotGoldens[d.GoldenRef]
+	}
+	return inv.GoldenByRef[d.GoldenRef]
+}
+
 func (inv *Inventory) buildDisks(dvs []*cdiv1.DataVolume, goldenNamespaces config.Namespaces) {
 	known := func(ref types.NamespacedName) bool { return inv.GoldenByRef[ref] != nil }
 	knownFlavor := func(f Flavor) bool {
@@ -226,6 +243,7 @@ func (inv *Inventory) indexSnapshotContents(us []*unstructured.Unstructured) {
 		if handle != "" && source != "" {
 			inv.SnapshotOf[handle] = source
 		}
+		inv.contents[u.GetName()] = u
 	}
 }
 

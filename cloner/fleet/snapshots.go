@@ -2,12 +2,15 @@ package fleet
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 )
 
 // AnnAllowVolumeModeChange on a VolumeSnapshotContent lets the
@@ -97,4 +100,56 @@ func restoreSize(status map[string]any) (int64, bool, error) {
 		return 0, false, fmt.Errorf("status.restoreSize %q: %w", text, err)
 	}
 	return q.Value(), true, nil
+}
+
+// AddSnapshots makes an image golden of every VolumeSnapshot of the golden
+// namespaces (a disk restoring one is a clone of it); one that cannot be
+// read is malformed and skipped. Call it before AddDataVolumes, which
+// classifies the disks against them.
+func (inv *Inventory) AddSnapshots(snapshots []*unstructured.Unstructured, goldenNamespaces config.Namespaces) {
+	sort.Slice(snapshots, func(i, j int) bool {
+		a, b := snapshots[i], snapshots[j]
+		return a.GetNamespace() < b.GetNamespace() || a.GetNamespace() == b.GetNamespace() && a.GetName() < b.GetName()
+	})
+	content := func(name string) (*unstructured.Unstructured, bool) {
+		c, ok := inv.contents[name]
+		return c, ok
+	}
+	for _, vs := range snapshots {
+		if !goldenNamespaces.Has(vs.GetNamespace()) {
+			continue
+		}
+		s, err := ReadSnapshot(vs, content)
+		if err != nil {
+			inv.Malformed = append(inv.Malformed, MalformedFrom(vs, err))
+			continue
+		}
+		g := inv.snapshotGolden(vs, s)
+		inv.Images = append(inv.Images, g)
+		inv.SnapshotGoldens[g.Ref()] = g
+	}
+}
+
+// snapshotGolden is the golden of a readable VolumeSnapshot: sized at its
+// restore size, of its content's source volume mode, on the class of the
+// claim it was cut from while that claim exists.
+func (inv *Inventory) snapshotGolden(vs *unstructured.Unstructured, s cdirules.Snapshot) *Golden {
+	g := &Golden{Namespace: vs.GetNamespace(), Name: vs.GetName(), UID: vs.GetUID(), Created: vs.GetCreationTimestamp().Time,
+		Image: ImageIdentity(vs.GetName(), vs.GetAnnotations()), Phase: string(cdiv1.Pending), Snapshot: &s,
+		RequestedBytes: s.RestoreBytes, CapacityBytes: s.RestoreBytes, VolumeMode: s.SourceVolumeMode,
+		Class: ClassResolution{How: ClassUnresolved}}
+	if ready, _, _ := unstructured.NestedBool(vs.Object, "status", "readyToUse"); ready {
+		g.Phase = string(cdiv1.Succeeded)
+	}
+	if name, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName"); name != "" {
+		if c := inv.contents[name]; c != nil {
+			g.SnapshotHandle, _, _ = unstructured.NestedString(c.Object, "status", "snapshotHandle")
+		}
+	}
+	if claim, _, _ := unstructured.NestedString(vs.Object, "spec", "source", "persistentVolumeClaimName"); claim != "" {
+		if pvc := inv.ClaimOf(g.Namespace, claim); pvc != nil && pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName != "" {
+			g.Class = ClassResolution{Name: *pvc.Spec.StorageClassName, How: ClassFromSnapshotSource}
+		}
+	}
+	return g
 }

@@ -13,8 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -265,6 +268,21 @@ func listObjects(ctx context.Context, clients config.Clients) (fleet.Objects, er
 	}
 	var unreadable []fleet.MalformedObject // as the leader, which reports them, leaves them out
 	o.DataSources = fleet.ConvertAll[cdiv1.DataSource](fleet.UnstructuredList(itemsOf(sources.Items)), &unreadable)
+	// Golden VolumeSnapshots and their contents, where the snapshot API is
+	// served (a cluster without it has no snapshot goldens).
+	for _, r := range []struct {
+		gvr  schema.GroupVersionResource
+		into *[]*unstructured.Unstructured
+	}{{fleet.VolumeSnapshotGVR, &o.Snapshots}, {fleet.VolumeSnapshotContentGVR, &o.SnapshotContents}} {
+		list, err := clients.Dynamic.Resource(r.gvr).List(ctx, metav1.ListOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return o, fmt.Errorf("listing %s: %w", r.gvr.Resource, err)
+		}
+		*r.into = fleet.UnstructuredList(itemsOf(list.Items))
+	}
 	return o, nil
 }
 

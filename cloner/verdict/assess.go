@@ -57,10 +57,10 @@ func EvaluateHearing(inv *fleet.Inventory, cfg config.Config, now time.Time, pre
 // factsOf joins a clone disk with its golden, claim, volume and evidence.
 func (ev *Evaluation) FactsOf(d *fleet.WorkerDisk) DiskFacts {
 	inv := ev.Inv
-	f := DiskFacts{Disk: d, golden: inv.GoldenByRef[d.GoldenRef], Pvc: inv.ClaimOf(d.Namespace, d.ClaimName)}
+	f := DiskFacts{Disk: d, golden: inv.GoldenOf(d), Pvc: inv.ClaimOf(d.Namespace, d.ClaimName)}
 	f.pv = inv.BoundPV(f.Pvc)
 	f.class = inv.Classes.ResolveDiskClass(f.Pvc, f.pv, d)
-	f.goldenClaimExists = inv.ClaimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
+	f.goldenClaimExists = !d.FromSnapshot && inv.ClaimOf(d.GoldenRef.Namespace, d.GoldenRef.Name) != nil
 	ev.followClonePath(&f)
 	f.heard = Hearing{Known: true}
 	if ev.hearingOf != nil {

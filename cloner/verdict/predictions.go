@@ -27,9 +27,13 @@ type Predictor struct {
 	// like the catalog's (AllGoldens).
 	images     map[types.NamespacedName]predict.Golden
 	imageNames map[types.NamespacedName]string
-	flavors    map[types.NamespacedName]fleet.Flavor
-	Pairs      []predict.Pair
-	ImagePairs []predict.Pair
+	// snapshots are the golden VolumeSnapshots (predicted per disk and per
+	// class; the guard does not judge their disks yet).
+	snapshots     map[types.NamespacedName]predict.Golden
+	snapshotNames map[types.NamespacedName]string
+	flavors       map[types.NamespacedName]fleet.Flavor
+	Pairs         []predict.Pair
+	ImagePairs    []predict.Pair
 	// dataSources are the DataSources a sourceRef may name.
 	DataSources []*cdiv1.DataSource
 	// defaults are the classes an empty class resolves to: for spec.storage
@@ -48,6 +52,8 @@ func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 		flavors:        map[types.NamespacedName]fleet.Flavor{},
 		images:         map[types.NamespacedName]predict.Golden{},
 		imageNames:     map[types.NamespacedName]string{},
+		snapshots:      map[types.NamespacedName]predict.Golden{},
+		snapshotNames:  map[types.NamespacedName]string{},
 		DataSources:    in.DataSources,
 		StorageDefault: inv.Classes.ResolveRequested(nil, cdirules.ContentKubeVirt),
 		PvcDefault:     inv.Classes.KubernetesDefault(),
@@ -61,7 +67,11 @@ func BuildPredictor(in predict.Inputs, inv *fleet.Inventory) *Predictor {
 	images := make([]predict.Golden, 0, len(inv.Images))
 	for _, g := range inv.Images {
 		pg := plannerGolden(g, inv)
-		p.images[g.Ref()], p.imageNames[g.Ref()] = pg, g.Image
+		if g.IsSnapshot() {
+			p.snapshots[g.Ref()], p.snapshotNames[g.Ref()] = pg, g.Image
+		} else {
+			p.images[g.Ref()], p.imageNames[g.Ref()] = pg, g.Image
+		}
 		images = append(images, pg)
 	}
 	p.Pairs = p.State.Pairs(goldens, TargetOfClass(p.StorageDefault))
@@ -92,6 +102,15 @@ func plannerGolden(g *fleet.Golden, inv *fleet.Inventory) predict.Golden {
 	}
 	if g.Class.Resolved() {
 		pg.Class = g.Class.Name
+	}
+	if g.IsSnapshot() {
+		// What CDI reads of a golden VolumeSnapshot: its content's driver,
+		// not a PV's; its restore size is the golden's size.
+		pg.Snapshot, pg.Driver = g.Snapshot, g.Snapshot.Driver
+		if pg.Phase != "Succeeded" {
+			pg.Phase = "" // not ready yet: CDI validates it as it is
+		}
+		return pg
 	}
 	if pv := inv.Volumes(g.PVName); pv != nil {
 		if pv.Spec.CSI != nil {
@@ -126,14 +145,17 @@ func pinnedTo(pv *corev1.PersistentVolume) []string {
 // annotations of its DataVolume (CDI copies them onto the claim; the
 // claim's cloneType is CDI's own choice, so it is read from the DataVolume).
 func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
-	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC {
+	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC && !f.Disk.FromSnapshot {
 		return nil
 	}
-	g, ok := p.Goldens[f.golden.Ref()]
-	if !ok {
-		if g, ok = p.images[f.golden.Ref()]; !ok {
-			return nil
+	g, ok := p.snapshots[f.golden.Ref()]
+	if !f.Disk.FromSnapshot {
+		if g, ok = p.Goldens[f.golden.Ref()]; !ok {
+			g, ok = p.images[f.golden.Ref()]
 		}
+	}
+	if !ok {
+		return nil
 	}
 	t := TargetOfClass(f.class)
 	t.Bytes, t.VolumeMode, t.AccessModes, t.ContentType = f.Disk.RequestedBytes, f.Disk.VolumeMode, f.Disk.AccessModes, f.Disk.ContentType
@@ -272,14 +294,17 @@ func (p *Predictor) Reports(pairs []predict.Pair) []ClonePathReport {
 	out := make([]ClonePathReport, 0, len(pairs))
 	for _, pr := range pairs {
 		ref := types.NamespacedName{Namespace: pr.Golden.Namespace, Name: pr.Golden.Name}
-		f := p.flavors[ref]
+		f, image := p.flavors[ref], p.imageNames[ref]
+		if pr.Golden.Snapshot != nil {
+			f, image = fleet.Flavor{}, p.snapshotNames[ref]
+		}
 		pred := pr.Larger
 		pred.AccessModes = pr.AccessModes
-		if p.imageNames[ref] == "" && predict.LacksReadWriteMany(pr.AccessModes) {
+		if image == "" && predict.LacksReadWriteMany(pr.AccessModes) {
 			// A Talos golden's disks are worker disks: their VMs live-migrate.
 			pred.Flags = append(slices.Clip(pred.Flags), predict.FlagNotReadWriteMany)
 		}
-		out = append(out, ClonePathReport{Golden: ref.String(), SchematicID: f.SchematicID, Version: f.Version, Image: p.imageNames[ref],
+		out = append(out, ClonePathReport{Golden: ref.String(), SchematicID: f.SchematicID, Version: f.Version, Image: image,
 			StorageClass: pr.Class, ResolvedClass: pr.ResolvedClass, Prediction: pred,
 			AtGoldenSize: pr.AtSize.Path, Fix: predict.Fix(pr.Larger.Reason)})
 	}

@@ -271,7 +271,11 @@ func findings(r *record.Record, f DiskFacts, snapshotOf map[string]string) []rec
 	}
 	g := f.golden
 	if g == nil {
-		msg := fmt.Sprintf("golden %s is not in the catalog: no golden DataVolume of that name exists", r.Golden)
+		kind := "DataVolume"
+		if f.Disk.FromSnapshot {
+			kind = "VolumeSnapshot"
+		}
+		msg := fmt.Sprintf("golden %s is not in the catalog: no golden %s of that name exists", r.Golden, kind)
 		if c := fleet.CdiWaitsForSource(f.Disk); c != nil {
 			msg += "; CDI: " + c.Reason + ": " + c.Message
 		}
@@ -399,7 +403,16 @@ func cdiDisagrees(r *record.Record, f DiskFacts) string {
 
 // wrongSource: the driver copied a volume or snapshot that is not the golden's.
 func wrongSource(r *record.Record, f DiskFacts, snapshotOf map[string]string) string {
-	if f.tap == nil || f.golden.VolumeHandle == "" {
+	if f.tap == nil {
+		return ""
+	}
+	if f.golden.IsSnapshot() {
+		if f.golden.SnapshotHandle == "" || f.tap.SourceSnapshot == "" || f.tap.SourceSnapshot == f.golden.SnapshotHandle {
+			return ""
+		}
+		return fmt.Sprintf("the driver restored snapshot %s, not golden VolumeSnapshot %s's %s", f.tap.SourceSnapshot, r.Golden, f.golden.SnapshotHandle)
+	}
+	if f.golden.VolumeHandle == "" {
 		return ""
 	}
 	src := f.tap.SourceVolume

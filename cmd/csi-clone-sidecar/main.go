@@ -145,7 +145,7 @@ func registerFlags(fs *flag.FlagSet) *options {
 
 func registerClonerFlags(fs *flag.FlagSet, c *config.Config) {
 	*c = config.DefaultConfig()
-	fs.StringVar(&c.GoldenNamespace, "golden-namespace", c.GoldenNamespace, "Namespaces of the goldens, comma-separated (e.g. cozy-public or cozy-public,golden-images): every DataVolume there that a disk clones is a golden.")
+	fs.StringVar(&c.GoldenNamespace, "golden-namespace", c.GoldenNamespace, "Namespaces of the goldens, comma-separated (e.g. cozy-public or cozy-public,golden-images): every DataVolume or VolumeSnapshot there that a disk clones is a golden.")
 	fs.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "A requested clone not bound after this long is reported as stuck.")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "Spacing of full verdict passes (a safety net: a change re-judges the disks it touches at once).")
 	fs.StringVar(&c.LedgerNamespace, "ledger-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the ledger ConfigMap and the leader election Lease (default $POD_NAMESPACE).")

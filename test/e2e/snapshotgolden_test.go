@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/record"
+	"github.com/cozystack/csi-clone-sidecar/test/cluster"
+)
+
+// goldenSnapshot is the VolumeSnapshot of the vm-default-images golden kept
+// beside it, as a DataImportCron of sourceFormat snapshot keeps one.
+const goldenSnapshot = "ubuntu-snapshot"
+
+// TestVerdictsForSnapshotGoldens: a VolumeSnapshot in the golden namespace
+// is an image golden; a disk restoring it through source.snapshot, and one
+// through a DataSource of it in another namespace, neither annotated nor
+// labelled, each get a snapshot-clone verdict from the tap (the driver's
+// CreateVolume restores the golden snapshot's handle), their own prediction
+// (snapshot-clone, snapshot-source), their pool (the namespace), metrics
+// and a report row for the golden with both consumers.
+func TestVerdictsForSnapshotGoldens(t *testing.T) {
+	c := verdictCluster(t, cluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	importVMImage(t, ctx, c)
+	createSnapshotClass(t, ctx, c, "snap")
+	vs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+		"metadata": map[string]any{"name": goldenSnapshot, "namespace": cluster.NamespaceGolden,
+			"annotations": map[string]any{fleet.AnnImageName: vmImage}},
+		"spec": map[string]any{"volumeSnapshotClassName": "snap", "source": map[string]any{"persistentVolumeClaimName": vmGolden}}}}
+	if _, err := c.Dynamic.Resource(cluster.VolumeSnapshotGVR).Namespace(cluster.NamespaceGolden).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	content := waitDiffSnapshotReady(t, ctx, c, cluster.NamespaceGolden, goldenSnapshot)
+	vsc, err := c.Dynamic.Resource(volumeSnapshotContentGVR).Get(ctx, content, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle, _, _ := unstructured.NestedString(vsc.Object, "status", "snapshotHandle")
+	for _, ns := range []string{reachTenant, reachSources} {
+		if err := c.CreateNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.PublishSnapshotDataSource(ctx, reachSources, goldenSnapshot, cluster.NamespaceGolden, goldenSnapshot); err != nil {
+		t.Fatal(err)
+	}
+	// CDI routes a sourceRef from its cache: a boot source exists before
+	// its disks (waitDiffDataSources).
+	waitDiffDataSources(t, ctx, c, map[string]*cdiv1.DataSource{goldenSnapshot: {ObjectMeta: metav1.ObjectMeta{Namespace: reachSources, Name: goldenSnapshot}}})
+	snapshot := cluster.NamespaceGolden + "/" + goldenSnapshot
+	for _, d := range []cluster.VMDisk{
+		{Namespace: reachTenant, Name: "restored", Image: vmImage, Snapshot: snapshot, StorageClass: "replicated", Size: "20Gi"},
+		{Namespace: reachTenant, Name: "restored-via-datasource", Image: vmImage, Snapshot: snapshot, DataSource: reachSources + "/" + goldenSnapshot,
+			StorageClass: "replicated", Size: "20Gi"},
+	} {
+		if _, err := c.CreateVMDisk(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"restored", "restored-via-datasource"} {
+		rec := waitVerdict(t, ctx, c, reachTenant, name, record.VerdictSnapshotClone, 4*time.Minute)
+		assertReasons(t, name, rec, nil)
+		if rec.Source != record.SourceCSITap || rec.ContentSource != "snapshot:"+handle || rec.Golden != snapshot || rec.Pool != reachTenant {
+			t.Errorf("%s: source %q, content source %q, golden %q, pool %q; want the tap's, snapshot:%s, %s, %s (%+v)",
+				name, rec.Source, rec.ContentSource, rec.Golden, rec.Pool, handle, snapshot, reachTenant, rec)
+		}
+		if rec.Predicted != predict.PathSnapshotClone || rec.PredictedReason != predict.ReasonSnapshotSource {
+			t.Errorf("%s: predicted %s/%s, want %s/%s", name, rec.Predicted, rec.PredictedReason, predict.PathSnapshotClone, predict.ReasonSnapshotSource)
+		}
+		t.Logf("%s: %s from %s, predicted %s/%s", name, rec.Verdict, rec.ContentSource, rec.Predicted, rec.PredictedReason)
+	}
+	waitMetrics(t, ctx, c, checkSnapshotGoldenMetrics)
+	checkSnapshotGoldenReport(t, ctx, c)
+}
+
+// checkSnapshotGoldenMetrics: both disks are counted under the snapshot
+// golden's image, and both predictions held.
+func checkSnapshotGoldenMetrics(s scrape) error {
+	img := map[string]string{"namespace": cluster.NamespaceGolden, "golden": goldenSnapshot, "image": vmImage}
+	if got, _ := s.value("csi_clone_image_disks", with(img, "verdict", record.VerdictSnapshotClone)); got != 2 {
+		return fmt.Errorf("csi_clone_image_disks{golden=%s,verdict=snapshot-clone} = %v, want 2", goldenSnapshot, got)
+	}
+	if right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"}); right != 2 {
+		return fmt.Errorf("prediction checks right = %v, want 2", right)
+	}
+	if _, ok := s.value("csi_clone_bad_disks", nil); ok {
+		return fmt.Errorf("bad-disk series for two good restores")
+	}
+	return nil
+}
+
+// checkSnapshotGoldenReport: `report -o json` has the tenant's pool with two
+// snapshot clones and the snapshot golden with both consumers.
+func checkSnapshotGoldenReport(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	rep, printed := reportJSON(t, ctx, c)
+	found := false
+	for _, p := range rep.Pools {
+		if p.Namespace == reachTenant && p.Pool == reachTenant {
+			found = true
+			if fmt.Sprint(p.Verdicts) != fmt.Sprint(map[string]int{record.VerdictSnapshotClone: 2}) {
+				t.Errorf("report: pool %s verdicts %v, want two snapshot-clone", reachTenant, p.Verdicts)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("report: no pool %s/%s", reachTenant, reachTenant)
+	}
+	var images struct {
+		Images []struct {
+			Namespace, Name, Image string
+			Consumers              int
+		} `json:"images"`
+	}
+	if err := json.Unmarshal(printed, &images); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range images.Images {
+		if g.Namespace == cluster.NamespaceGolden && g.Name == goldenSnapshot {
+			if g.Image != vmImage || g.Consumers != 2 {
+				t.Errorf("report: snapshot golden %+v, want image %s with 2 consumers", g, vmImage)
+			}
+			return
+		}
+	}
+	t.Errorf("report: no snapshot golden %s in %s", goldenSnapshot, printed)
+}
