@@ -86,8 +86,8 @@ cdidiff: build
 ## e2e: end-to-end tests on the loopback stack (each test binary re-executes itself in a private network namespace)
 # The CDI differential test runs seed 4 here unless CDIRULES_SEED is set: the
 # same 240 arrangements every run, in which each of its nineteen breaks changes
-# outcomes (fewest: imagesize, 2) and 82 end in a storage-layer clone; make
-# cdidiff draws a new seed.
+# outcomes (fewest: minsize and permissive, 2) and 103 end in a storage-layer
+# clone; make cdidiff draws a new seed.
 e2e: build noskip
 	CSI_CLONE_E2E_RACE=$(E2E_RACE) CDIRULES_SEED=$${CDIRULES_SEED:-4} $(NOSKIP) $(GO) test -json -count=1 -timeout 60m -run '$(E2E_RUN)' ./test/e2e/...
 
