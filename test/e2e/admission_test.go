@@ -452,17 +452,29 @@ func checkTypeChecking(t *testing.T, ctx context.Context, c *cluster.Cluster, po
 // waitAdmissionParams waits until the sidecar's parameters hold key=want.
 func waitAdmissionParams(t *testing.T, ctx context.Context, c *cluster.Cluster, key, want string) {
 	t.Helper()
+	waitParamsHold(t, ctx, c, map[string]string{key: want})
+}
+
+// waitParamsHold waits until the sidecar's parameters hold every key=value
+// of want, and fails naming the first that never did.
+func waitParamsHold(t *testing.T, ctx context.Context, c *cluster.Cluster, want map[string]string) {
+	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		last = fmt.Sprint(cm.Data)
-		return cm.Data[key] == want, nil
+		for k, v := range want {
+			if cm.Data[k] != v {
+				last = fmt.Sprintf("%s=%q, want %q", k, cm.Data[k], v)
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("admission parameters never had %s=%s: %s", key, want, last)
+		t.Fatalf("the admission parameters never held what they should: %s", last)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
-	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -209,29 +208,13 @@ func waitDiffDataSourceParams(t *testing.T, ctx context.Context, c *cluster.Clus
 			want["dataSource."+ds.Namespace+"."+ds.Name] = pvc.Namespace + "/" + pvc.Name
 		}
 	}
+	waitParamsHold(t, ctx, c, want)
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for k, v := range want {
-			if cm.Data[k] != v {
-				last = fmt.Sprintf("%s=%q, want %q", k, cm.Data[k], v)
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("the guard's parameters never named the DataSources' PVCs: %s", last)
-	}
 	// The API server reads the parameters through an informer: wait until
 	// it follows each qualified DataSource to the golden, which it then
 	// refuses to clone onto a class that does not exist.
 	ac := newAdmissionClient(t, c)
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, a := range arrs {
 			if sources[a.name] == nil || a.src.name != golden || a.via.unqualified {
 				continue

@@ -1130,27 +1130,11 @@ func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, ac *
 		r := s.Regions(g, predict.Target{Class: class, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}})
 		want[g.Name+".path."+class] = r.Larger.Path + "/" + r.Larger.Reason
 	}
+	waitParamsHold(t, ctx, c, want)
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, "csi-clone-sidecar-admission", metav1.GetOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for k, v := range want {
-			if cm.Data[k] != v {
-				last = fmt.Sprintf("%s=%q, want %q", k, cm.Data[k], v)
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("the guard's parameters never matched the prediction: %s", last)
-	}
 	// The API server reads the parameters through an informer: wait until
 	// its decisions on a larger disk on every class are the prediction's.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, class := range s.ClassNames() {
 			a := diffArrangement{name: "probe", classSet: true, src: diffSource{name: g.Name, golden: true},
 				target: predict.Target{Class: class, Kind: cdirules.KindStorage, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}, Bytes: 40 << 30}}

@@ -135,18 +135,8 @@ func checkRouteReport(t *testing.T, ctx context.Context, c *cluster.Cluster, wan
 			t.Errorf("report: pool %s/%s verdicts %s, want one csi-clone (pools %v)", reachTenant, pool, v, got)
 		}
 	}
-	// Read as JSON, not as the report's type: the field is what users parse.
-	var images struct {
-		Images []struct {
-			Namespace, Name, Image string
-			Consumers              int
-		} `json:"images"`
-	}
-	if err := json.Unmarshal(printed, &images); err != nil {
-		t.Fatal(err)
-	}
 	found := false
-	for _, g := range images.Images {
+	for _, g := range reportedImages(t, printed) {
 		if g.Namespace == cluster.NamespaceGolden && g.Name == vmGolden {
 			found = true
 			if g.Image != vmImage || g.Consumers != 2 {
@@ -164,6 +154,25 @@ func checkRouteReport(t *testing.T, ctx context.Context, c *cluster.Cluster, wan
 	if !strings.Contains(table.String(), vmGolden) {
 		t.Errorf("report table does not show %s:\n%s", vmGolden, table.String())
 	}
+}
+
+// reportedImage is an image golden's row of `report -o json`.
+type reportedImage struct {
+	Namespace, Name, Image string
+	Consumers              int
+}
+
+// reportedImages reads the image goldens of `report -o json` as JSON, not
+// as the report's type: the field is what users parse.
+func reportedImages(t *testing.T, printed []byte) []reportedImage {
+	t.Helper()
+	var images struct {
+		Images []reportedImage `json:"images"`
+	}
+	if err := json.Unmarshal(printed, &images); err != nil {
+		t.Fatal(err)
+	}
+	return images.Images
 }
 
 // TestUsePopulatorFalseIsPredictedHostAssisted: Cozystack's worker template

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -117,16 +116,7 @@ func checkSnapshotGoldenReport(t *testing.T, ctx context.Context, c *cluster.Clu
 	if !found {
 		t.Errorf("report: no pool %s/%s", reachTenant, reachTenant)
 	}
-	var images struct {
-		Images []struct {
-			Namespace, Name, Image string
-			Consumers              int
-		} `json:"images"`
-	}
-	if err := json.Unmarshal(printed, &images); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range images.Images {
+	for _, g := range reportedImages(t, printed) {
 		if g.Namespace == cluster.NamespaceGolden && g.Name == goldenSnapshot {
 			if g.Image != vmImage || g.Consumers != 2 {
 				t.Errorf("report: snapshot golden %+v, want image %s with 2 consumers", g, vmImage)
