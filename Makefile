@@ -130,7 +130,7 @@ bench-scale: tools build
 	$(GO) build -o bin/csi-clone-benchscale ./test/benchscale
 	test/e2e/run-in-netns.sh bin/csi-clone-benchscale -sidecar bin/csi-clone-sidecar $(BENCH_SCALE_FLAGS)
 
-## demo: one golden, 20 worker disks in 6 pools on the loopback stack; the verdicts, the report (also as $(BIN)/demo-report.html), the metrics (KEEP=1 leaves it running)
+## demo: a Talos golden, a vm-default-images golden and its VolumeSnapshot, 24 disks in 10 pools on the loopback stack; the verdicts, the report (also as $(BIN)/demo-report.html), the metrics (KEEP=1 leaves it running)
 demo: tools build
 	$(GO) build -o bin/csi-clone-demo ./test/demo
 	test/e2e/run-in-netns.sh bin/csi-clone-demo -sidecar bin/csi-clone-sidecar -html $(BIN)/demo-report.html $(if $(filter-out 0,$(KEEP)),-keep)

@@ -16,9 +16,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cozystack/csi-clone-sidecar/test/tools"
 )
@@ -363,3 +365,42 @@ func removeIfSocket(path string) error {
 	}
 	return os.Remove(path)
 }
+
+// SnapshotClaim snapshots claim ns/claim as VolumeSnapshot ns/name of
+// VolumeSnapshotClass class (created for the driver if missing), with the
+// given annotations, waits until it is ready to use and returns its
+// content's snapshot handle.
+func (c *Cluster) SnapshotClaim(ctx context.Context, ns, name, claim, class string, annotations map[string]any) (string, error) {
+	vsc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+		"metadata": map[string]any{"name": class}, "driver": c.DriverName, "deletionPolicy": "Delete"}}
+	if _, err := c.Dynamic.Resource(VolumeSnapshotClassGVR).Create(ctx, vsc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("VolumeSnapshotClass %s: %w", class, err)
+	}
+	vs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+		"metadata": map[string]any{"name": name, "namespace": ns, "annotations": annotations},
+		"spec":     map[string]any{"volumeSnapshotClassName": class, "source": map[string]any{"persistentVolumeClaimName": claim}}}}
+	if _, err := c.Dynamic.Resource(VolumeSnapshotGVR).Namespace(ns).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("VolumeSnapshot %s/%s: %w", ns, name, err)
+	}
+	var content string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Dynamic.Resource(VolumeSnapshotGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
+		content, _, _ = unstructured.NestedString(got.Object, "status", "boundVolumeSnapshotContentName")
+		return ready && content != "", nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("VolumeSnapshot %s/%s never became ready: %w", ns, name, err)
+	}
+	got, err := c.Dynamic.Resource(volumeSnapshotContentGVR).Get(ctx, content, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	handle, _, _ := unstructured.NestedString(got.Object, "status", "snapshotHandle")
+	return handle, nil
+}
+
+var volumeSnapshotContentGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}

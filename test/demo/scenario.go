@@ -72,6 +72,12 @@ func playImage(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	fmt.Printf("  Succeeded in %s\n", time.Since(t0).Round(100*time.Millisecond))
+	header(fmt.Sprintf("golden VolumeSnapshot %s/%s of it", cluster.NamespaceGolden, pools.ImageSnapshot))
+	t0 = time.Now()
+	if err := pools.SnapshotImage(ctx, c); err != nil {
+		return err
+	}
+	fmt.Printf("  ready in %s\n", time.Since(t0).Round(100*time.Millisecond))
 	return nil
 }
 

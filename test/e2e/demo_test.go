@@ -37,6 +37,9 @@ func TestDemoPoolsPredictedRight(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPhase(t, ctx, c, cluster.NamespaceGolden, cluster.VMImageGoldenName(pools.Image), cdiv1.Succeeded)
+	if err := pools.SnapshotImage(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 
 	predicted := map[string]string{} // pool -> path/reason scraped before its first disk
 	cloned := 0

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
@@ -32,20 +31,10 @@ func TestVerdictsForSnapshotGoldens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	importVMImage(t, ctx, c)
-	createSnapshotClass(t, ctx, c, "snap")
-	vs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": goldenSnapshot, "namespace": cluster.NamespaceGolden,
-			"annotations": map[string]any{fleet.AnnImageName: vmImage}},
-		"spec": map[string]any{"volumeSnapshotClassName": "snap", "source": map[string]any{"persistentVolumeClaimName": vmGolden}}}}
-	if _, err := c.Dynamic.Resource(cluster.VolumeSnapshotGVR).Namespace(cluster.NamespaceGolden).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	content := waitDiffSnapshotReady(t, ctx, c, cluster.NamespaceGolden, goldenSnapshot)
-	vsc, err := c.Dynamic.Resource(volumeSnapshotContentGVR).Get(ctx, content, metav1.GetOptions{})
+	handle, err := c.SnapshotClaim(ctx, cluster.NamespaceGolden, goldenSnapshot, vmGolden, "snap", map[string]any{fleet.AnnImageName: vmImage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle, _, _ := unstructured.NestedString(vsc.Object, "status", "snapshotHandle")
 	for _, ns := range []string{reachTenant, reachSources} {
 		if err := c.CreateNamespace(ctx, ns); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -45,6 +46,9 @@ type Pool struct {
 	// DataSource: the Image disk names only the image's DataSource in
 	// cozy-public (spec.sourceRef), and no release: pooled by its namespace.
 	DataSource bool
+	// Snapshot: the Image disk restores the VolumeSnapshot of the image's
+	// golden (source.snapshot), and no release: pooled by its namespace.
+	Snapshot bool
 }
 
 // All are the demo's pools, in the order it creates them.
@@ -67,6 +71,8 @@ var All = []Pool{
 		What: "a vm-disk on the class without allowVolumeExpansion: a host-assisted copy"},
 	{Namespace: "tenant-epsilon", Name: "boot-db", Disks: 1, Class: GoldenClass, Size: "20Gi", Image: Image, DataSource: true,
 		What: "a disk naming only the DataSource cozy-public/ubuntu, no annotation: CSI clone"},
+	{Namespace: "tenant-epsilon", Name: "restored-db", Disks: 1, Class: GoldenClass, Size: "20Gi", Image: Image, Snapshot: true,
+		What: "a disk restoring the VolumeSnapshot cozy-public/" + ImageSnapshot + " of the golden: snapshot restore, then expand"},
 }
 
 // Image is the demo's vm-default-images image: its golden and the
@@ -82,6 +88,18 @@ func VMImage() cluster.VMImage {
 // cozy-public/<image>, as a boot source.
 func PublishImage(ctx context.Context, c *cluster.Cluster) error {
 	return c.PublishDataSource(ctx, cluster.NamespaceGolden, Image, cluster.NamespaceGolden, cluster.VMImageGoldenName(Image))
+}
+
+// ImageSnapshot is the VolumeSnapshot of the image's golden kept beside it,
+// a golden of its own, as a DataImportCron of sourceFormat snapshot keeps.
+const ImageSnapshot = Image + "-snapshot"
+
+// SnapshotImage snapshots the imported image golden as ImageSnapshot and
+// waits until the snapshot is ready.
+func SnapshotImage(ctx context.Context, c *cluster.Cluster) error {
+	_, err := c.SnapshotClaim(ctx, cluster.NamespaceGolden, ImageSnapshot, cluster.VMImageGoldenName(Image), "snapshots",
+		map[string]any{fleet.AnnImageName: Image})
+	return err
 }
 
 // StorageClasses are three pools of one driver: the goldens' class (also the
@@ -150,6 +168,9 @@ func (p Pool) createVMDisk(ctx context.Context, c *cluster.Cluster) error {
 	d := cluster.VMDisk{Namespace: p.Namespace, Name: p.Name, Image: p.Image, StorageClass: p.Class, Size: p.Size}
 	if p.DataSource {
 		d.DataSource = cluster.NamespaceGolden + "/" + p.Image
+	}
+	if p.Snapshot {
+		d.Snapshot = cluster.NamespaceGolden + "/" + ImageSnapshot
 	}
 	_, err := c.CreateVMDisk(ctx, d)
 	return err
