@@ -21,6 +21,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/ledger"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -133,8 +134,11 @@ func TestShippedRBACIsExactlyWhatTheSidecarNeeds(t *testing.T) {
 	rules := shippedRules(t)
 	checkNoLeaks(t)
 	// --stuck-after short: the hung disk's events are listed (setUpRBACScenario).
+	// The runs' disks stay: the driver's pools get room for all of them
+	// (sparse files, bookkeeping only).
 	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s", "--leader-election=true", "--admission-params=true",
-		"--stuck-after=" + rbacStuckAfter.String()}})
+		"--stuck-after=" + rbacStuckAfter.String()},
+		DriverArgs: []string{"--capacity=replicated=32Ti", "--capacity=fixed=32Ti"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	s := setUpRBACScenario(t, ctx, c)
@@ -318,6 +322,7 @@ var rbacOutcomeNames = []string{
 	"the clone counted in the ledger",
 	"the lease held",
 	"the clone paths predicted in the admission parameters",
+	"a tenant's restore of the golden VolumeSnapshot judged against it",
 }
 
 func (o rbacOutcomes) missing() []string {
@@ -330,8 +335,9 @@ func (o rbacOutcomes) missing() []string {
 	return out
 }
 
-// run creates three disks (a csi-clone on the golden's class, a clone into
-// another class of the same size, a restore of the golden's snapshot) and
+// run creates four disks (a csi-clone on the golden's class, a clone into
+// another class of the same size, a restore of the golden's snapshot in its
+// namespace, and a tenant's restore of it, a disk of the snapshot golden) and
 // waits for the outcomes. With removed set it waits until the sidecar was
 // refused that rule, then s.settle more, and reports what was reached.
 func (s *rbacScenario) run(t *testing.T, ctx context.Context, tag string, removed *rbacRule) rbacOutcomes {
@@ -353,7 +359,14 @@ func (s *rbacScenario) run(t *testing.T, ctx context.Context, tag string, remove
 		}
 	}
 	restore := s.createRestore(t, ctx, tag+"-restore")
-	for _, ref := range [][2]string{{rbacTenant, clone.Name}, {rbacTenant, other.Name}, {cluster.NamespaceGolden, restore}} {
+	// A tenant's disk restoring the golden's VolumeSnapshot, no annotation:
+	// a disk of the snapshot golden.
+	fromSnapshot := cluster.VMDisk{Namespace: rbacTenant, Name: tag + "-from-snapshot", Snapshot: cluster.NamespaceGolden + "/" + rbacSnapshot,
+		StorageClass: "replicated", Size: "20Gi"}
+	if _, err := s.c.CreateVMDisk(ctx, fromSnapshot); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range [][2]string{{rbacTenant, clone.Name}, {rbacTenant, other.Name}, {cluster.NamespaceGolden, restore}, {rbacTenant, fromSnapshot.Name}} {
 		if _, err := s.c.WaitDataVolumePhase(ctx, ref[0], ref[1], cdiv1.Succeeded, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +378,7 @@ func (s *rbacScenario) run(t *testing.T, ctx context.Context, tag string, remove
 		if err := s.c.Failed(); err != nil {
 			return false, err
 		}
-		s.check(t, ctx, out.reached, cloneDV, other.Name, restore)
+		s.check(t, ctx, out.reached, cloneDV, other.Name, restore, fromSnapshot.Name)
 		if len(out.missing()) == 0 {
 			out.latency = time.Since(ready)
 			return true, nil
@@ -412,7 +425,7 @@ func (s *rbacScenario) createRestore(t *testing.T, ctx context.Context, name str
 }
 
 // check records which outcomes hold now.
-func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[string]bool, clone *cdiv1.DataVolume, other, restore string) {
+func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[string]bool, clone *cdiv1.DataVolume, other, restore, fromSnapshot string) {
 	t.Helper()
 	c := s.c
 	if rec := pvcRecord(ctx, c, rbacTenant, clone.Name); rec != nil && rec.Verdict == record.VerdictCSIClone && rec.Source == record.SourceCSITap {
@@ -447,6 +460,12 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 	if cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{}); err == nil &&
 		cm.Data[s.golden+".path.replicated"] != "" {
 		reached[rbacOutcomeNames[6]] = true
+	}
+	// Judged against the snapshot golden: predicted from it, no
+	// unknown-golden finding (which a disk whose golden is unseen gets).
+	if rec := pvcRecord(ctx, c, rbacTenant, fromSnapshot); rec != nil && rec.Verdict == record.VerdictSnapshotClone &&
+		rec.Predicted == predict.PathSnapshotClone && len(rec.BadReasons()) == 0 {
+		reached[rbacOutcomeNames[7]] = true
 	}
 }
 
