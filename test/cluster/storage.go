@@ -376,9 +376,12 @@ func (c *Cluster) SnapshotClaim(ctx context.Context, ns, name, claim, class stri
 	if _, err := c.Dynamic.Resource(VolumeSnapshotClassGVR).Create(ctx, vsc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("VolumeSnapshotClass %s: %w", class, err)
 	}
+	meta := map[string]any{"name": name, "namespace": ns}
+	if annotations != nil {
+		meta["annotations"] = annotations
+	}
 	vs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": name, "namespace": ns, "annotations": annotations},
-		"spec":     map[string]any{"volumeSnapshotClassName": class, "source": map[string]any{"persistentVolumeClaimName": claim}}}}
+		"metadata": meta, "spec": map[string]any{"volumeSnapshotClassName": class, "source": map[string]any{"persistentVolumeClaimName": claim}}}}
 	if _, err := c.Dynamic.Resource(VolumeSnapshotGVR).Namespace(ns).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("VolumeSnapshot %s/%s: %w", ns, name, err)
 	}

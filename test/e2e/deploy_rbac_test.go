@@ -225,7 +225,9 @@ func setUpRBACScenario(t *testing.T, ctx context.Context, c *cluster.Cluster) *r
 	if err := c.CreateNamespace(ctx, rbacTenant); err != nil {
 		t.Fatal(err)
 	}
-	s.snapshotGolden(t, ctx)
+	if _, err := c.SnapshotClaim(ctx, cluster.NamespaceGolden, rbacSnapshot, s.golden, "rbac-snapshots", nil); err != nil {
+		t.Fatal(err)
+	}
 
 	w := cluster.Worker{Namespace: rbacTenant, Name: "pruned", Golden: s.golden, Pool: rbacPool, StorageClass: "replicated", Size: "20Gi"}
 	dv, err := c.CreateWorkerDisk(ctx, w)
@@ -267,42 +269,6 @@ func (s *rbacScenario) hangDisk(t *testing.T, ctx context.Context) {
 	})
 	if err != nil {
 		t.Fatalf("the sidecar never listed the events of the hung disk %s: %v", w.Name, err)
-	}
-}
-
-// snapshotGolden creates a VolumeSnapshotClass of the driver and a ready
-// VolumeSnapshot of the golden's PVC.
-func (s *rbacScenario) snapshotGolden(t *testing.T, ctx context.Context) {
-	t.Helper()
-	vsc := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata": map[string]any{"name": "rbac-snapshots"}, "driver": s.c.DriverName, "deletionPolicy": "Delete",
-	}}
-	if _, err := s.c.Dynamic.Resource(cluster.VolumeSnapshotClassGVR).Create(ctx, vsc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	vs := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": rbacSnapshot, "namespace": cluster.NamespaceGolden},
-		"spec": map[string]any{
-			"volumeSnapshotClassName": "rbac-snapshots",
-			"source":                  map[string]any{"persistentVolumeClaimName": s.golden},
-		},
-	}}
-	snaps := s.c.Dynamic.Resource(cluster.VolumeSnapshotGVR).Namespace(cluster.NamespaceGolden)
-	if _, err := snaps.Create(ctx, vs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := snaps.Get(ctx, rbacSnapshot, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
-		return ready, nil
-	})
-	if err != nil {
-		t.Fatalf("VolumeSnapshot %s never ready: %v", rbacSnapshot, err)
 	}
 }
 
