@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
@@ -56,9 +57,9 @@ func (l chunkListener) Accept() (net.Conn, error) {
 }
 
 // recordCalls records, write by write, one connection carrying calls
-// ControllerGetCapabilities calls, each with its own deadline as a
-// kubernetes-csi sidecar sends them.
-func recordCalls(b *testing.B, calls int) []chunk {
+// calls made by call, each with its own deadline as a kubernetes-csi
+// sidecar sends them.
+func recordCalls(b *testing.B, calls int, call func(context.Context, csi.ControllerClient) error) []chunk {
 	sock := filepath.Join(b.TempDir(), "driver.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -84,7 +85,7 @@ func recordCalls(b *testing.B, calls int) []chunk {
 	client := csi.NewControllerClient(conn)
 	for range calls {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if _, err := client.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{}); err != nil {
+		if err := call(ctx, client); err != nil {
 			b.Fatal(err)
 		}
 		cancel()
@@ -101,8 +102,53 @@ func recordCalls(b *testing.B, calls int) []chunk {
 // Recorder and observed by an Observer that selects the decoded methods, as
 // in the binary.
 func BenchmarkTapPerCall(b *testing.B) {
+	benchmarkTap(b, func(ctx context.Context, c csi.ControllerClient) error {
+		_, err := c.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+		return err
+	})
+}
+
+// BenchmarkTapPerCreateVolume is the same for a clone's CreateVolume of
+// about 4 KiB (a StorageClass's worth of parameters, provisioner secrets,
+// a clone source), the call the tap decodes in full.
+func BenchmarkTapPerCreateVolume(b *testing.B) {
+	req := cloneRequest()
+	benchmarkTap(b, func(ctx context.Context, c csi.ControllerClient) error {
+		_, err := c.CreateVolume(ctx, req)
+		return err
+	})
+}
+
+// cloneRequest is a clone's CreateVolume as csi-provisioner sends it to
+// LINSTOR: ~60 StorageClass parameters, the keys the provisioner adds,
+// secrets, a capacity range, a block capability, a source volume.
+func cloneRequest() *csi.CreateVolumeRequest {
+	req := &csi.CreateVolumeRequest{
+		Name:          "pvc-0b1c2d3e-bench",
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 20 << 30},
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+		}},
+		Parameters: map[string]string{
+			"csi.storage.k8s.io/pvc/name":      "worker-disk",
+			"csi.storage.k8s.io/pvc/namespace": "tenant-bench",
+			"csi.storage.k8s.io/pv/name":       "pvc-0b1c2d3e-bench",
+		},
+		Secrets: map[string]string{"username": "bench", "password": "planted-secret-never-kept"},
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "pvc-golden"},
+		}},
+	}
+	for i := range 58 {
+		req.Parameters[fmt.Sprintf("property.linstor.csi.linbit.com/DrbdOptions/Net/opt%04d", i)] = "vvvvvv"
+	}
+	return req
+}
+
+func benchmarkTap(b *testing.B, call func(context.Context, csi.ControllerClient) error) {
 	const calls = 1000
-	chunks := recordCalls(b, calls)
+	chunks := recordCalls(b, calls, call)
 	tap := sidecar.NewTap(decodedOnly{}, metrics.New(), 1024)
 	defer tap.Close()
 	at := time.Now()
@@ -125,6 +171,10 @@ func BenchmarkTapPerCall(b *testing.B) {
 // sidecars repeat most and the tap only times.
 type capabilities struct {
 	csi.UnimplementedControllerServer
+}
+
+func (capabilities) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: req.Name, CapacityBytes: req.CapacityRange.GetRequiredBytes()}}, nil
 }
 
 func (capabilities) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
