@@ -253,9 +253,23 @@ func simpleEntry(b []byte) (key, value []byte, ok bool) {
 
 func setParameter(params *map[string]string, key, value []byte) {
 	if *params == nil {
-		*params = map[string]string{}
+		*params = make(map[string]string, len(claimKeys))
 	}
-	(*params)[string(key)] = string(value)
+	(*params)[parameterKey(key)] = string(value)
+}
+
+// claimKeys are the claim parameters csi-provisioner adds
+// (--extra-create-metadata): their keys are taken from here, so decoding a
+// request allocates only their values.
+var claimKeys = [...]string{ClaimParameterPrefix + "name", ClaimParameterPrefix + "namespace"}
+
+func parameterKey(key []byte) string {
+	for _, k := range claimKeys {
+		if string(key) == k {
+			return k
+		}
+	}
+	return string(key)
 }
 
 var (

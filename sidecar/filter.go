@@ -87,6 +87,10 @@ func (f *fieldFilter) write(p []byte) {
 	for len(p) > 0 && !f.overBudget {
 		switch f.mode {
 		case atHeader:
+			if rest, ok := f.wholeField(p); ok {
+				p = rest
+				continue
+			}
 			p = f.header(p)
 		case copying, inEntry:
 			k := min(f.left, len(p))
@@ -103,6 +107,38 @@ func (f *fieldFilter) write(p []byte) {
 			f.out, p = f.appended(p...), nil
 		}
 	}
+}
+
+// wholeField takes a length-delimited field that p holds entirely, from p
+// itself: the usual case, a request read in few pieces, costs a look at
+// each field's header and a copy of only what is kept. It takes nothing
+// (ok false) when p holds less than the whole field, or a field of another
+// type, and header then follows it byte by byte; both keep the same fields.
+func (f *fieldFilter) wholeField(p []byte) (rest []byte, ok bool) {
+	if f.nh > 0 {
+		return p, false
+	}
+	num, typ, n := protowire.ConsumeTag(p)
+	if n < 0 || typ != protowire.BytesType {
+		return p, false
+	}
+	size, m := protowire.ConsumeVarint(p[n:])
+	if m < 0 || size > uint64(len(p)-n-m) {
+		return p, false
+	}
+	end := n + m + int(size)
+	switch {
+	case num == f.claim:
+		entry := p[n+m : end]
+		key, value, done := entryHead(entry, len(entry))
+		if done && value >= 0 && !bytes.HasPrefix(entry[key[0]:key[1]], claimParam) {
+			return p[end:], true
+		}
+		f.out = f.appended(p[:end]...)
+	case f.keep[num]:
+		f.out = f.appended(p[:end]...)
+	}
+	return p[end:], true
 }
 
 func (f *fieldFilter) fieldDone() {
