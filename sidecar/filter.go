@@ -118,20 +118,18 @@ func (f *fieldFilter) wholeField(p []byte) (rest []byte, ok bool) {
 	if f.nh > 0 {
 		return p, false
 	}
-	num, typ, n := protowire.ConsumeTag(p)
+	num, typ, n := consumeTag(p)
 	if n < 0 || typ != protowire.BytesType {
 		return p, false
 	}
-	size, m := protowire.ConsumeVarint(p[n:])
+	size, m := consumeVarint(p[n:])
 	if m < 0 || size > uint64(len(p)-n-m) {
 		return p, false
 	}
 	end := n + m + int(size)
 	switch {
 	case num == f.claim:
-		entry := p[n+m : end]
-		key, value, done := entryHead(entry, len(entry))
-		if done && value >= 0 && !bytes.HasPrefix(entry[key[0]:key[1]], claimParam) {
+		if key, ok := simpleEntryKey(p[n+m : end]); ok && !bytes.HasPrefix(key, claimParam) {
 			return p[end:], true
 		}
 		f.out = f.appended(p[:end]...)
@@ -139,6 +137,35 @@ func (f *fieldFilter) wholeField(p []byte) (rest []byte, ok bool) {
 		f.out = f.appended(p[:end]...)
 	}
 	return p[end:], true
+}
+
+// simpleEntryKey is the key of a whole map entry of the simple shape, key
+// then value (ok false for any other: such an entry is kept).
+func simpleEntryKey(entry []byte) (key []byte, ok bool) {
+	// The usual entry, key and value under 128 bytes each, read directly.
+	if len(entry) >= 4 && entry[0] == keyTag && entry[1] < 0x80 {
+		if k := 2 + int(entry[1]); k+2 <= len(entry) && entry[k] == valueTag && entry[k+1] < 0x80 {
+			return entry[2:k], k+2+int(entry[k+1]) == len(entry)
+		}
+	}
+	key2, value, done := entryHead(entry, len(entry))
+	return entry[key2[0]:key2[1]], done && value >= 0
+}
+
+// consumeTag and consumeVarint are protowire's, with a single-byte varint,
+// the usual one, read inline.
+func consumeTag(p []byte) (protowire.Number, protowire.Type, int) {
+	if len(p) > 0 && p[0] < 0x80 && p[0]>>3 != 0 {
+		return protowire.Number(p[0] >> 3), protowire.Type(p[0] & 7), 1
+	}
+	return protowire.ConsumeTag(p)
+}
+
+func consumeVarint(p []byte) (uint64, int) {
+	if len(p) > 0 && p[0] < 0x80 {
+		return uint64(p[0]), 1
+	}
+	return protowire.ConsumeVarint(p)
 }
 
 func (f *fieldFilter) fieldDone() {
