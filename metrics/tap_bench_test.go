@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"net"
 	"path/filepath"
 	"sync"
@@ -102,7 +103,7 @@ func recordCalls(b *testing.B, calls int, call func(context.Context, csi.Control
 // Recorder and observed by an Observer that selects the decoded methods, as
 // in the binary.
 func BenchmarkTapPerCall(b *testing.B) {
-	benchmarkTap(b, func(ctx context.Context, c csi.ControllerClient) error {
+	benchmarkTap(b, 1000, func(ctx context.Context, c csi.ControllerClient) error {
 		_, err := c.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
 		return err
 	})
@@ -112,8 +113,8 @@ func BenchmarkTapPerCall(b *testing.B) {
 // about 4 KiB (a StorageClass's worth of parameters, provisioner secrets,
 // a clone source), the call the tap decodes in full.
 func BenchmarkTapPerCreateVolume(b *testing.B) {
-	req := cloneRequest()
-	benchmarkTap(b, func(ctx context.Context, c csi.ControllerClient) error {
+	req := cloneRequest(58, 6)
+	benchmarkTap(b, 1000, func(ctx context.Context, c csi.ControllerClient) error {
 		_, err := c.CreateVolume(ctx, req)
 		return err
 	})
@@ -122,7 +123,7 @@ func BenchmarkTapPerCreateVolume(b *testing.B) {
 // cloneRequest is a clone's CreateVolume as csi-provisioner sends it to
 // LINSTOR: ~60 StorageClass parameters, the keys the provisioner adds,
 // secrets, a capacity range, a block capability, a source volume.
-func cloneRequest() *csi.CreateVolumeRequest {
+func cloneRequest(filler, valueLen int) *csi.CreateVolumeRequest {
 	req := &csi.CreateVolumeRequest{
 		Name:          "pvc-0b1c2d3e-bench",
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 20 << 30},
@@ -140,14 +141,23 @@ func cloneRequest() *csi.CreateVolumeRequest {
 			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "pvc-golden"},
 		}},
 	}
-	for i := range 58 {
-		req.Parameters[fmt.Sprintf("property.linstor.csi.linbit.com/DrbdOptions/Net/opt%04d", i)] = "vvvvvv"
+	for i := range filler {
+		req.Parameters[fmt.Sprintf("property.linstor.csi.linbit.com/DrbdOptions/Net/opt%04d", i)] = strings.Repeat("v", valueLen)
 	}
 	return req
 }
 
-func benchmarkTap(b *testing.B, call func(context.Context, csi.ControllerClient) error) {
-	const calls = 1000
+// BenchmarkTapPerHugeCreateVolume is the same for a CreateVolume of about
+// 1 MiB (990 parameters), near what a Kubernetes object can hold.
+func BenchmarkTapPerHugeCreateVolume(b *testing.B) {
+	req := cloneRequest(987, 1000)
+	benchmarkTap(b, 20, func(ctx context.Context, c csi.ControllerClient) error {
+		_, err := c.CreateVolume(ctx, req)
+		return err
+	})
+}
+
+func benchmarkTap(b *testing.B, calls int, call func(context.Context, csi.ControllerClient) error) {
 	chunks := recordCalls(b, calls, call)
 	tap := sidecar.NewTap(decodedOnly{}, metrics.New(), 1024)
 	defer tap.Close()
