@@ -36,7 +36,8 @@ const (
 //	class.<class>.am.<accessMode>             "<index>:<mode>" of the first claimPropertySet with the access mode
 //	fix.<reason>                              each bad reason's fix
 //	dataSource.<namespace>.<name>             "<pvcNamespace>/<pvcName>" the DataSource clones ("" namespace: the
-//	                                          DataVolume's, and the variant unqualified)
+//	                                          DataVolume's, and the variant unqualified); of a DataSource of a
+//	                                          VolumeSnapshot, "<namespace>/_snapshot.<name>"
 //	rule.class-mismatch                       "guard": a disk onto another class than its golden's is warned about
 //	                                          or refused; "allow": admitted (predict.GuardRules)
 //	<golden>.worker                           "true": a Talos flavor's golden, whose clones are worker disks
@@ -48,6 +49,10 @@ const (
 // (deploy/admission/warn/access-modes-policy.yaml, bound Warn whatever the guard's
 // mode: a worker disk without ReadWriteMany clones at the storage layer all
 // the same, so it is never refused).
+//
+// A golden VolumeSnapshot's keys are those of a golden named
+// "_snapshot.<name>" (SnapshotGoldenKey), its class the class of the claim
+// it was cut from.
 //
 // <kind> is pvc or storage, <mode> the claim's volume mode (Block or
 // Filesystem: the guard resolves a DataVolume's as CDI does, from the class
@@ -105,37 +110,13 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string, rules predict.G
 	}
 	bad := map[string]bool{}
 	for ref, g := range p.AllGoldens() {
-		if ref.Namespace != goldenNamespace {
-			continue
+		if ref.Namespace == goldenNamespace {
+			putGolden(p, g.Name, g, csi, put, bad)
 		}
-		put(g.Name+".phase", g.Phase)
-		if g.Class != "" {
-			put(g.Name+".class", g.Class)
-		}
-		put(g.Name+".contentType", cdirules.ContentType(g.ContentType))
-		for _, c := range classes {
-			for _, kind := range guardKinds {
-				for _, mode := range guardModes {
-					t := predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"}, ContentType: g.ContentType}
-					r := p.State.Regions(g, t)
-					key := g.Name + "." + string(kind) + "." + mode + "." + c
-					put(key, regionsValue(r))
-					for k, v := range perDiskRegions(p.State, g, t, regionsValue(r), csi[c]) {
-						put(key+"."+k, v)
-						for _, reason := range badRegionReasons(v) {
-							bad[reason] = true
-						}
-					}
-					for _, pr := range []predict.Prediction{r.Sizeless, r.Small, r.AtSize, r.Larger} {
-						if pr.Bad() {
-							bad[pr.Reason] = true
-						}
-					}
-					if kind == cdirules.KindStorage && mode == resolvedGoldenMode(g) {
-						put(g.Name+".path."+c, pathValue(r.Larger))
-					}
-				}
-			}
+	}
+	for ref, g := range p.SnapshotGoldens() {
+		if ref.Namespace == goldenNamespace {
+			putGolden(p, SnapshotGoldenKey(g.Name), g, csi, put, bad)
 		}
 	}
 	for _, r := range perDiskBadReasons {
@@ -148,9 +129,53 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string, rules predict.G
 	for _, ds := range p.DataSources {
 		if pvc := cdirules.DataSourcePVC(ds); pvc != nil {
 			put("dataSource."+ds.Namespace+"."+ds.Name, pvc.Namespace+"/"+pvc.Name)
+		} else if vs := cdirules.DataSourceSnapshot(ds); vs != nil {
+			put("dataSource."+ds.Namespace+"."+ds.Name, vs.Namespace+"/"+SnapshotGoldenKey(vs.Name))
 		}
 	}
 	return d
+}
+
+// SnapshotGoldenKey is the name a golden VolumeSnapshot's keys start with:
+// kept apart from a golden DataVolume of the same name by a prefix no
+// object name can have (names are DNS subdomains: no underscore).
+func SnapshotGoldenKey(name string) string { return snapshotKeyPrefix + name }
+
+const snapshotKeyPrefix = "_snapshot."
+
+// putGolden writes one golden's facts and, per class, spec kind and volume
+// mode, its regions and their per-disk variants under name; the bad
+// reasons met go into bad, for their fixes.
+func putGolden(p *verdict.Predictor, name string, g predict.Golden, csi map[string]bool, put func(k, v string), bad map[string]bool) {
+	put(name+".phase", g.Phase)
+	if g.Class != "" {
+		put(name+".class", g.Class)
+	}
+	put(name+".contentType", cdirules.ContentType(g.ContentType))
+	for _, c := range p.State.ClassNames() {
+		for _, kind := range guardKinds {
+			for _, mode := range guardModes {
+				t := predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"}, ContentType: g.ContentType}
+				r := p.State.Regions(g, t)
+				key := name + "." + string(kind) + "." + mode + "." + c
+				put(key, regionsValue(r))
+				for k, v := range perDiskRegions(p.State, g, t, regionsValue(r), csi[c]) {
+					put(key+"."+k, v)
+					for _, reason := range badRegionReasons(v) {
+						bad[reason] = true
+					}
+				}
+				for _, pr := range []predict.Prediction{r.Sizeless, r.Small, r.AtSize, r.Larger} {
+					if pr.Bad() {
+						bad[pr.Reason] = true
+					}
+				}
+				if kind == cdirules.KindStorage && mode == resolvedGoldenMode(g) {
+					put(name+".path."+c, pathValue(r.Larger))
+				}
+			}
+		}
+	}
 }
 
 // workerAccessModes writes the worker access-mode warning's parameters: which

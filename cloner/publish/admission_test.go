@@ -7,10 +7,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
@@ -143,5 +146,51 @@ func TestAdmissionDataCarriesTheUnqualifiedSourceVariant(t *testing.T) {
 	}
 	if v := data[other+".pop.unqualified"]; !strings.Contains(v, unset) {
 		t.Errorf("%s.pop.unqualified = %q, want %s", other, v, unset)
+	}
+}
+
+// A golden VolumeSnapshot reaches the guard under its own keys
+// ("_snapshot.<name>", apart from a golden DataVolume of the same name),
+// with its class and the regions of CDI's snapshot path per class, and a
+// DataSource of it names those keys.
+func TestAdmissionDataCarriesSnapshotGoldens(t *testing.T) {
+	yes := true
+	objs := fleet.Objects{
+		Classes: []*storagev1.StorageClass{
+			{ObjectMeta: metav1.ObjectMeta{Name: "replicated"}, Provisioner: "linstor.csi.linbit.com", AllowVolumeExpansion: &yes},
+			{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Provisioner: "other.csi.example.com", AllowVolumeExpansion: &yes},
+		},
+		SnapshotContents: []*unstructured.Unstructured{{Object: map[string]any{"metadata": map[string]any{"name": "snapcontent-1"},
+			"spec":   map[string]any{"driver": "linstor.csi.linbit.com", "sourceVolumeMode": "Block", "source": map[string]any{"volumeHandle": "pvc-src"}},
+			"status": map[string]any{"snapshotHandle": "snap-handle-1"}}}},
+		Snapshots: []*unstructured.Unstructured{{Object: map[string]any{"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+			"metadata": map[string]any{"namespace": "cozy-public", "name": "ubuntu"},
+			"spec":     map[string]any{"volumeSnapshotClassName": "snap", "source": map[string]any{"persistentVolumeClaimName": "ubuntu-src"}},
+			"status":   map[string]any{"readyToUse": true, "restoreSize": "5Gi", "boundVolumeSnapshotContentName": "snapcontent-1"}}}},
+		Claims: []*corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-public", Name: "ubuntu-src"},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptrTo("replicated")}}},
+		DataSources: []*cdiv1.DataSource{{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-public", Name: "ubuntu-snap"},
+			Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "cozy-public", Name: "ubuntu"}}}}},
+	}
+	inv := fleet.BuildInventory(objs, config.Namespaces{"cozy-public"})
+	in := predict.Inputs{CSIDrivers: []string{"linstor.csi.linbit.com", "other.csi.example.com"}, DataSources: objs.DataSources}
+	data := AdmissionData(verdict.BuildPredictor(in, inv), "cozy-public", predict.GuardRules{})
+	key := SnapshotGoldenKey("ubuntu")
+	for k, want := range map[string]string{key + ".phase": "Succeeded", key + ".class": "replicated",
+		"dataSource.cozy-public.ubuntu-snap": "cozy-public/" + key} {
+		if data[k] != want {
+			t.Errorf("%s = %q, want %q", k, data[k], want)
+		}
+	}
+	if _, ok := data["ubuntu.phase"]; ok {
+		t.Errorf("the golden VolumeSnapshot is also written as a golden DataVolume of its name")
+	}
+	same := strings.Split(data[key+".storage.Block.replicated"], ":")
+	if len(same) != 6 || !strings.HasPrefix(same[5], predict.PathSnapshotClone+"/") {
+		t.Errorf("%s.storage.Block.replicated = %q, want a larger disk restored at the storage layer", key, data[key+".storage.Block.replicated"])
+	}
+	other := strings.Split(data[key+".storage.Block.other"], ":")
+	if len(other) != 6 || !(predict.Prediction{Path: strings.Split(other[5], "/")[0]}).Bad() {
+		t.Errorf("%s.storage.Block.other = %q, want a restore onto another driver's class flagged", key, data[key+".storage.Block.other"])
 	}
 }

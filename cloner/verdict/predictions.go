@@ -28,7 +28,7 @@ type Predictor struct {
 	images     map[types.NamespacedName]predict.Golden
 	imageNames map[types.NamespacedName]string
 	// snapshots are the golden VolumeSnapshots (predicted per disk and per
-	// class; the guard does not judge their disks yet).
+	// class, and guarded: SnapshotGoldens).
 	snapshots     map[types.NamespacedName]predict.Golden
 	snapshotNames map[types.NamespacedName]string
 	flavors       map[types.NamespacedName]fleet.Flavor
@@ -86,6 +86,12 @@ func (p *Predictor) AllGoldens() map[types.NamespacedName]predict.Golden {
 	maps.Copy(out, p.images)
 	maps.Copy(out, p.Goldens)
 	return out
+}
+
+// SnapshotGoldens are the golden VolumeSnapshots, by reference: the guard
+// judges a restore of one apart from a golden DataVolume of the same name.
+func (p *Predictor) SnapshotGoldens() map[types.NamespacedName]predict.Golden {
+	return maps.Clone(p.snapshots)
 }
 
 func TargetOfClass(r fleet.ClassResolution) predict.Target {

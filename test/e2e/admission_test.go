@@ -83,7 +83,8 @@ func (a *admissionClient) create(ctx context.Context, name, golden, class, size 
 
 // workerDataVolume is a ReadWriteMany Block worker disk of the tenant
 // cloning golden (a name with dataSourcePrefix: through that DataSource; as
-// "<namespace>/<name>", the disk is in that namespace with it) on class (""
+// "<namespace>/<name>", the disk is in that namespace with it; with
+// snapshotPrefix: restoring that golden VolumeSnapshot) on class (""
 // none) at size ("" none), with the per-disk annotations ann.
 func workerDataVolume(name, golden, class, size string, ann map[string]string) *cdiv1.DataVolume {
 	block := corev1.PersistentVolumeBlock
@@ -110,6 +111,9 @@ func workerDataVolume(name, golden, class, size string, ann map[string]string) *
 		}
 		dv.Spec.Source, dv.Spec.SourceRef = nil, &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: ds}
 	}
+	if vs, ok := strings.CutPrefix(golden, snapshotPrefix); ok {
+		dv.Spec.Source = &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: cluster.NamespaceGolden, Name: vs}}
+	}
 	return dv
 }
 
@@ -132,6 +136,10 @@ func (a *admissionClient) createDataVolume(ctx context.Context, dv *cdiv1.DataVo
 // dataSourcePrefix marks an admissionCase golden that is a DataSource's
 // name: the DataVolume clones through spec.sourceRef.
 const dataSourcePrefix = "datasource:"
+
+// snapshotPrefix marks an admissionCase golden that is a golden
+// VolumeSnapshot's name: the DataVolume restores it (spec.source.snapshot).
+const snapshotPrefix = "snapshot:"
 
 // createDataSource makes a DataSource in namespace ns naming the PVC
 // pvcNamespace/golden and waits until the parameters know it. Its CRD
@@ -190,6 +198,9 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 	mismatch := func(class string) string {
 		return "would be on StorageClass " + class + ", not on golden " + golden + "'s replicated: CDI asks the driver for a cross-class clone"
 	}
+	snapshotMismatch := func(class string) string {
+		return "would be on StorageClass " + class + ", not on golden VolumeSnapshot " + admissionSnapshot + "'s replicated"
+	}
 	cases := []admissionCase{
 		{"good", golden, "replicated", "20Gi", nil, nil},
 		{"good-default", golden, "", "20Gi", nil, nil}, // the virtualization default is the golden's class
@@ -235,10 +246,22 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCSIClone}},
 		{"clone-type-copy", golden, "replicated", "20Gi", []string{"CDI will take path host-assisted (reason clone-type-copy)"},
 			map[string]string{cdirules.AnnCloneType: cdirules.StrategyCopy}},
+		// Restores of a golden VolumeSnapshot (cut from the golden's claim,
+		// on its class), directly or through a DataSource: judged against
+		// the snapshot, apart from the golden DataVolume.
+		{"snapshot-good", snapshotPrefix + admissionSnapshot, "replicated", "20Gi", nil, nil},
+		{"snapshot-mismatched", snapshotPrefix + admissionSnapshot, "replicated-b", "20Gi", []string{snapshotMismatch("replicated-b")}, nil},
+		{"snapshot-host-assisted", snapshotPrefix + admissionSnapshot, "replicated-fixed", "20Gi", []string{
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden VolumeSnapshot " + admissionSnapshot + " on StorageClass replicated-fixed",
+			snapshotMismatch("replicated-fixed")}, nil},
+		{"snapshot-via-datasource", dataSourcePrefix + "golden-snapshot-ds", "replicated-fixed", "20Gi", []string{
+			"CDI will take path host-assisted (reason no-volume-expansion) for golden VolumeSnapshot " + admissionSnapshot + " on StorageClass replicated-fixed",
+			snapshotMismatch("replicated-fixed")}, nil},
 	}
 
 	createDataSource(t, ctx, c, admissionTenant, "golden-ds", cluster.NamespaceGolden, golden)
 	createDataSource(t, ctx, c, cluster.NamespaceGolden, "golden-ds-unqualified", "", golden)
+	snapshotAdmissionGolden(t, ctx, c, golden, "golden-snapshot-ds")
 	applyAdmission(t, c, "warn")
 	checkTypeChecking(t, ctx, c, admissionPolicy)
 	waitGuard(t, ctx, c, func() (bool, string) {
@@ -294,6 +317,25 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 			t.Errorf("parameters deleted: %s not admitted silently: %v %q", tc.name, err, warnings)
 		}
 	}
+}
+
+// admissionSnapshot is the golden VolumeSnapshot the guard is asked about.
+const admissionSnapshot = "golden-snapshot"
+
+// snapshotAdmissionGolden snapshots the golden's claim as a golden
+// VolumeSnapshot, publishes a DataSource of it in the tenant, and waits
+// until the parameters know both.
+func snapshotAdmissionGolden(t *testing.T, ctx context.Context, c *cluster.Cluster, golden, dataSource string) {
+	t.Helper()
+	if _, err := c.SnapshotClaim(ctx, cluster.NamespaceGolden, admissionSnapshot, golden, "snap", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PublishSnapshotDataSource(ctx, admissionTenant, dataSource, cluster.NamespaceGolden, admissionSnapshot); err != nil {
+		t.Fatal(err)
+	}
+	key := publish.SnapshotGoldenKey(admissionSnapshot)
+	waitParamsHold(t, ctx, c, map[string]string{key + ".class": "replicated",
+		"dataSource." + admissionTenant + "." + dataSource: cluster.NamespaceGolden + "/" + key})
 }
 
 // checkClassMismatchAllowed: with the parameter rule.class-mismatch
