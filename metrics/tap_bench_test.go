@@ -113,11 +113,15 @@ func BenchmarkTapPerCall(b *testing.B) {
 // about 4 KiB (a StorageClass's worth of parameters, provisioner secrets,
 // a clone source), the call the tap decodes in full.
 func BenchmarkTapPerCreateVolume(b *testing.B) {
-	req := cloneRequest(58, 6)
-	benchmarkTap(b, 1000, func(ctx context.Context, c csi.ControllerClient) error {
+	benchmarkTap(b, 1000, createVolume(cloneRequest(58, 6)))
+}
+
+// createVolume makes each call a CreateVolume of req.
+func createVolume(req *csi.CreateVolumeRequest) func(context.Context, csi.ControllerClient) error {
+	return func(ctx context.Context, c csi.ControllerClient) error {
 		_, err := c.CreateVolume(ctx, req)
 		return err
-	})
+	}
 }
 
 // cloneRequest is a clone's CreateVolume as csi-provisioner sends it to
@@ -150,11 +154,7 @@ func cloneRequest(filler, valueLen int) *csi.CreateVolumeRequest {
 // BenchmarkTapPerHugeCreateVolume is the same for a CreateVolume of about
 // 1 MiB (990 parameters), near what a Kubernetes object can hold.
 func BenchmarkTapPerHugeCreateVolume(b *testing.B) {
-	req := cloneRequest(987, 1000)
-	benchmarkTap(b, 20, func(ctx context.Context, c csi.ControllerClient) error {
-		_, err := c.CreateVolume(ctx, req)
-		return err
-	})
+	benchmarkTap(b, 20, createVolume(cloneRequest(987, 1000)))
 }
 
 func benchmarkTap(b *testing.B, calls int, call func(context.Context, csi.ControllerClient) error) {
