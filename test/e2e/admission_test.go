@@ -22,6 +22,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -297,6 +298,7 @@ func TestAdmissionGuardWarnsDeniesAndFailsOpen(t *testing.T) {
 		}
 		checkMessages(t, "deny mode: "+tc.name, got, firstWant(tc.want))
 	}
+	checkSnapshotGuardIsTheModel(t, ctx, c, a)
 
 	// A broken sidecar must never block VM creation: with it stopped and
 	// its parameters gone, the guard admits even what it would refuse.
@@ -336,6 +338,52 @@ func snapshotAdmissionGolden(t *testing.T, ctx context.Context, c *cluster.Clust
 	key := publish.SnapshotGoldenKey(admissionSnapshot)
 	waitParamsHold(t, ctx, c, map[string]string{key + ".class": "replicated",
 		"dataSource." + admissionTenant + "." + dataSource: cluster.NamespaceGolden + "/" + key})
+}
+
+// checkSnapshotGuardIsTheModel asks the guard in Deny about restores of the
+// golden VolumeSnapshot on every class, without a size, below, at and above
+// its restore size, and holds each answer to the model's
+// (predict.Prediction.GuardRefuses) for the golden as the sidecar reads it
+// (fleet.ReadSnapshot) and the live configuration: the policy's CEL and
+// the model must agree on snapshot goldens as on golden DataVolumes.
+func checkSnapshotGuardIsTheModel(t *testing.T, ctx context.Context, c *cluster.Cluster, a *admissionClient) {
+	t.Helper()
+	snap, err := readDiffSnapshot(ctx, c, cluster.NamespaceGolden, admissionSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := predict.Golden{Namespace: cluster.NamespaceGolden, Name: admissionSnapshot, Class: "replicated", Phase: "Succeeded", Driver: snap.Driver,
+		VolumeMode: snap.SourceVolumeMode, CapacityBytes: snap.RestoreBytes, RequestedBytes: snap.RestoreBytes, Snapshot: &snap}
+	s := predict.NewState(liveInputs(t, ctx, c))
+	sizes := []int64{0, 1 << 30, snap.RestoreBytes, 20 << 30}
+	refusals := 0
+	for _, class := range s.ClassNames() {
+		for _, bytes := range sizes {
+			size := ""
+			if bytes > 0 {
+				size = resource.NewQuantity(bytes, resource.BinarySI).String()
+			}
+			p := s.Predict(g, predict.Target{Class: class, Kind: cdirules.KindStorage, VolumeMode: cdirules.Block,
+				AccessModes: []string{string(corev1.ReadWriteMany)}, Bytes: bytes})
+			_, err := a.createDataVolume(ctx, workerDataVolume("snapshot-probe", snapshotPrefix+admissionSnapshot, class, size, nil), false)
+			refused := apierrors.IsInvalid(err)
+			if err != nil && !refused {
+				t.Fatalf("restore onto %s at %q: %v", class, size, err)
+			}
+			if refused {
+				refusals++
+			}
+			if refused != p.GuardRefuses(predict.GuardRules{}) {
+				t.Errorf("restore of golden VolumeSnapshot onto %s at %q: the guard refused=%v, the model predicts %s/%s, flags %v",
+					class, size, refused, p.Path, p.Reason, p.Flags)
+			}
+		}
+	}
+	total := len(s.ClassNames()) * len(sizes)
+	t.Logf("restores of the golden VolumeSnapshot: the guard refused %d of %d", refusals, total)
+	if refusals == 0 || refusals == total {
+		t.Errorf("the guard refused %d of %d restores: no contrast to compare the model with", refusals, total)
+	}
 }
 
 // checkClassMismatchAllowed: with the parameter rule.class-mismatch
