@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -192,5 +193,40 @@ func TestAdmissionDataCarriesSnapshotGoldens(t *testing.T) {
 	other := strings.Split(data[key+".storage.Block.other"], ":")
 	if len(other) != 6 || !(predict.Prediction{Path: strings.Split(other[5], "/")[0]}).Bad() {
 		t.Errorf("%s.storage.Block.other = %q, want a restore onto another driver's class flagged", key, data[key+".storage.Block.other"])
+	}
+}
+
+// The parameters grow with goldens x classes and must fit one ConfigMap
+// (the API server refuses over 1 MiB, and the guard then judges on the
+// last ones written): a Cozystack-sized fleet, 30 goldens with Talos-length
+// names (flavors, vm-default-images and their snapshots) on 6 classes of
+// one driver, half without expansion (more per-disk variants differ from
+// the base), fits, but takes about three quarters of it (docs/predict.md).
+func TestAdmissionParamsFitOneConfigMap(t *testing.T) {
+	const goldens, classes, limit = 30, 6, 1 << 20
+	yes, no := true, false
+	in := predict.Inputs{CSIDrivers: []string{"linstor.csi.linbit.com"}}
+	for i := range classes {
+		expand := &yes
+		if i%2 == 1 {
+			expand = &no
+		}
+		in.Classes = append(in.Classes, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("linstor-class-%02d", i)},
+			Provisioner: "linstor.csi.linbit.com", AllowVolumeExpansion: expand})
+	}
+	p := &verdict.Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{}}
+	for i := range goldens {
+		g := predict.Golden{Namespace: "cozy-public", Name: fmt.Sprintf("talos-worker-%064d-v1-10-%d", i, i), Class: "linstor-class-00",
+			Phase: "Succeeded", Driver: "linstor.csi.linbit.com", VolumeMode: cdirules.Block, CapacityBytes: 5 << 30, RequestedBytes: 5 << 30}
+		p.Goldens[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = g
+	}
+	size := 0
+	for k, v := range AdmissionData(p, "cozy-public", predict.GuardRules{}) {
+		size += len(k) + len(v)
+	}
+	t.Logf("%d goldens x %d classes: %d bytes (%.0f %% of a ConfigMap), %d per golden and class", goldens, classes, size,
+		100*float64(size)/limit, size/(goldens*classes))
+	if size > limit {
+		t.Errorf("the parameters of %d goldens on %d classes take %d bytes, over a ConfigMap's %d", goldens, classes, size, limit)
 	}
 }
