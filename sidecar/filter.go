@@ -148,8 +148,12 @@ func simpleEntryKey(entry []byte) (key []byte, ok bool) {
 			return entry[2:k], k+2+int(entry[k+1]) == len(entry)
 		}
 	}
-	key2, value, done := entryHead(entry, len(entry))
-	return entry[key2[0]:key2[1]], done && value >= 0
+	// entryHead's key bounds hold only for the simple shape (value >= 0).
+	bounds, value, done := entryHead(entry, len(entry))
+	if !done || value < 0 {
+		return nil, false
+	}
+	return entry[bounds[0]:bounds[1]], true
 }
 
 // consumeTag and consumeVarint are protowire's, with a single-byte varint,
