@@ -108,17 +108,18 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string, rules predict.G
 			put("class."+c+"."+k, v)
 		}
 	}
-	bad := map[string]bool{}
+	w := goldenWriter{state: p.State, classes: classes, csi: csi, put: put, bad: map[string]bool{}}
 	for ref, g := range p.AllGoldens() {
 		if ref.Namespace == goldenNamespace {
-			putGolden(p, g.Name, g, csi, put, bad)
+			w.golden(g.Name, g)
 		}
 	}
 	for ref, g := range p.SnapshotGoldens() {
 		if ref.Namespace == goldenNamespace {
-			putGolden(p, SnapshotGoldenKey(g.Name), g, csi, put, bad)
+			w.golden(SnapshotGoldenKey(g.Name), g)
 		}
 	}
+	bad := w.bad
 	for _, r := range perDiskBadReasons {
 		bad[r] = true
 	}
@@ -143,23 +144,33 @@ func SnapshotGoldenKey(name string) string { return snapshotKeyPrefix + name }
 
 const snapshotKeyPrefix = "_snapshot."
 
-// putGolden writes one golden's facts and, per class, spec kind and volume
-// mode, its regions and their per-disk variants under name; the bad
-// reasons met go into bad, for their fixes.
-func putGolden(p *verdict.Predictor, name string, g predict.Golden, csi map[string]bool, put func(k, v string), bad map[string]bool) {
+// goldenWriter writes the goldens' keys; bad collects the bad reasons met,
+// for their fixes.
+type goldenWriter struct {
+	state   *predict.State
+	classes []string
+	csi     map[string]bool // classes with a CSIDriver object
+	put     func(k, v string)
+	bad     map[string]bool
+}
+
+// golden writes one golden's facts and, per class, spec kind and volume
+// mode, its regions and their per-disk variants under name.
+func (w goldenWriter) golden(name string, g predict.Golden) {
+	put, bad := w.put, w.bad
 	put(name+".phase", g.Phase)
 	if g.Class != "" {
 		put(name+".class", g.Class)
 	}
 	put(name+".contentType", cdirules.ContentType(g.ContentType))
-	for _, c := range p.State.ClassNames() {
+	for _, c := range w.classes {
 		for _, kind := range guardKinds {
 			for _, mode := range guardModes {
 				t := predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"}, ContentType: g.ContentType}
-				r := p.State.Regions(g, t)
+				r := w.state.Regions(g, t)
 				key := name + "." + string(kind) + "." + mode + "." + c
 				put(key, regionsValue(r))
-				for k, v := range perDiskRegions(p.State, g, t, regionsValue(r), csi[c]) {
+				for k, v := range perDiskRegions(w.state, g, t, regionsValue(r), w.csi[c]) {
 					put(key+"."+k, v)
 					for _, reason := range badRegionReasons(v) {
 						bad[reason] = true
