@@ -17,6 +17,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -197,15 +198,21 @@ func emptyDiffDataSources(t *testing.T, ctx context.Context, c *cluster.Cluster,
 }
 
 // waitDiffDataSourceParams waits until the guard's parameters name the PVC
-// of each DataSource routing to the catalog's golden (the guard follows a
-// DataSource through them), as boot sources exist long before their disks.
-func waitDiffDataSourceParams(t *testing.T, ctx context.Context, c *cluster.Cluster, batch string, arrs []diffArrangement, sources map[string]*cdiv1.DataSource, golden string) {
+// or the golden VolumeSnapshot of each DataSource routing to a guarded
+// golden (the guard follows a DataSource through them), as boot sources
+// exist long before their disks.
+func waitDiffDataSourceParams(t *testing.T, ctx context.Context, c *cluster.Cluster, batch string, arrs []diffArrangement, sources map[string]*cdiv1.DataSource, guarded map[string]bool) {
 	t.Helper()
 	want := map[string]string{}
 	for _, a := range arrs {
-		if ds := sources[a.name]; ds != nil && a.src.name == golden {
-			pvc := cdirules.DataSourcePVC(ds)
+		ds := sources[a.name]
+		if ds == nil || !guarded[a.src.name] {
+			continue
+		}
+		if pvc := cdirules.DataSourcePVC(ds); pvc != nil {
 			want["dataSource."+ds.Namespace+"."+ds.Name] = pvc.Namespace + "/" + pvc.Name
+		} else if vs := cdirules.DataSourceSnapshot(ds); vs != nil {
+			want["dataSource."+ds.Namespace+"."+ds.Name] = vs.Namespace + "/" + publish.SnapshotGoldenKey(vs.Name)
 		}
 	}
 	waitParamsHold(t, ctx, c, want)
@@ -216,7 +223,7 @@ func waitDiffDataSourceParams(t *testing.T, ctx context.Context, c *cluster.Clus
 	ac := newAdmissionClient(t, c)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, a := range arrs {
-			if sources[a.name] == nil || a.src.name != golden || a.via.unqualified {
+			if sources[a.name] == nil || !guarded[a.src.name] || a.via.unqualified {
 				continue
 			}
 			// Its DataSource is named after it; a dry run makes nothing.

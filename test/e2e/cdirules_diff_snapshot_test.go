@@ -227,3 +227,37 @@ func snapshotShaped(rng *rand.Rand, a *diffArrangement) {
 		a.target.PerDisk.CloneType = &snapshot
 	}
 }
+
+// diffGoldenSnapshot is the name of a chunk's VolumeSnapshot of the
+// catalog's golden, in the golden namespace: a snapshot golden, whose
+// restores the guard judges (its keys are publish.SnapshotGoldenKey's).
+func diffGoldenSnapshot(batch string) string { return "golden-snap-" + batch }
+
+// createDiffGoldenSnapshot snapshots the catalog's golden claim in the
+// golden namespace, as an operator publishes a golden VolumeSnapshot, waits
+// until it is ready, and returns it as a source with the golden the sidecar
+// reads it as (fleet.ReadSnapshot; its class is the claim's it was cut
+// from, the catalog golden's).
+func createDiffGoldenSnapshot(t *testing.T, ctx context.Context, c *cluster.Cluster, batch string, golden diffSource) (diffSource, predict.Golden) {
+	t.Helper()
+	s := diffSource{name: diffGoldenSnapshot(batch), mode: golden.mode, bytes: golden.bytes, golden: true,
+		snap: &diffSnap{of: golden.name, class: "cdirules-main"}}
+	createDiffSnapshot(t, ctx, c, cluster.NamespaceGolden, s, nil)
+	waitDiffSnapshotReady(t, ctx, c, cluster.NamespaceGolden, s.name)
+	snap, err := readDiffSnapshot(ctx, c, cluster.NamespaceGolden, s.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, predict.Golden{Namespace: cluster.NamespaceGolden, Name: s.name, Class: "replicated", Phase: "Succeeded", Driver: snap.Driver,
+		VolumeMode: snap.SourceVolumeMode, CapacityBytes: snap.RestoreBytes, RequestedBytes: snap.RestoreBytes, Snapshot: &snap}
+}
+
+// deleteDiffGoldenSnapshot deletes a chunk's golden VolumeSnapshot, if it
+// made one.
+func deleteDiffGoldenSnapshot(t *testing.T, ctx context.Context, c *cluster.Cluster, batch string) {
+	t.Helper()
+	err := c.Dynamic.Resource(cluster.VolumeSnapshotGVR).Namespace(cluster.NamespaceGolden).Delete(ctx, diffGoldenSnapshot(batch), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}

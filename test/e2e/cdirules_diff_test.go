@@ -25,6 +25,7 @@ import (
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
 
@@ -164,6 +165,7 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 		ns := fmt.Sprintf("cdirules-%d", i)
 		r.runChunk(t, ctx, c, ns, i, cfg, min(diffChunk, total-i*diffChunk), rng)
 		emptyDiffChunk(t, ctx, c, ns, r.golden.name)
+		deleteDiffGoldenSnapshot(t, ctx, c, ns)
 	}
 	t.Logf("seed %d: coverage (arrangements per value of each input):%s", seed, r.coverage)
 	var caught []string
@@ -171,8 +173,8 @@ func TestCDIRulesMatchCDIController(t *testing.T) {
 		caught = append(caught, fmt.Sprintf("%s=%d", b, r.byBreak[b]))
 	}
 	t.Logf("seed %d: mismatches each break would have (CDIRULES_BREAK): %s", seed, strings.Join(caught, " "))
-	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny, %d of them through a DataSource and %d warned about access modes; %d cloned at the storage layer), %d mismatches",
-		seed, r.checked, r.guarded, r.guardedVia, r.warned, r.storageLayer, r.mismatches)
+	t.Logf("seed %d: %d arrangements checked (%d also by the guard in Deny, %d of them through a DataSource, %d restoring a golden VolumeSnapshot and %d warned about access modes; %d cloned at the storage layer), %d mismatches",
+		seed, r.checked, r.guarded, r.guardedVia, r.guardedSnapshot, r.warned, r.storageLayer, r.mismatches)
 	if r.mismatches > 0 || r.checked != total {
 		t.Fatalf("seed %d: %d of %d arrangements differ from cdi-controller (%d checked)", seed, r.mismatches, total, r.checked)
 	}
@@ -244,8 +246,9 @@ type diffRun struct {
 	// the storage layer; warned: guarded ones warned about for a claim
 	// without ReadWriteMany.
 	mismatches, checked, guarded, storageLayer, warned int
-	// guardedVia: guarded ones through a DataSource.
-	guardedVia int
+	// guardedVia: guarded ones through a DataSource; guardedSnapshot:
+	// restores of the golden VolumeSnapshot.
+	guardedVia, guardedSnapshot int
 	// guard asks the API server, keeping its warnings.
 	guard *admissionClient
 	// byBreak: arrangements and profiles each break would get wrong.
@@ -288,12 +291,21 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 	// its parameters follow the configuration.
 	golden := r.golden
 	goldens[golden.name] = sourceGolden(t, ctx, c, cluster.NamespaceGolden, golden)
-	waitGuardParams(t, ctx, c, r.guard, truth, goldens[golden.name])
+	waitGuardParams(t, ctx, c, r.guard, truth, golden, goldens[golden.name])
 	snaps, snapGoldens := createDiffSnapshots(t, ctx, c, ns, chunk, cfg.snapshots)
 	for name, g := range snapGoldens {
 		goldens[name] = g
 	}
 	sources = append(append(sources, golden, golden, golden), weightedSnapshotSources(snaps)...)
+	// Shown to the guard: the catalog's golden, and where the configuration
+	// has VolumeSnapshotClasses a golden VolumeSnapshot of it.
+	guarded := map[string]bool{golden.name: true}
+	if cfg.snapshots != diffSnapshotsNone {
+		gs, g := createDiffGoldenSnapshot(t, ctx, c, ns, golden)
+		goldens[gs.name], guarded[gs.name] = g, true
+		sources = append(sources, gs, gs)
+		waitGuardParams(t, ctx, c, r.guard, truth, gs, g)
+	}
 	arrs := make([]diffArrangement, n)
 	viaSources := map[string]*cdiv1.DataSource{}
 	for i := range arrs {
@@ -303,7 +315,7 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 		}
 	}
 	waitDiffDataSources(t, ctx, c, viaSources)
-	waitDiffDataSourceParams(t, ctx, c, ns, arrs, viaSources, golden.name)
+	waitDiffDataSourceParams(t, ctx, c, ns, arrs, viaSources, guarded)
 	for _, a := range arrs {
 		createDiffDataVolume(t, ctx, c, ns, a)
 	}
@@ -343,7 +355,7 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 				ns, a.name, a.src.name, a.src.mode, a.src.bytes, a.target, cfg.dims(a.target.Class), want, got)
 		}
 		claimModes, claimed := r.checkAccessModes(t, ctx, c, ns, a, cfg, state, broken)
-		if a.src.name != golden.name {
+		if !guarded[a.src.name] {
 			continue
 		}
 		g := goldens[a.src.name]
@@ -351,11 +363,16 @@ func (r *diffRun) runChunk(t *testing.T, ctx context.Context, c *cluster.Cluster
 		if a.via != nil {
 			r.guardedVia++
 		}
+		if a.src.snap != nil {
+			r.guardedSnapshot++
+		}
 		refused, warnings := guardRefuses(t, ctx, r.guard, ns, a)
 		r.checkAccessModeWarning(t, ns, a, refused, warnings, claimModes, claimed)
-		if want == "waits: source" {
+		if want == "waits: source" || a.src.snap != nil && a.via != nil && a.via.unqualified {
 			// Through a DataSource naming the golden without a namespace:
-			// the disk's namespace holds no golden, so nothing is guarded.
+			// the disk's namespace holds no golden (a snapshot's empty
+			// namespace stays empty: fleet.ClonedSnapshot), so nothing is
+			// guarded.
 			if refused {
 				r.mismatches++
 				t.Errorf("%s/%s: the guard refused a DataVolume whose DataSource resolves to no golden: %+v", ns, a.name, a.target)
@@ -417,7 +434,10 @@ func (r *diffRun) checkAccessModeWarning(t *testing.T, ns string, a diffArrangem
 	if warned {
 		r.warned++
 	}
-	if want := predict.LacksReadWriteMany(claimModes); warned != want {
+	// Only a Talos flavor's golden DataVolume is a worker golden
+	// (publish.AdmissionData's <golden>.worker): restores of a golden
+	// VolumeSnapshot are never warned about.
+	if want := predict.LacksReadWriteMany(claimModes) && a.src.snap == nil; warned != want {
 		r.mismatches++
 		t.Errorf("%s/%s: CDI's claim has access modes %v, the access-mode warning said %v (want warned=%v): %+v", ns, a.name, claimModes, warnings, want, a.target)
 	}
@@ -676,7 +696,7 @@ func sizeEdge(rng *rand.Rand, a *diffArrangement, sources []diffSource) {
 	// could hold: only the recorded size makes that claim permissive.
 	t.Bytes = []int64{9 << 30, 9 << 30, 19 << 29, a.src.bytes - 1<<20, 2 << 30}[rng.IntN(5)]
 	// Sizes alone decide: no other per-disk annotation.
-	t.PerDisk = cdirules.PerDisk{Permissive: rng.IntN(3) == 0}
+	t.PerDisk = cdirules.PerDisk{Permissive: rng.IntN(2) == 0}
 }
 
 // poolShaped makes an arrangement a pool's (or a vm-disk's) disk:
@@ -730,7 +750,11 @@ func createDiffDataVolume(t *testing.T, ctx context.Context, c *cluster.Cluster,
 	t.Helper()
 	dv := diffDataVolume(a, ns, a.src.namespace(ns))
 	if a.src.golden && (a.via == nil || !a.via.unqualified) {
-		tok, err := c.CloneToken(ctx, cluster.NamespaceGolden, a.src.name, ns, a.name)
+		resource := cluster.TokenForPVC
+		if a.src.snap != nil {
+			resource = cluster.TokenForSnapshot
+		}
+		tok, err := c.CloneTokenFor(ctx, resource, cluster.NamespaceGolden, a.src.name, ns, a.name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1123,12 +1147,16 @@ func setUpDiffGuard(t *testing.T, ctx context.Context, c *cluster.Cluster) diffS
 // waitGuardParams waits until the sidecar's parameters say, for the golden
 // on every class, what the prediction from the live objects says (the
 // parameters follow a batch's configuration).
-func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, ac *admissionClient, s *predict.State, g predict.Golden) {
+func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, ac *admissionClient, s *predict.State, src diffSource, g predict.Golden) {
 	t.Helper()
+	key := g.Name
+	if src.snap != nil {
+		key = publish.SnapshotGoldenKey(g.Name)
+	}
 	want := map[string]string{}
 	for _, class := range s.ClassNames() {
 		r := s.Regions(g, predict.Target{Class: class, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}})
-		want[g.Name+".path."+class] = r.Larger.Path + "/" + r.Larger.Reason
+		want[key+".path."+class] = r.Larger.Path + "/" + r.Larger.Reason
 	}
 	waitParamsHold(t, ctx, c, want)
 	var last string
@@ -1136,7 +1164,7 @@ func waitGuardParams(t *testing.T, ctx context.Context, c *cluster.Cluster, ac *
 	// its decisions on a larger disk on every class are the prediction's.
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, class := range s.ClassNames() {
-			a := diffArrangement{name: "probe", classSet: true, src: diffSource{name: g.Name, golden: true},
+			a := diffArrangement{name: "probe", classSet: true, src: src,
 				target: predict.Target{Class: class, Kind: cdirules.KindStorage, VolumeMode: cdirules.Block, AccessModes: []string{"ReadWriteOnce"}, Bytes: 40 << 30}}
 			if refused, _, _ := askGuard(ctx, ac, diffGuardNamespace, a); refused != s.Predict(g, a.target).GuardRefuses(predict.GuardRules{}) {
 				last = fmt.Sprintf("class %s: refused=%v", class, refused)
