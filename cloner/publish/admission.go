@@ -1,9 +1,12 @@
 package publish
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
@@ -26,9 +29,11 @@ const (
 // Keys of the parameters. CEL reads a ConfigMap's data as a flat string map:
 //
 //	<golden>.phase, .class, .contentType      the golden's facts
-//	<golden>.<kind>.<mode>.<class>            "<min>:<fit>:<sizeless>:<small>:<atSize>:<larger>"
-//	<golden>.<kind>.<mode>.<class>.<variant>  the same for a disk with per-disk inputs (guardVariants),
+//	<golden>.id                               "_g<n>", the golden's id in its regions' keys
+//	<id>.<kind>.<mode>.<class>                "<n>": the regions are row _regions.<n>
+//	<id>.<kind>.<mode>.<class>.<variant>      the same for a disk with per-disk inputs (guardVariants),
 //	                                          only where it differs from the key it falls back to
+//	_regions.<n>                              "<min>:<fit>:<sizeless>:<small>:<atSize>:<larger>"
 //	<golden>.path.<class>                     the pool disk's path, larger than the golden (readable summary)
 //	class.<class>.provisioner                 the class exists
 //	class.<class>.mode                        the volume mode of its StorageProfile's claimPropertySets[0]
@@ -108,16 +113,12 @@ func AdmissionData(p *verdict.Predictor, goldenNamespace string, rules predict.G
 			put("class."+c+"."+k, v)
 		}
 	}
-	w := goldenWriter{state: p.State, classes: classes, csi: csi, put: put, bad: map[string]bool{}}
-	for ref, g := range p.AllGoldens() {
-		if ref.Namespace == goldenNamespace {
-			w.golden(g.Name, g)
-		}
+	w := goldenWriter{state: p.State, classes: classes, csi: csi, put: put, bad: map[string]bool{}, rows: map[string]string{}}
+	for _, g := range inNamespace(p.AllGoldens(), goldenNamespace) {
+		w.golden(g.Name, g)
 	}
-	for ref, g := range p.SnapshotGoldens() {
-		if ref.Namespace == goldenNamespace {
-			w.golden(SnapshotGoldenKey(g.Name), g)
-		}
+	for _, g := range inNamespace(p.SnapshotGoldens(), goldenNamespace) {
+		w.golden(SnapshotGoldenKey(g.Name), g)
 	}
 	bad := w.bad
 	for _, r := range perDiskBadReasons {
@@ -144,20 +145,65 @@ func SnapshotGoldenKey(name string) string { return snapshotKeyPrefix + name }
 
 const snapshotKeyPrefix = "_snapshot."
 
+// inNamespace are the goldens of one namespace, by name: the order fixes
+// their ids and rows (goldenWriter), so an unchanged fleet writes the same
+// parameters on every pass.
+func inNamespace(goldens map[types.NamespacedName]predict.Golden, namespace string) []predict.Golden {
+	var out []predict.Golden
+	for ref, g := range goldens {
+		if ref.Namespace == namespace {
+			out = append(out, g)
+		}
+	}
+	slices.SortFunc(out, func(a, b predict.Golden) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // goldenWriter writes the goldens' keys; bad collects the bad reasons met,
 // for their fixes.
+//
+// The regions are most of the parameters (some 16 keys per golden and
+// class), so they are written short: under the golden's id ("<golden>.id",
+// "_g<n>", not a Talos golden's 90-character name in every key), each
+// naming a row of the regions table ("_regions.<n>", the value), which the
+// goldens of one size and shape share. TestAdmissionParamsFitOneConfigMap
+// measures what that buys.
 type goldenWriter struct {
 	state   *predict.State
 	classes []string
 	csi     map[string]bool // classes with a CSIDriver object
 	put     func(k, v string)
 	bad     map[string]bool
+	// rows numbers the regions values written so far; ids counts goldens.
+	rows map[string]string
+	ids  int
 }
 
+// row is the number of a regions value's row, written the first time.
+func (w *goldenWriter) row(regions string) string {
+	n, ok := w.rows[regions]
+	if !ok {
+		n = strconv.Itoa(len(w.rows))
+		w.rows[regions] = n
+		w.put(regionsRowPrefix+n, regions)
+	}
+	return n
+}
+
+// The id's and the rows' prefixes start with an underscore, which no object
+// name has: no golden's own keys can be mistaken for them.
+const (
+	goldenIDPrefix   = "_g"
+	regionsRowPrefix = "_regions."
+)
+
 // golden writes one golden's facts and, per class, spec kind and volume
-// mode, its regions and their per-disk variants under name.
-func (w goldenWriter) golden(name string, g predict.Golden) {
+// mode, its regions and their per-disk variants under name's id.
+func (w *goldenWriter) golden(name string, g predict.Golden) {
 	put, bad := w.put, w.bad
+	id := goldenIDPrefix + strconv.Itoa(w.ids)
+	w.ids++
+	put(name+".id", id)
 	put(name+".phase", g.Phase)
 	if g.Class != "" {
 		put(name+".class", g.Class)
@@ -168,10 +214,12 @@ func (w goldenWriter) golden(name string, g predict.Golden) {
 			for _, mode := range guardModes {
 				t := predict.Target{Class: c, Kind: kind, VolumeMode: mode, AccessModes: []string{"ReadWriteOnce"}, ContentType: g.ContentType}
 				r := w.state.Regions(g, t)
-				key := name + "." + string(kind) + "." + mode + "." + c
-				put(key, regionsValue(r))
-				for k, v := range perDiskRegions(w.state, g, t, regionsValue(r), w.csi[c]) {
-					put(key+"."+k, v)
+				key := id + "." + string(kind) + "." + mode + "." + c
+				put(key, w.row(regionsValue(r)))
+				variants := perDiskRegions(w.state, g, t, regionsValue(r), w.csi[c])
+				for _, k := range slices.Sorted(maps.Keys(variants)) {
+					v := variants[k]
+					put(key+"."+k, w.row(v))
 					for _, reason := range badRegionReasons(v) {
 						bad[reason] = true
 					}

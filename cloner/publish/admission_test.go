@@ -2,6 +2,7 @@ package publish
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -131,21 +132,22 @@ func TestAdmissionDataCarriesTheUnqualifiedSourceVariant(t *testing.T) {
 	p := &verdict.Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{{Namespace: g.Namespace, Name: g.Name}: g}}
 	data := AdmissionData(p, "cozy-public", predict.GuardRules{})
 	unset := "blocked/" + predict.ReasonSourceNamespaceUnset
-	key := g.Name + ".storage.Block.replicated"
-	got, ok := data[key+".unqualified"]
+	key := "storage.Block.replicated"
+	got, ok := regionsAt(data, g.Name, key+".unqualified")
 	regions := strings.Split(got, ":")
 	if !ok || len(regions) != 6 || regions[2] != unset || regions[4] != unset || regions[5] != unset ||
 		regions[3] != "blocked/"+predict.ReasonTargetTooSmall {
-		t.Errorf("%s.unqualified = %q (present %v), want %s in every region but small's target-too-small; base %q", key, got, ok, unset, data[key])
+		base, _ := regionsAt(data, g.Name, key)
+		t.Errorf("%s.unqualified = %q (present %v), want %s in every region but small's target-too-small; base %q", key, got, ok, unset, base)
 	}
 	if data["fix."+predict.ReasonSourceNamespaceUnset] != predict.Fix(predict.ReasonSourceNamespaceUnset) {
 		t.Errorf("fix.%s = %q", predict.ReasonSourceNamespaceUnset, data["fix."+predict.ReasonSourceNamespaceUnset])
 	}
-	other := g.Name + ".storage.Block.other"
-	if v, ok := data[other+".unqualified"]; ok {
+	other := "storage.Block.other"
+	if v, ok := regionsAt(data, g.Name, other+".unqualified"); ok {
 		t.Errorf("%s.unqualified written (%q) though CDI's legacy path copies without a CSIDriver object", other, v)
 	}
-	if v := data[other+".pop.unqualified"]; !strings.Contains(v, unset) {
+	if v, _ := regionsAt(data, g.Name, other+".pop.unqualified"); !strings.Contains(v, unset) {
 		t.Errorf("%s.pop.unqualified = %q, want %s", other, v, unset)
 	}
 }
@@ -186,24 +188,25 @@ func TestAdmissionDataCarriesSnapshotGoldens(t *testing.T) {
 	if _, ok := data["ubuntu.phase"]; ok {
 		t.Errorf("the golden VolumeSnapshot is also written as a golden DataVolume of its name")
 	}
-	same := strings.Split(data[key+".storage.Block.replicated"], ":")
-	if len(same) != 6 || !strings.HasPrefix(same[5], predict.PathSnapshotClone+"/") {
-		t.Errorf("%s.storage.Block.replicated = %q, want a larger disk restored at the storage layer", key, data[key+".storage.Block.replicated"])
+	sameValue, _ := regionsAt(data, key, "storage.Block.replicated")
+	if same := strings.Split(sameValue, ":"); len(same) != 6 || !strings.HasPrefix(same[5], predict.PathSnapshotClone+"/") {
+		t.Errorf("%s's storage.Block.replicated = %q, want a larger disk restored at the storage layer", key, sameValue)
 	}
-	other := strings.Split(data[key+".storage.Block.other"], ":")
-	if len(other) != 6 || !(predict.Prediction{Path: strings.Split(other[5], "/")[0]}).Bad() {
-		t.Errorf("%s.storage.Block.other = %q, want a restore onto another driver's class flagged", key, data[key+".storage.Block.other"])
+	otherValue, _ := regionsAt(data, key, "storage.Block.other")
+	if other := strings.Split(otherValue, ":"); len(other) != 6 || !(predict.Prediction{Path: strings.Split(other[5], "/")[0]}).Bad() {
+		t.Errorf("%s's storage.Block.other = %q, want a restore onto another driver's class flagged", key, otherValue)
 	}
 }
 
 // The parameters grow with goldens x classes and must fit one ConfigMap
 // (the API server refuses over 1 MiB, and the guard then judges on the
-// last ones written): a Cozystack-sized fleet, 30 goldens with Talos-length
-// names (flavors, vm-default-images and their snapshots) on 6 classes of
-// one driver, half without expansion (more per-disk variants differ from
-// the base), fits, but takes about three quarters of it (docs/predict.md).
+// last ones written): 100 goldens with Talos-length names (flavors,
+// vm-default-images and their snapshots) of ten sizes on 10 classes of one
+// driver, half without expansion (more per-disk variants differ from the
+// base), fit (docs/predict.md). Written with each golden's name in every
+// key and every regions value in full, they took 4.3 MB.
 func TestAdmissionParamsFitOneConfigMap(t *testing.T) {
-	const goldens, classes, limit = 30, 6, 1 << 20
+	const goldens, classes, limit = 100, 10, 1 << 20
 	yes, no := true, false
 	in := predict.Inputs{CSIDrivers: []string{"linstor.csi.linbit.com"}}
 	for i := range classes {
@@ -216,8 +219,9 @@ func TestAdmissionParamsFitOneConfigMap(t *testing.T) {
 	}
 	p := &verdict.Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{}}
 	for i := range goldens {
+		size := int64(4+i%10) << 30 // ten sizes: goldens of one size share their regions' rows
 		g := predict.Golden{Namespace: "cozy-public", Name: fmt.Sprintf("talos-worker-%064d-v1-10-%d", i, i), Class: "linstor-class-00",
-			Phase: "Succeeded", Driver: "linstor.csi.linbit.com", VolumeMode: cdirules.Block, CapacityBytes: 5 << 30, RequestedBytes: 5 << 30}
+			Phase: "Succeeded", Driver: "linstor.csi.linbit.com", VolumeMode: cdirules.Block, CapacityBytes: size, RequestedBytes: size}
 		p.Goldens[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = g
 	}
 	size := 0
@@ -228,5 +232,51 @@ func TestAdmissionParamsFitOneConfigMap(t *testing.T) {
 		100*float64(size)/limit, size/(goldens*classes))
 	if size > limit {
 		t.Errorf("the parameters of %d goldens on %d classes take %d bytes, over a ConfigMap's %d", goldens, classes, size, limit)
+	}
+}
+
+// regionsAt reads the regions the guard reads for a golden's key suffix
+// ("<kind>.<mode>.<class>[.<variant>]"): through the golden's id and the
+// row its key names.
+func regionsAt(data map[string]string, golden, suffix string) (string, bool) {
+	id, ok := data[golden+".id"]
+	if !ok {
+		return "", false
+	}
+	n, ok := data[id+"."+suffix]
+	if !ok {
+		return "", false
+	}
+	v, ok := data[regionsRowPrefix+n]
+	return v, ok
+}
+
+// An unchanged fleet writes the same parameters on every pass (the leader
+// writes them only when they differ): the goldens' ids and the rows'
+// numbers do not follow map order.
+func TestAdmissionDataIsTheSameEveryPass(t *testing.T) {
+	yes, no := true, false
+	in := predict.Inputs{CSIDrivers: []string{"linstor.csi.linbit.com"}}
+	for i, expand := range []*bool{&yes, &no, nil} {
+		in.Classes = append(in.Classes, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("class-%d", i)},
+			Provisioner: "linstor.csi.linbit.com", AllowVolumeExpansion: expand})
+	}
+	p := &verdict.Predictor{State: predict.NewState(in), Goldens: map[types.NamespacedName]predict.Golden{}}
+	for i := range 12 {
+		size := int64(4+i%3) << 30
+		g := predict.Golden{Namespace: "cozy-public", Name: fmt.Sprintf("golden-%02d", i), Class: "class-0", Phase: "Succeeded",
+			Driver: "linstor.csi.linbit.com", VolumeMode: cdirules.Block, CapacityBytes: size, RequestedBytes: size}
+		p.Goldens[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = g
+	}
+	first := AdmissionData(p, "cozy-public", predict.GuardRules{})
+	for range 20 {
+		if again := AdmissionData(p, "cozy-public", predict.GuardRules{}); !maps.Equal(again, first) {
+			t.Fatalf("two passes over one fleet wrote different parameters")
+		}
+	}
+	for i := range 12 {
+		if v, ok := regionsAt(first, fmt.Sprintf("golden-%02d", i), "storage.Block.class-1"); !ok || strings.Count(v, ":") != 5 {
+			t.Errorf("golden-%02d's storage.Block.class-1 = %q (present %v)", i, v, ok)
+		}
 	}
 }
