@@ -42,7 +42,9 @@ func (c *Controller) watchForVerdicts() {
 
 // claimChanged marks the disks (or golden) whose PVC is ns/name. CDI's
 // tmp-pvc-<target UID> in the golden's namespace stands for its target's
-// disk until the volume is re-bound (path.go).
+// disk until the volume is re-bound (path.go). A claim of a golden
+// namespace that no DataVolume made may be a claim golden: its users are
+// marked.
 func (c *Controller) claimChanged(key string) {
 	p := c.dvInf.Load()
 	if p == nil {
@@ -51,9 +53,26 @@ func (c *Controller) claimChanged(key string) {
 	if target, ok := c.cloneTarget(key); ok {
 		key = target
 	}
-	for _, o := range fleet.DataVolumesOf((*p).GetIndexer(), key) {
+	owners := fleet.DataVolumesOf((*p).GetIndexer(), key)
+	for _, o := range owners {
 		c.dataVolumeChanged(o)
 	}
+	if ns, name, _ := strings.Cut(key, "/"); len(owners) == 0 && c.cfg.GoldenNamespaces().Has(ns) {
+		c.due.Mark(c.goldenUsers((*p).GetIndexer(), types.NamespacedName{Namespace: ns, Name: name}, nil, false)...)
+		nudge(c.wake)
+	}
+}
+
+// namedClaims are the claims the DataVolumes (their source.pvc or golden
+// annotation) and the DataSources name: every claim golden's candidates.
+func (c *Controller) namedClaims(idx cache.Indexer) []types.NamespacedName {
+	out := c.predIn.Load().DataSourceClaims()
+	for _, k := range idx.ListIndexFuncValues(fleet.IndexByGolden) {
+		if ns, name, ok := strings.Cut(k, "/"); ok && c.cfg.GoldenNamespaces().Has(ns) {
+			out = append(out, types.NamespacedName{Namespace: ns, Name: name})
+		}
+	}
+	return out
 }
 
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
@@ -81,20 +100,30 @@ func (c *Controller) dataVolumeChanged(obj any) {
 	keys := []string{m.GetNamespace() + "/" + m.GetName()}
 	if c.cfg.GoldenNamespaces().Has(m.GetNamespace()) {
 		if p := c.dvInf.Load(); p != nil {
-			idx := (*p).GetIndexer()
-			users, _ := idx.IndexKeys(fleet.IndexByGolden, keys[0])
-			f, _ := fleet.GoldenFlavor(m.GetName(), m.GetAnnotations())
-			imports, _ := idx.IndexKeys(fleet.IndexByFlavor, f.Key())
-			keys = append(append(keys, users...), imports...)
 			golden := types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}
-			for _, ds := range c.predIn.Load().DataSourcesOf(golden) {
-				viaSource, _ := idx.IndexKeys(fleet.IndexByDataSource, ds.String())
-				keys = append(keys, viaSource...)
-			}
+			keys = append(keys, c.goldenUsers((*p).GetIndexer(), golden, m.GetAnnotations(), true)...)
 		}
 	}
 	c.due.Mark(keys...)
 	nudge(c.wake)
+}
+
+// goldenUsers are the DataVolumes a golden's change may change the verdict
+// of: those that name it, those that reach it through a DataSource, and the
+// HTTP imports of its flavor, when it is a DataVolume (annotations are its
+// own; a claim golden has no flavor).
+func (c *Controller) goldenUsers(idx cache.Indexer, golden types.NamespacedName, annotations map[string]string, dataVolume bool) []string {
+	users, _ := idx.IndexKeys(fleet.IndexByGolden, golden.String())
+	if dataVolume {
+		f, _ := fleet.GoldenFlavor(golden.Name, annotations)
+		imports, _ := idx.IndexKeys(fleet.IndexByFlavor, f.Key())
+		users = append(users, imports...)
+	}
+	for _, ds := range c.predIn.Load().DataSourcesOf(golden) {
+		viaSource, _ := idx.IndexKeys(fleet.IndexByDataSource, ds.String())
+		users = append(users, viaSource...)
+	}
+	return users
 }
 
 // markFull asks for a pass over every disk.
@@ -124,6 +153,7 @@ func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 	inv.DataSource = c.predIn.Load().DataSource
 	inv.CloneClaims = c.cloneClaims
 	idx := (*c.dvInf.Load()).GetIndexer()
+	inv.NamedClaims = c.namedClaims(idx)
 	var dvs []*fleet.CachedDataVolume
 	seen := map[string]bool{}
 	for _, ns := range c.cfg.GoldenNamespaces() {

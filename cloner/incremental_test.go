@@ -243,3 +243,42 @@ func takeDue(t *testing.T, c *Controller, key, kind string) {
 		return c.due.Unmark(key)
 	})
 }
+
+// TestAClaimGoldenChangeReJudgesItsConsumers: a claim golden (no
+// DataVolume made it) has no DataVolume whose change marks its consumers;
+// its own claim's change does.
+func TestAClaimGoldenChangeReJudgesItsConsumers(t *testing.T) {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	golden := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-public", Name: "ubuntu-image"}}
+	gpvc, _ := w.Claim(golden, clonertest.TestClass, 6*clonertest.Gi, 6*clonertest.Gi, "golden-vol-ubuntu-image")
+	const n = 12
+	for i := range n {
+		dv := w.DataVolume("tenant-a", fmt.Sprintf("vm-disk-%02d", i), 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+		dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: golden.Namespace, Name: golden.Name}}
+		w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
+	}
+	fc := newFakeCluster(t, &w)
+	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
+	ctx := t.Context()
+	c := fc.controller(t, ctx, cfg)
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	barriers := 0
+	settled := func() int64 {
+		quiesce(t, ctx, fc, c, &barriers)
+		return c.judgedCount.Load()
+	}
+	before := settled()
+	gpvc.Annotations[fleet.AnnImageName] = "ubuntu" // an annotation the cache keeps
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims(gpvc.Namespace).Update(ctx, gpvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := settled() - before; got < n {
+		t.Fatalf("a claim golden's change re-judged %d disks, want its %d consumers", got, n)
+	}
+	if s := c.Snapshot(); len(s.Images) != 1 || s.Images[0].Image != "ubuntu" || s.Images[0].Consumers != n {
+		t.Fatalf("image goldens %+v, want the claim golden, now image ubuntu, with %d consumers", s.Images, n)
+	}
+}

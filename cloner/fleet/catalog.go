@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 )
 
 // The platform's naming rules: both halves are interpolated into a
@@ -179,32 +181,70 @@ func newGolden(dv *cdiv1.DataVolume, inv *Inventory) *Golden {
 		g.Image = ImageIdentity(dv.Name, dv.Annotations)
 	}
 	pvc := inv.ClaimOf(g.Namespace, g.PVCName)
-	pv := inv.BoundPV(pvc)
-	g.Class = inv.Classes.resolveClassFor(pvc, pv, requestedClass(dv), string(dv.Spec.ContentType),
+	g.Class = inv.Classes.resolveClassFor(pvc, inv.BoundPV(pvc), requestedClass(dv), string(dv.Spec.ContentType),
 		dv.Spec.Storage == nil && dv.Spec.PVC != nil)
-	if pvc != nil && pvc.Status.Phase == corev1.ClaimBound {
-		g.CapacityBytes = claimCapacity(pvc)
-	}
 	// The golden's volume mode: its PV's once bound; before that its claim's,
 	// and before CDI made the claim the DataVolume's own request. Left
 	// empty, the prediction would render a not-yet-imported Block golden as
 	// Filesystem and call every Block worker of it host-assisted.
 	g.VolumeMode, _ = requestedModes(dv)
-	if pvc != nil {
-		g.ClaimRequestBytes = ClaimRequest(pvc)
-		g.ContentType, g.VirtualSize = pvc.Annotations[cdirules.AnnContentType], recordedImageSize(pvc)
-		if pvc.Spec.VolumeMode != nil {
-			g.VolumeMode = string(*pvc.Spec.VolumeMode)
-		}
+	inv.joinClaim(g, pvc)
+	return g
+}
+
+// joinClaim fills in what a golden's claim and its volume say: the bound
+// capacity, the request, the content type and image size CDI recorded, and
+// the volume mode (the PV's over the claim's over what g holds).
+func (inv *Inventory) joinClaim(g *Golden, pvc *corev1.PersistentVolumeClaim) {
+	if pvc == nil {
+		return
 	}
-	if pv != nil {
+	if pvc.Status.Phase == corev1.ClaimBound {
+		g.CapacityBytes = claimCapacity(pvc)
+	}
+	g.ClaimRequestBytes = ClaimRequest(pvc)
+	g.ContentType, g.VirtualSize = pvc.Annotations[cdirules.AnnContentType], recordedImageSize(pvc)
+	if pvc.Spec.VolumeMode != nil {
+		g.VolumeMode = string(*pvc.Spec.VolumeMode)
+	}
+	if pv := inv.BoundPV(pvc); pv != nil {
 		g.PVName = pv.Name
 		g.VolumeHandle = CsiHandle(pv)
 		if pv.Spec.VolumeMode != nil {
 			g.VolumeMode = string(*pv.Spec.VolumeMode)
 		}
 	}
-	return g
+}
+
+// Claim goldens: a claim of a golden namespace that no DataVolume made (an
+// operator's, or one restored from a snapshot) is a golden as soon as a
+// DataSource or a disk names it, as CDI clones it all the same. CDI's own
+// claims there (tmp-pvc, prime, scratch) are named by neither, and a
+// Talos-named claim without its DataVolume stays a deleted catalog golden.
+
+// addClaimGoldens makes a golden of each named claim of a golden namespace
+// that exists, is no DataVolume's (dvClaims) and no golden yet.
+func (inv *Inventory) addClaimGoldens(named []types.NamespacedName, goldenNamespaces config.Namespaces, dvClaims map[types.NamespacedName]bool) {
+	slices.SortFunc(named, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+	for _, ref := range slices.Compact(named) {
+		if !goldenNamespaces.Has(ref.Namespace) || dvClaims[ref] || inv.GoldenByRef[ref] != nil || strings.HasPrefix(ref.Name, goldenNamePrefix) {
+			continue
+		}
+		pvc := inv.ClaimOf(ref.Namespace, ref.Name)
+		if pvc == nil {
+			continue
+		}
+		g := &Golden{Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, Created: pvc.CreationTimestamp.Time,
+			Image: ImageIdentity(pvc.Name, pvc.Annotations), Phase: string(cdiv1.Pending), PVCName: pvc.Name,
+			RequestedBytes: ClaimRequest(pvc)}
+		if pvc.Status.Phase == corev1.ClaimBound {
+			g.Phase = string(cdiv1.Succeeded)
+		}
+		g.Class = inv.Classes.resolveClassFor(pvc, inv.BoundPV(pvc), pvc.Spec.StorageClassName, "", true)
+		inv.joinClaim(g, pvc)
+		inv.Images = append(inv.Images, g)
+		inv.GoldenByRef[ref] = g
+	}
 }
 
 // readySince is when the import finished: the Ready condition's last

@@ -3,6 +3,7 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -63,6 +64,12 @@ type Inventory struct {
 	// DataSource finds a DataSource by namespace/name (nil: none known), to
 	// follow a disk's sourceRef as CDI does.
 	DataSource func(types.NamespacedName) *cdiv1.DataSource
+	// NamedClaims are the claims DataSources and disks name as their
+	// source, set before AddDataVolumes: those of a golden namespace that
+	// no DataVolume made are claim goldens (addClaimGoldens). The
+	// controller, which reads only the disks a pass judges, names them all
+	// here, so every pass sees the same goldens.
+	NamedClaims []types.NamespacedName
 	// CloneClaims, when set, remembers the tmp-pvcs CDI made (the
 	// controller's, from its informer's events; nil in the report).
 	CloneClaims *ClaimTimes
@@ -90,6 +97,7 @@ func BuildInventory(objs Objects, goldenNamespaces config.Namespaces) *Inventory
 		func(ref types.NamespacedName) *corev1.PersistentVolumeClaim { return pvcs[ref] },
 		func(name string) *corev1.PersistentVolume { return pvs[name] })
 	inv.DataSource = func(ref types.NamespacedName) *cdiv1.DataSource { return sources[ref] }
+	inv.NamedClaims = DataSourceClaims(objs.DataSources)
 	inv.AddSnapshots(objs.Snapshots, goldenNamespaces)
 	inv.AddDataVolumes(objs.DataVolumes, goldenNamespaces)
 	return inv
@@ -173,10 +181,21 @@ func MalformedFrom(u *unstructured.Unstructured, err error) MalformedObject {
 
 // buildCatalog makes a golden of every DataVolume of the golden namespaces:
 // a Talos one joins the catalog, any other waits in Images for a disk to
-// clone it (only then do the metrics and the report show it).
+// clone it (only then do the metrics and the report show it). Then the
+// claims of those namespaces that no DataVolume made are goldens where
+// NamedClaims or a DataVolume's source names them (addClaimGoldens).
 func (inv *Inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespaces config.Namespaces) {
+	dvClaims := map[types.NamespacedName]bool{}
+	named := slices.Clone(inv.NamedClaims)
 	for _, dv := range dvs {
-		if !goldenNamespaces.Has(dv.Namespace) || namesItsGolden(dv) {
+		if ref, ok := ClonedPVC(dv, inv.DataSource); ok {
+			named = append(named, ref)
+		}
+		if !goldenNamespaces.Has(dv.Namespace) {
+			continue
+		}
+		dvClaims[types.NamespacedName{Namespace: dv.Namespace, Name: ClaimName(dv)}] = true
+		if namesItsGolden(dv) {
 			continue
 		}
 		g := newGolden(dv, inv)
@@ -187,6 +206,7 @@ func (inv *Inventory) buildCatalog(dvs []*cdiv1.DataVolume, goldenNamespaces con
 		}
 		inv.GoldenByRef[g.Ref()] = g
 	}
+	inv.addClaimGoldens(named, goldenNamespaces, dvClaims)
 }
 
 // GoldenOf is the golden a disk names (nil: none known).

@@ -165,6 +165,28 @@ func (p *PredictionInputs) DataSource(ref types.NamespacedName) *cdiv1.DataSourc
 	return ds
 }
 
+// DataSourceClaims are the claims the readable DataSources name (those
+// naming theirs with a namespace: an empty one is each user's own).
+func (p *PredictionInputs) DataSourceClaims() []types.NamespacedName {
+	inf := p.synced(DataSourceGVR)
+	if inf == nil {
+		return nil
+	}
+	var bad []MalformedObject
+	return DataSourceClaims(ConvertAll[cdiv1.DataSource](UnstructuredList(inf.GetStore().List()), &bad))
+}
+
+// DataSourceClaims are the claims the DataSources name with a namespace.
+func DataSourceClaims(sources []*cdiv1.DataSource) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, ds := range sources {
+		if pvc := cdirules.DataSourcePVC(ds); pvc != nil && pvc.Namespace != "" && pvc.Name != "" {
+			out = append(out, types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name})
+		}
+	}
+	return out
+}
+
 // DataSourcesOf are the DataSources whose PVC is the golden's (a namespace
 // left empty in a DataSource is its users', which no golden change can
 // name, so those are left to the full passes).
