@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -26,9 +25,7 @@ type direction struct {
 	conn       *TapConn
 	fromClient bool
 
-	// mu is held by Feed; abandon takes it (without waiting) to free the
-	// state of a direction that is not feeding.
-	mu       sync.Mutex
+	// The state below is guarded by conn.mu, which Feed holds.
 	released bool
 	preface  bool // still expecting the client's connection preface
 	buf      []byte
@@ -53,18 +50,14 @@ func newDirection(tc *TapConn, fromClient bool) *direction {
 // message bytes are never copied into a buffer of the tap's first. Any
 // trouble, a panic included, abandons the connection's tap, never the relay.
 func (d *direction) Feed(p []byte, at time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.conn.mu.Lock()
+	defer d.conn.unlock() // which frees everything once abandoned
 	if d.conn.abandoned.Load() {
-		d.release()
 		return
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			d.conn.abandon(AbandonPanic, fmt.Errorf("%v\n%s", r, debug.Stack()))
-		}
-		if d.conn.abandoned.Load() {
-			d.release()
 		}
 	}()
 	d.conn.sawBytes()
@@ -291,7 +284,7 @@ func (d *direction) compact(n int) {
 }
 
 // release frees everything the direction holds; it follows nothing after.
-// The caller holds d.mu.
+// The caller holds conn.mu.
 func (d *direction) release() {
 	if d.released {
 		return

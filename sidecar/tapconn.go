@@ -29,6 +29,11 @@ type TapConn struct {
 	client    *direction
 	driver    *direction
 
+	// mu is held by whoever parses (a direction's Feed, for all of its
+	// frames: the hand-off runs one at a time, so it is never contended
+	// there) and by Close. abandon, which may run on a pump while the parser
+	// holds it, takes it only if it is free; unlock then lets go of what
+	// the connection held. It guards what follows and both directions.
 	mu         sync.Mutex
 	calls      map[uint32]*call
 	lastOpened uint32 // the highest stream the client opened
@@ -92,14 +97,17 @@ func (tc *TapConn) peerOf(d *direction) *direction {
 // that is what the client got.
 func (tc *TapConn) Close() {
 	tc.handoff.close()
-	defer tc.release()
 	defer tc.recoverInto("close")
+	tc.mu.Lock()
 	if tc.abandoned.Load() {
+		tc.releaseLocked()
+		tc.mu.Unlock()
 		return
 	}
-	tc.mu.Lock()
 	open := tc.calls
 	tc.calls, tc.spare = nil, nil
+	tc.client.release()
+	tc.driver.release()
 	tc.mu.Unlock()
 	now := time.Now()
 	for _, c := range open {
@@ -126,18 +134,36 @@ func (tc *TapConn) recoverInto(what string) {
 	}
 }
 
-// release frees both directions' state once neither is feeding.
-func (tc *TapConn) release() {
-	for _, d := range []*direction{tc.client, tc.driver} {
-		d.mu.Lock()
-		d.release()
-		d.mu.Unlock()
+// releaseLocked lets go of everything an abandoned connection held: call
+// records with their buffered messages (requests' secrets included), frame
+// buffers and header tables. The caller holds tc.mu.
+func (tc *TapConn) releaseLocked() {
+	for _, c := range tc.calls {
+		c.free(tc.tap.budget)
+	}
+	tc.calls, tc.spare = nil, nil
+	tc.client.release()
+	tc.driver.release()
+}
+
+// unlock lets go of tc.mu, and of what the connection held if it was
+// abandoned meanwhile: abandon on another goroutine may have found mu
+// held just before it was let go, and freed nothing.
+func (tc *TapConn) unlock() {
+	freed := tc.abandoned.Load()
+	if freed {
+		tc.releaseLocked()
+	}
+	tc.mu.Unlock()
+	if !freed && tc.abandoned.Load() && tc.mu.TryLock() {
+		tc.releaseLocked()
+		tc.mu.Unlock()
 	}
 }
 
-// abandon stops following the connection for good, and lets go at once of
-// everything it held: call records with their buffered messages (requests'
-// secrets included), frame buffers and header tables. The relay is
+// abandon stops following the connection for good, and lets go of
+// everything it held (releaseLocked) at once, or as soon as the parser
+// holding tc.mu returns: it never waits for the parser. The relay is
 // unaffected.
 func (tc *TapConn) abandon(reason string, err error) {
 	if tc.abandoned.Swap(true) {
@@ -145,21 +171,13 @@ func (tc *TapConn) abandon(reason string, err error) {
 	}
 	tc.tap.abandonLog.Info("Tap gave up on a connection; relaying continues untapped", "reason", reason, "err", err)
 	tc.tap.recorder.ConnectionAbandoned(reason)
-	tc.mu.Lock()
-	for _, c := range tc.calls {
-		c.free(tc.tap.budget)
-	}
-	tc.calls, tc.spare = nil, nil
-	tc.mu.Unlock()
 	tc.handoff.mu.Lock()
 	tc.handoff.dropQueuedLocked()
 	tc.handoff.mu.Unlock()
-	// A direction that is feeding right now frees itself when it returns.
-	for _, d := range []*direction{tc.client, tc.driver} {
-		if d.mu.TryLock() {
-			d.release()
-			d.mu.Unlock()
-		}
+	// A parser holding mu right now (this goroutine's, if parsing failed)
+	// frees it all when it lets go of mu.
+	if tc.mu.TryLock() {
+		tc.unlock()
 	}
 }
 
@@ -177,9 +195,8 @@ func (tc *TapConn) onHeaders(h *headerBlock, fromClient bool, at time.Time) {
 	})
 }
 
-// update runs apply on the calls in flight under tc.mu (unlocked however
-// apply ends: a panic must not leave it held) and publishes the call apply
-// returns if that completed it.
+// update runs apply on the calls in flight and publishes the call apply
+// returns if that completed it. The caller holds tc.mu.
 func (tc *TapConn) update(id uint32, apply func() *call) {
 	c, settled := tc.completed(id, apply)
 	for _, s := range settled { // refused before c opened
@@ -193,9 +210,7 @@ func (tc *TapConn) update(id uint32, apply func() *call) {
 }
 
 func (tc *TapConn) completed(id uint32, apply func() *call) (c *call, settled []*call) {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	if tc.calls == nil { // abandoned meanwhile by the other direction
+	if tc.calls == nil { // abandoned by an earlier frame of this Feed
 		return nil, nil
 	}
 	c = apply()
@@ -304,11 +319,9 @@ func (tc *TapConn) newCall() *call {
 
 // recycle keeps the record of a published call, emptied, for a later
 // call: publish has handed on or freed everything it held, and nothing
-// refers to it any more.
+// refers to it any more. The caller holds tc.mu.
 func (tc *TapConn) recycle(c *call) {
 	*c = call{}
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
 	if tc.calls != nil && len(tc.spare) < maxSpareCalls {
 		tc.spare = append(tc.spare, c)
 	}
@@ -378,10 +391,10 @@ func (tc *TapConn) boundAwaiting() {
 }
 
 // onGoAway ends the calls the driver says it will not process: refused
-// streams, which the client may retry on another connection.
+// streams, which the client may retry on another connection. The caller
+// holds tc.mu.
 func (tc *TapConn) onGoAway(last uint32, at time.Time) {
 	var refused []*call
-	tc.mu.Lock()
 	tc.goAway = min(tc.goAway, last)
 	for id, c := range tc.calls {
 		if id <= tc.goAway {
@@ -398,7 +411,6 @@ func (tc *TapConn) onGoAway(last uint32, at time.Time) {
 			refused = append(refused, c)
 		}
 	}
-	tc.mu.Unlock()
 	for _, c := range refused {
 		tc.publish(c)
 	}

@@ -27,6 +27,16 @@ func TestEveryCallPathWipesTheRequest(t *testing.T) {
 		{"abandon", func(_ *testing.T, _ *wire, u *tapUnderTest) {
 			u.tc.abandon(AbandonFraming, nil)
 		}},
+		{"abandon on a pump while the parser holds the connection", func(_ *testing.T, _ *wire, u *tapUnderTest) {
+			u.tc.mu.Lock()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				u.tc.abandon(AbandonBacklog, nil)
+			}()
+			<-done // it could not free what the parser uses: the parser does, letting go
+			u.tc.unlock()
+		}},
 		{"onGoAway", func(_ *testing.T, w *wire, u *tapUnderTest) {
 			w.check(w.dfr.WriteGoAway(0, http2.ErrCodeNo, nil))
 			u.feed(w)
