@@ -88,7 +88,8 @@ const (
 // reply, for instance). Against well-behaved gRPC peers (16 KiB frames,
 // 4 KiB tables) a direction holds about 40 KiB, not this worst case.
 func HeldBytesBound(connections, callsPerConn int) int64 {
-	const callRecordBytes = 512 + maxStatusMessageBytes
+	// A record holds its request's filter (call.filter).
+	const callRecordBytes = int64(unsafe.Sizeof(call{})) + maxStatusMessageBytes
 	perDirection := int64(2*(maxFrameBytes+maxHeaderBlockBytes) + maxHeaderBlockBytes + maxHeaderTableBytes)
 	perConn := 2*int64(relayBufferBytes) + maxSpareCalls*callRecordBytes + 2*perDirection + 2*keptHandoffBytes +
 		maxLateSized*int64(unsafe.Sizeof(lateSizing{})) +

@@ -54,6 +54,9 @@ type call struct {
 	replyStarted  bool
 	encoding      string
 	reply         replyFraming
+	// filter is the request's (message.filter), part of the record, which
+	// a connection recycles: a call allocates none.
+	filter fieldFilter
 }
 
 // complete tells whether everything needed to publish the call is known.
@@ -282,8 +285,10 @@ type message struct {
 	want    int
 	acct    account
 	// filter, set for a request, keeps only the fields the tap decodes;
-	// body is what it kept once the message is whole.
+	// body is what it kept once the message is whole. It is space, the
+	// record's filter (nil when the record has none).
 	filter *fieldFilter
+	space  *fieldFilter
 	method string // a request's method, which chooses its filter
 }
 
@@ -327,6 +332,7 @@ func (m *message) feed(p []byte, b *budget) string {
 // filtered takes the filter's message as the body.
 func (m *message) filtered() string {
 	body, err := m.filter.finish()
+	*m.filter = fieldFilter{}
 	m.filter = nil
 	if err != nil {
 		return UndecodedMalformed
@@ -368,7 +374,10 @@ func (m *message) reserve(b *budget) string {
 	}
 	m.want = int(n)
 	if dec, ok := decoders[m.method]; ok {
-		m.filter = newFieldFilter(dec, int(n), &m.acct, b)
+		if m.filter = m.space; m.filter == nil {
+			m.filter = new(fieldFilter)
+		}
+		m.filter.init(dec, int(n), &m.acct, b)
 		if m.filter.overBudget {
 			return UndecodedBudget
 		}
@@ -383,6 +392,7 @@ func (m *message) free(b *budget, wipe bool) {
 	putBuffer(m.body, wipe)
 	if m.filter != nil {
 		putBuffer(m.filter.out, wipe)
+		*m.filter = fieldFilter{}
 	}
-	*m = message{acct: account{share: m.acct.share}}
+	*m = message{acct: account{share: m.acct.share}, space: m.space}
 }

@@ -127,7 +127,8 @@ func FuzzDecode(f *testing.F) {
 // filterInChunks runs a request through its method's fieldFilter in pieces
 // of n bytes, as DATA frames would bring it.
 func filterInChunks(t *testing.T, method string, req []byte, n int) []byte {
-	f := newFieldFilter(decoders[method], len(req), &account{share: &share{}}, newBudget(maxBufferedBytes))
+	f := &fieldFilter{}
+	f.init(decoders[method], len(req), &account{share: &share{}}, newBudget(maxBufferedBytes))
 	for b := req; len(b) > 0; b = b[min(n, len(b)):] {
 		f.write(b[:min(n, len(b))])
 	}

@@ -46,16 +46,15 @@ const (
 	verbatim
 )
 
-// newFieldFilter filters a message of size bytes; what it keeps is reserved
-// through acct as it grows.
-func newFieldFilter(dec decoder, size int, acct *account, b *budget) *fieldFilter {
-	f := &fieldFilter{keep: dec.keep, claim: dec.claim, size: size, acct: acct, budget: b}
+// init sets f, whatever it held, to filter a message of size bytes; what it
+// keeps is reserved through acct as it grows.
+func (f *fieldFilter) init(dec decoder, size int, acct *account, b *budget) {
+	*f = fieldFilter{keep: dec.keep, claim: dec.claim, size: size, acct: acct, budget: b}
 	if f.acct.grow(b, int64(bufferSizes[0])) {
 		f.out = getBuffer(bufferSizes[0])
 	} else {
 		f.overBudget = true
 	}
-	return f
 }
 
 // appended is f.out with p added. When it must grow, the bytes move to a

@@ -314,6 +314,7 @@ func (tc *TapConn) newCall() *call {
 	}
 	*c = call{buffer: tc.tap.buffers}
 	c.req.acct.share, c.resp.acct.share = &tc.share, &tc.share
+	c.req.space = &c.filter
 	return c
 }
 
