@@ -9,10 +9,16 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/config"
+	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
+	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/report"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -201,4 +207,100 @@ func TestUsePopulatorFalseIsPredictedHostAssisted(t *testing.T) {
 		}
 	}
 	t.Logf("vm-disk-legacy: %s (%s), predicted %s/%s, findings %v", rec.Verdict, rec.Source, rec.Predicted, rec.PredictedReason, rec.BadReasons())
+}
+
+// claimGolden is a PVC of the golden namespace that no DataVolume made:
+// an operator's, annotated with its image's name.
+const (
+	claimGolden      = "jammy-restored"
+	claimGoldenImage = "jammy"
+)
+
+// TestVerdictsForAClaimGolden: a claim of the golden namespace that no
+// DataVolume made is a golden once disks name it. A vm-disk naming it
+// through source.pvc and a disk reaching it through a DataSource in another
+// namespace get their verdicts from the tap and their predictions, are
+// counted under it, and the guard's parameters carry it.
+func TestVerdictsForAClaimGolden(t *testing.T) {
+	c := verdictCluster(t, cluster.Options{SidecarArgs: []string{"--admission-params=true"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	for _, ns := range []string{reachTenant, reachSources} {
+		if err := c.CreateNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createClaimGolden(t, ctx, c)
+	if err := c.PublishDataSource(ctx, reachSources, claimGoldenImage, cluster.NamespaceGolden, claimGolden); err != nil {
+		t.Fatal(err)
+	}
+	waitDiffDataSources(t, ctx, c, map[string]*cdiv1.DataSource{claimGoldenImage: {ObjectMeta: metav1.ObjectMeta{Namespace: reachSources, Name: claimGoldenImage}}})
+	for _, d := range []cluster.VMDisk{
+		{Namespace: reachTenant, Name: "vm-disk-jammy", StorageClass: "replicated", Size: "20Gi"},
+		{Namespace: reachTenant, Name: "boot-jammy", DataSource: reachSources + "/" + claimGoldenImage, StorageClass: "replicated", Size: "20Gi"},
+	} {
+		dv, err := c.VMDiskDataVolume(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dv.Spec.Source != nil {
+			dv.Spec.Source.PVC.Name = claimGolden
+		}
+		if dv.Annotations[cluster.AnnCloneToken], err = c.CloneToken(ctx, cluster.NamespaceGolden, claimGolden, d.Namespace, d.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CreateDataVolume(ctx, dv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"vm-disk-jammy", "boot-jammy"} {
+		rec := waitVerdict(t, ctx, c, reachTenant, name, record.VerdictCSIClone, 4*time.Minute)
+		assertReasons(t, name, rec, nil)
+		if rec.Source != record.SourceCSITap || rec.Predicted != predict.PathCSIClone || rec.Golden != cluster.NamespaceGolden+"/"+claimGolden {
+			t.Errorf("%s: source %q, predicted %q, golden %q; want the tap's, csi-clone, %s/%s (%+v)",
+				name, rec.Source, rec.Predicted, rec.Golden, cluster.NamespaceGolden, claimGolden, rec)
+		}
+	}
+	waitMetrics(t, ctx, c, func(s scrape) error {
+		img := map[string]string{"namespace": cluster.NamespaceGolden, "golden": claimGolden, "image": claimGoldenImage}
+		if got, _ := s.value("csi_clone_image_disks", with(img, "verdict", record.VerdictCSIClone)); got != 2 {
+			return fmt.Errorf("csi_clone_image_disks{golden=%s,verdict=csi-clone} = %v, want 2", claimGolden, got)
+		}
+		if got, _ := s.value("csi_clone_image_golden_info", with(with(img, "phase", string(cdiv1.Succeeded)), "storage_class", "replicated")); got != 1 {
+			return fmt.Errorf("csi_clone_image_golden_info for %s = %v, want 1", claimGolden, got)
+		}
+		return nil
+	})
+	waitParamsHold(t, ctx, c, map[string]string{claimGolden + ".phase": string(cdiv1.Succeeded), claimGolden + ".class": "replicated"})
+	cm, err := c.Client.CoreV1().ConfigMaps(cluster.NamespaceCSI).Get(ctx, publish.AdmissionParamsName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path := cm.Data[claimGolden+".path.replicated"]; !strings.HasPrefix(path, predict.PathCSIClone+"/") {
+		t.Errorf("the guard's parameters: %s.path.replicated = %q, want a csi-clone", claimGolden, path)
+	}
+}
+
+// createClaimGolden makes the claim golden, a Block claim of the golden's
+// class, and waits until the driver has provisioned it.
+func createClaimGolden(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	block, class := corev1.PersistentVolumeBlock, "replicated"
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NamespaceGolden, Name: claimGolden,
+			Annotations: map[string]string{fleet.AnnImageName: claimGoldenImage}},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeMode: &block,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}},
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Get(ctx, claimGolden, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.ClaimBound, nil
+	})
+	if err != nil {
+		t.Fatalf("claim golden %s never bound: %v", claimGolden, err)
+	}
 }
