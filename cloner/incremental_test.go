@@ -259,23 +259,20 @@ func TestAClaimGoldenChangeReJudgesItsConsumers(t *testing.T) {
 		w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
 	fc := newFakeCluster(t, &w)
-	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
 	ctx := t.Context()
-	c := fc.controller(t, ctx, cfg)
+	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	barriers := 0
-	settled := func() int64 {
-		quiesce(t, ctx, fc, c, &barriers)
-		return c.judgedCount.Load()
-	}
-	before := settled()
+	quiesce(t, ctx, fc, c, &barriers)
+	before := c.judgedCount.Load()
 	gpvc.Annotations[fleet.AnnImageName] = "ubuntu" // an annotation the cache keeps
 	if _, err := fc.kube.CoreV1().PersistentVolumeClaims(gpvc.Namespace).Update(ctx, gpvc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := settled() - before; got < n {
+	quiesce(t, ctx, fc, c, &barriers)
+	if got := c.judgedCount.Load() - before; got < n {
 		t.Fatalf("a claim golden's change re-judged %d disks, want its %d consumers", got, n)
 	}
 	if s := c.Snapshot(); len(s.Images) != 1 || s.Images[0].Image != "ubuntu" || s.Images[0].Consumers != n {

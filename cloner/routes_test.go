@@ -31,45 +31,7 @@ func TestPassJudgesADiskReachingAnImageGoldenThroughADataSource(t *testing.T) {
 	_, gpv := w.Claim(golden, clonertest.TestClass, 6*clonertest.Gi, 6*clonertest.Gi, "golden-vol-ubuntu")
 	unused := w.DataVolume("cozy-public", "vm-default-images-alpine", 6*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
 	clonertest.Succeed(unused, clonertest.T0.Add(-time.Hour))
-	ns := "boot-sources"
-	disk := w.DataVolume("tenant-b", "boot-db", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	disk.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: "ubuntu"}
-	w.Cloned(disk, clonertest.TestClass, fleet.CdiCloneTypeCSIClone, 20*clonertest.Gi,
-		clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
-	vmDisk := w.DataVolume("tenant-b", "vm-disk-web", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	vmDisk.Labels = map[string]string{fleet.LabelInstance: "vm-disk-web"}
-	vmDisk.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "cozy-public", Name: golden.Name}}
-	w.Cloned(vmDisk, clonertest.TestClass, fleet.CdiCloneTypeCSIClone, 20*clonertest.Gi,
-		clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
-	fc := newFakeCluster(t, w)
-	servePredictionInputs(t, fc)
-	ctx := t.Context()
-	ds := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
-		"metadata": map[string]any{"namespace": ns, "name": "ubuntu"},
-		"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": "cozy-public", "name": golden.Name}}}}}
-	if _, err := fc.dyn.Resource(fleet.DataSourceGVR).Namespace(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
-	c := fc.controller(t, ctx, cfg)
-	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for name, pool := range map[string]string{"boot-db": "tenant-b", "vm-disk-web": "vm-disk-web"} {
-		pvc, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-b").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := record.ReadRecord(pvc)
-		if err != nil || rec == nil {
-			t.Fatalf("%s has no verdict: %v", name, err)
-		}
-		if rec.Verdict != record.VerdictCSIClone || rec.Source != record.SourceCSITap || rec.Predicted != "csi-clone" ||
-			rec.Pool != pool || rec.Golden != "cozy-public/"+golden.Name {
-			t.Errorf("%s: %+v, want a csi-clone from the tap, predicted, in pool %s", name, rec, pool)
-		}
-	}
+	c := passOverImageGoldenDisks(t, w, golden.Name, gpv.Spec.CSI.VolumeHandle)
 	s := c.Snapshot()
 	if len(s.Images) != 1 || s.Images[0].Name != golden.Name || s.Images[0].Image != "ubuntu" || s.Images[0].Consumers != 2 {
 		t.Errorf("image goldens %+v, want only %s with two consumers", s.Images, golden.Name)
@@ -116,51 +78,12 @@ func TestPassJudgesDisksOfAClaimGolden(t *testing.T) {
 	gpvc.Annotations[fleet.AnnImageName] = "ubuntu"
 	scratch := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-public", Name: fleet.CdiTmpPVCPrefix + "0f1e2d"}}
 	w.Claim(scratch, clonertest.TestClass, 6*clonertest.Gi, 6*clonertest.Gi, "tmp-vol")
-	ns := "boot-sources"
-	viaSource := w.DataVolume("tenant-b", "boot-db", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	viaSource.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: "ubuntu"}
-	w.Cloned(viaSource, clonertest.TestClass, fleet.CdiCloneTypeCSIClone, 20*clonertest.Gi,
-		clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
-	vmDisk := w.DataVolume("tenant-b", "vm-disk-web", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	vmDisk.Labels = map[string]string{fleet.LabelInstance: "vm-disk-web"}
-	vmDisk.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "cozy-public", Name: claim.Name}}
-	w.Cloned(vmDisk, clonertest.TestClass, fleet.CdiCloneTypeCSIClone, 20*clonertest.Gi,
-		clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 6*clonertest.Gi, 20*clonertest.Gi))
-	fc := newFakeCluster(t, w)
-	servePredictionInputs(t, fc)
-	ctx := t.Context()
-	ds := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
-		"metadata": map[string]any{"namespace": ns, "name": "ubuntu"},
-		"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": "cozy-public", "name": claim.Name}}}}}
-	if _, err := fc.dyn.Resource(fleet.DataSourceGVR).Namespace(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := clonertest.ConfigAt(clonertest.T0.Add(time.Hour))
-	c := fc.controller(t, ctx, cfg)
-	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
-	eventually(t, "the DataSource seen", func() bool { return len(c.predIn.Load().DataSourceClaims()) == 1 })
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"boot-db", "vm-disk-web"} {
-		pvc, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-b").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := record.ReadRecord(pvc)
-		if err != nil || rec == nil {
-			t.Fatalf("%s has no verdict: %v", name, err)
-		}
-		if rec.Verdict != record.VerdictCSIClone || rec.Source != record.SourceCSITap || rec.Predicted != "csi-clone" ||
-			rec.Golden != "cozy-public/"+claim.Name || len(rec.Findings) != 0 {
-			t.Errorf("%s: %+v, want a csi-clone of the claim golden from the tap, predicted, without findings", name, rec)
-		}
-	}
+	c := passOverImageGoldenDisks(t, w, claim.Name, gpv.Spec.CSI.VolumeHandle)
 	s := c.Snapshot()
 	if len(s.Images) != 1 || s.Images[0].Name != claim.Name || s.Images[0].Image != "ubuntu" || s.Images[0].Consumers != 2 {
 		t.Errorf("image goldens %+v, want only the claim golden %s (image ubuntu) with two consumers", s.Images, claim.Name)
 	}
-	inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
+	inv := fleet.BuildInventory(w.Objects(t), clonertest.TestConfig().GoldenNamespaces())
 	data := publish.AdmissionData(verdict.BuildPredictor(clonertest.CsiCloneForced(), inv), "cozy-public", predict.GuardRules{})
 	if got := data[claim.Name+".path."+clonertest.TestClass]; got != predict.PathCSIClone+"/"+predict.ReasonCDIOverride {
 		t.Errorf("%s.path.%s = %q, want a csi-clone", claim.Name, clonertest.TestClass, got)
@@ -168,4 +91,50 @@ func TestPassJudgesDisksOfAClaimGolden(t *testing.T) {
 	if _, ok := data[scratch.Name+".phase"]; ok || inv.GoldenByRef[types.NamespacedName{Namespace: "cozy-public", Name: scratch.Name}] != nil {
 		t.Errorf("CDI's claim %s, which nothing names, is a golden", scratch.Name)
 	}
+}
+
+// passOverImageGoldenDisks adds two disks of golden cozy-public/<golden>,
+// whose volume handle is handle, CSI-cloned as the tap saw them: boot-db
+// in tenant-b, reaching it through the DataSource boot-sources/ubuntu, and
+// vm-disk-web of release vm-disk-web naming it through source.pvc. It then
+// runs one pass over informers once they hold the DataSource, and checks
+// that both are clean csi-clones of the golden seen by the tap, as
+// predicted, pooled by namespace and by release.
+func passOverImageGoldenDisks(t *testing.T, w *clonertest.World, golden, handle string) *Controller {
+	t.Helper()
+	ns := "boot-sources"
+	viaSource := w.DataVolume("tenant-b", "boot-db", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	viaSource.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: &ns, Name: "ubuntu"}
+	vmDisk := w.DataVolume("tenant-b", "vm-disk-web", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	vmDisk.Labels = map[string]string{fleet.LabelInstance: "vm-disk-web"}
+	vmDisk.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "cozy-public", Name: golden}}
+	for _, dv := range []*cdiv1.DataVolume{viaSource, vmDisk} {
+		w.Cloned(dv, clonertest.TestClass, fleet.CdiCloneTypeCSIClone, 20*clonertest.Gi, clonertest.TapClone(handle, 6*clonertest.Gi, 20*clonertest.Gi))
+	}
+	fc := newFakeCluster(t, w)
+	servePredictionInputs(t, fc)
+	ctx := t.Context()
+	ds := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+		"metadata": map[string]any{"namespace": ns, "name": "ubuntu"},
+		"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": "cozy-public", "name": golden}}}}}
+	if _, err := fc.dyn.Resource(fleet.DataSourceGVR).Namespace(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
+	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
+	eventually(t, "the DataSource seen", func() bool { return len(c.predIn.Load().DataSourceClaims()) == 1 })
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, pool := range map[string]string{"boot-db": "tenant-b", "vm-disk-web": "vm-disk-web"} {
+		rec, err := record.ReadRecord(fc.pvc(t, "tenant-b", name))
+		if err != nil || rec == nil {
+			t.Fatalf("%s has no verdict: %v", name, err)
+		}
+		if rec.Verdict != record.VerdictCSIClone || rec.Source != record.SourceCSITap || rec.Predicted != "csi-clone" ||
+			rec.Pool != pool || rec.Golden != "cozy-public/"+golden || len(rec.Findings) != 0 {
+			t.Errorf("%s: %+v, want a csi-clone of %s from the tap, predicted, in pool %s, without findings", name, rec, golden, pool)
+		}
+	}
+	return c
 }

@@ -63,15 +63,7 @@ func TestVerdictsForEveryRoute(t *testing.T) {
 		}
 	}
 
-	for _, name := range []string{"vm-disk-web", "boot-db"} {
-		rec := waitVerdict(t, ctx, c, reachTenant, name, record.VerdictCSIClone, 4*time.Minute)
-		assertReasons(t, name, rec, nil)
-		if rec.Source != record.SourceCSITap || rec.Predicted != predict.PathCSIClone || rec.Golden != cluster.NamespaceGolden+"/"+vmGolden {
-			t.Errorf("%s: source %q, predicted %q, golden %q; want the tap's, csi-clone, %s/%s (%+v)",
-				name, rec.Source, rec.Predicted, rec.Golden, cluster.NamespaceGolden, vmGolden, rec)
-		}
-		t.Logf("%s: %s from %s, predicted %s, pool %q", name, rec.Verdict, rec.ContentSource, rec.Predicted, rec.Pool)
-	}
+	waitCleanClones(t, ctx, c, vmGolden, "vm-disk-web", "boot-db")
 	wantPools := map[string]string{"vm-disk-web": "vm-disk-web", "boot-db": reachTenant}
 	for name, pool := range wantPools {
 		if rec := readRecord(t, ctx, c, reachTenant, name); rec.Pool != pool {
@@ -80,6 +72,22 @@ func TestVerdictsForEveryRoute(t *testing.T) {
 	}
 	waitMetrics(t, ctx, c, checkRouteMetrics)
 	checkRouteReport(t, ctx, c, wantPools)
+}
+
+// waitCleanClones waits until each disk of reachTenant is a csi-clone of
+// the golden namespace's golden, seen by the tap, as predicted, with no
+// bad reason.
+func waitCleanClones(t *testing.T, ctx context.Context, c *cluster.Cluster, golden string, disks ...string) {
+	t.Helper()
+	for _, name := range disks {
+		rec := waitVerdict(t, ctx, c, reachTenant, name, record.VerdictCSIClone, 4*time.Minute)
+		assertReasons(t, name, rec, nil)
+		if rec.Source != record.SourceCSITap || rec.Predicted != predict.PathCSIClone || rec.Golden != cluster.NamespaceGolden+"/"+golden {
+			t.Errorf("%s: source %q, predicted %q, golden %q; want the tap's, csi-clone, %s/%s (%+v)",
+				name, rec.Source, rec.Predicted, rec.Golden, cluster.NamespaceGolden, golden, rec)
+		}
+		t.Logf("%s: %s from %s, predicted %s, pool %q", name, rec.Verdict, rec.ContentSource, rec.Predicted, rec.Pool)
+	}
 }
 
 // checkRouteMetrics: the two disks are worker disks, counted under their
@@ -253,14 +261,7 @@ func TestVerdictsForAClaimGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"vm-disk-jammy", "boot-jammy"} {
-		rec := waitVerdict(t, ctx, c, reachTenant, name, record.VerdictCSIClone, 4*time.Minute)
-		assertReasons(t, name, rec, nil)
-		if rec.Source != record.SourceCSITap || rec.Predicted != predict.PathCSIClone || rec.Golden != cluster.NamespaceGolden+"/"+claimGolden {
-			t.Errorf("%s: source %q, predicted %q, golden %q; want the tap's, csi-clone, %s/%s (%+v)",
-				name, rec.Source, rec.Predicted, rec.Golden, cluster.NamespaceGolden, claimGolden, rec)
-		}
-	}
+	waitCleanClones(t, ctx, c, claimGolden, "vm-disk-jammy", "boot-jammy")
 	waitMetrics(t, ctx, c, func(s scrape) error {
 		img := map[string]string{"namespace": cluster.NamespaceGolden, "golden": claimGolden, "image": claimGoldenImage}
 		if got, _ := s.value("csi_clone_image_disks", with(img, "verdict", record.VerdictCSIClone)); got != 2 {
