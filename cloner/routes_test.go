@@ -138,3 +138,20 @@ func passOverImageGoldenDisks(t *testing.T, w *clonertest.World, golden, handle 
 	}
 	return c
 }
+
+// A claim golden has no import to wait for: a disk of one that never binds
+// (its class does not exist) is stuck after --stuck-after, as a disk of any
+// source, not "waiting for the golden's import" for ever.
+func TestADiskOfAnUnboundClaimGoldenIsStuck(t *testing.T) {
+	w, _ := clonertest.PredictionWorld(t)
+	unbound := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "cozy-public", Name: "never-bound"}}
+	w.Claim(unbound, "no-such-class", 6*clonertest.Gi, 0, "")
+	disk := w.DataVolume("tenant-a", "hung", 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	disk.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: unbound.Namespace, Name: unbound.Name}}
+	cfg := clonertest.TestConfig()
+	recs, _ := w.JudgeAll(t, cfg, disk.CreationTimestamp.Add(cfg.StuckAfter+time.Minute))
+	rec := recs["hung"]
+	if rec == nil || rec.Verdict != record.VerdictStuck || rec.Golden != "cozy-public/never-bound" {
+		t.Fatalf("the disk of an unbound claim golden: %+v, want stuck, of cozy-public/never-bound", rec)
+	}
+}

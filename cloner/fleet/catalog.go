@@ -86,6 +86,9 @@ type Golden struct {
 	// driver is asked for.
 	Snapshot       *cdirules.Snapshot
 	SnapshotHandle string
+	// FromClaim: a claim no DataVolume made (addClaimGoldens). Nothing
+	// imports it, so a disk waits on its binding as on any clone source.
+	FromClaim bool
 }
 
 // IsSnapshot reports whether the golden is a VolumeSnapshot.
@@ -110,6 +113,12 @@ func (g *Golden) SizeBytes() int64 {
 
 // Imported reports whether the golden's import finished.
 func (g *Golden) Imported() bool { return g.Phase == string(cdiv1.Succeeded) }
+
+// Importing reports whether the golden's import (or its snapshot's cut) is
+// yet to finish: its disks wait for it, never stuck meanwhile. A claim
+// golden has no import: a disk of one that never binds is stuck after
+// --stuck-after, as a disk of any source.
+func (g *Golden) Importing() bool { return !g.Imported() && !g.FromClaim }
 
 // IsImage reports whether the golden is not a Talos flavor's.
 func (g *Golden) IsImage() bool { return g.Image != "" }
@@ -236,7 +245,7 @@ func (inv *Inventory) addClaimGoldens(named []types.NamespacedName, goldenNamesp
 		}
 		g := &Golden{Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, Created: pvc.CreationTimestamp.Time,
 			Image: ImageIdentity(pvc.Name, pvc.Annotations), Phase: string(cdiv1.Pending), PVCName: pvc.Name,
-			RequestedBytes: ClaimRequest(pvc)}
+			RequestedBytes: ClaimRequest(pvc), FromClaim: true}
 		if pvc.Status.Phase == corev1.ClaimBound {
 			g.Phase = string(cdiv1.Succeeded)
 		}

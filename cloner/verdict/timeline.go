@@ -86,7 +86,7 @@ func provisionedClaim(f DiskFacts) *corev1.PersistentVolumeClaim {
 func inFlightPhase(f DiskFacts) string {
 	vol := f.volumeOf()
 	switch {
-	case f.golden != nil && !f.golden.Imported():
+	case f.golden != nil && f.golden.Importing():
 		return record.PhaseGoldenImport
 	case vol != nil && (failedExpansion(f.evidenceOf()) != nil || smallerThanDisk(vol, f.Disk)):
 		return record.PhaseExpand

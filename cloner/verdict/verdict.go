@@ -90,7 +90,7 @@ func Judge(f DiskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 		judgeMechanism(r, f, snapshotOf)
 		a.Duration, a.Timed = cloneDuration(r, f)
 	case judgeBlocked(r, f, &a, cfg, now):
-	case g != nil && !g.Imported():
+	case g != nil && g.Importing():
 		// Without the golden's DataVolume nothing imports: CDI clones from
 		// its claim, or already did, and the clock below runs.
 		r.Message = "waiting for the golden's import"
