@@ -65,8 +65,8 @@ func (c *Controller) claimChanged(key string) {
 
 // namedClaims are the claims the DataVolumes (their source.pvc or golden
 // annotation) and the DataSources name: every claim golden's candidates.
-func (c *Controller) namedClaims(idx cache.Indexer) []types.NamespacedName {
-	out := c.predIn.Load().DataSourceClaims()
+func (c *Controller) namedClaims(idx cache.Indexer, sources fleet.DataSources) []types.NamespacedName {
+	out := sources.Claims()
 	for _, k := range idx.ListIndexFuncValues(fleet.IndexByGolden) {
 		if ns, name, ok := strings.Cut(k, "/"); ok && c.cfg.GoldenNamespaces().Has(ns) {
 			out = append(out, types.NamespacedName{Namespace: ns, Name: name})
@@ -139,8 +139,8 @@ func (c *Controller) markFull() {
 const passChunk = 1000
 
 // storeInventory is the catalog and the given DataVolumes, joined through
-// the informers' stores.
-func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
+// the informers' stores and the pass's DataSources.
+func (c *Controller) storeInventory(keys []string, sources fleet.DataSources) *fleet.Inventory {
 	var classes []*storagev1.StorageClass
 	for _, x := range c.scInf.GetStore().List() {
 		classes = append(classes, x.(*storagev1.StorageClass))
@@ -153,7 +153,7 @@ func (c *Controller) storeInventory(keys []string) *fleet.Inventory {
 	inv.DataSource = c.predIn.Load().DataSource
 	inv.CloneClaims = c.cloneClaims
 	idx := (*c.dvInf.Load()).GetIndexer()
-	inv.NamedClaims = c.namedClaims(idx)
+	inv.NamedClaims = c.namedClaims(idx, sources)
 	var dvs []*fleet.CachedDataVolume
 	seen := map[string]bool{}
 	for _, ns := range c.cfg.GoldenNamespaces() {

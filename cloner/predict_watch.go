@@ -63,8 +63,8 @@ func (c *Controller) watchPredictionCRDs(ctx context.Context, p *fleet.Predictio
 
 // newPredictor builds the prediction for an inventory; nil while the
 // prediction's informers have not synced.
-func (c *Controller) newPredictor(inv *fleet.Inventory) (*verdict.Predictor, []fleet.MalformedObject) {
-	in, malformed, ok := c.predIn.Load().Inputs()
+func (c *Controller) newPredictor(inv *fleet.Inventory, sources fleet.DataSources) (*verdict.Predictor, []fleet.MalformedObject) {
+	in, malformed, ok := c.predIn.Load().Inputs(sources)
 	if !ok {
 		return nil, malformed
 	}

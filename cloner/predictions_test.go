@@ -126,7 +126,7 @@ func TestAdmissionParamsWrittenOnlyOnChange(t *testing.T) {
 	cfg.AdmissionParams = true
 	ctx := t.Context()
 	c := fc.controller(t, ctx, cfg)
-	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
+	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(c.predIn.Load().ReadDataSources()); return ok })
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}

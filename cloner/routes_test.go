@@ -121,8 +121,8 @@ func passOverImageGoldenDisks(t *testing.T, w *clonertest.World, golden, handle 
 		t.Fatal(err)
 	}
 	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
-	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(); return ok })
-	eventually(t, "the DataSource seen", func() bool { return len(c.predIn.Load().DataSourceClaims()) == 1 })
+	eventually(t, "prediction inputs synced", func() bool { _, _, ok := c.predIn.Load().Inputs(c.predIn.Load().ReadDataSources()); return ok })
+	eventually(t, "the DataSource seen", func() bool { return len(c.predIn.Load().ReadDataSources().Claims()) == 1 })
 	if err := c.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}

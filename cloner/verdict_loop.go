@@ -91,8 +91,9 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		return more, c.awaitWrites()
 	}
 	klog.V(4).InfoS("Verdict pass", "full", full, "disks", len(keys), "first", firstKey(keys))
-	inv := c.storeInventory(keys)
-	pred, badInputs := c.newPredictor(inv)
+	sources := c.predIn.Load().ReadDataSources()
+	inv := c.storeInventory(keys, sources)
+	pred, badInputs := c.newPredictor(inv, sources)
 	now := c.cfg.Clock()
 	ev := verdict.EvaluateHearing(inv, c.cfg, now, pred, c.hearingOf(now))
 	c.hearCDI(ctx, ev, now)

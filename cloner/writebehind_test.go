@@ -258,9 +258,10 @@ func TestADiskJudgedAgainBeforeItsEchoIsWrittenOnce(t *testing.T) {
 	stale := c.claim(types.NamespacedName{Namespace: "tenant-a", Name: "d00"})
 	judge := func(claim *corev1.PersistentVolumeClaim) {
 		t.Helper()
-		inv := c.storeInventory([]string{key})
+		sources := c.predIn.Load().ReadDataSources()
+		inv := c.storeInventory([]string{key}, sources)
 		inv.Claims = func(types.NamespacedName) *corev1.PersistentVolumeClaim { return claim }
-		pred, _ := c.newPredictor(inv)
+		pred, _ := c.newPredictor(inv, sources)
 		ev := verdict.EvaluateWith(inv, c.cfg, c.cfg.Clock(), pred)
 		if len(ev.Assessments) != 1 {
 			t.Fatalf("%d assessments, want 1", len(ev.Assessments))

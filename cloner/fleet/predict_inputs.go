@@ -65,17 +65,42 @@ func (p *PredictionInputs) SetSnapshotsAbsent(v bool) {
 	p.mu.Unlock()
 }
 
-// inputs copies what the informers hold; ok is false until every input has
-// synced. Objects that cannot be read are returned as malformed and left out.
-func (p *PredictionInputs) Inputs() (in predict.Inputs, malformed []MalformedObject, ok bool) {
+// DataSources are the DataSources a pass reads once: for its claim
+// goldens (NamedClaims) and its prediction (Inputs). Synced is false until
+// the informer has synced; those that cannot be read are Malformed.
+type DataSources struct {
+	List      []*cdiv1.DataSource
+	Malformed []MalformedObject
+	Synced    bool
+}
+
+// ReadDataSources converts the DataSources the informer holds.
+func (p *PredictionInputs) ReadDataSources() DataSources {
+	inf := p.synced(DataSourceGVR)
+	if inf == nil {
+		return DataSources{}
+	}
+	var ds DataSources
+	ds.List = ConvertAll[cdiv1.DataSource](UnstructuredList(inf.GetStore().List()), &ds.Malformed)
+	ds.Synced = true
+	return ds
+}
+
+// Claims are the claims the readable DataSources name with a namespace.
+func (ds DataSources) Claims() []types.NamespacedName { return DataSourceClaims(ds.List) }
+
+// Inputs copies what the informers hold, with the pass's DataSources; ok is
+// false until every input has synced. Objects that cannot be read are
+// returned as malformed and left out.
+func (p *PredictionInputs) Inputs(sources DataSources) (in predict.Inputs, malformed []MalformedObject, ok bool) {
 	if p == nil || !p.CsiDrivers.HasSynced() {
 		return in, nil, false
 	}
 	p.mu.Lock()
-	profiles, cdis, configs, sources := p.Synced[StorageProfileGVR], p.Synced[CDIGVR], p.Synced[CDIConfigGVR], p.Synced[DataSourceGVR]
+	profiles, cdis, configs := p.Synced[StorageProfileGVR], p.Synced[CDIGVR], p.Synced[CDIConfigGVR]
 	snaps, absent := p.Synced[VolumeSnapshotClassGVR], p.snapshotsAbsent
 	p.mu.Unlock()
-	if profiles == nil || cdis == nil || configs == nil || sources == nil || (snaps == nil && !absent) {
+	if profiles == nil || cdis == nil || configs == nil || !sources.Synced || (snaps == nil && !absent) {
 		return in, nil, false
 	}
 	for _, x := range p.CsiDrivers.GetStore().List() {
@@ -84,7 +109,8 @@ func (p *PredictionInputs) Inputs() (in predict.Inputs, malformed []MalformedObj
 	in.Profiles = ConvertAll[cdiv1.StorageProfile](UnstructuredList(profiles.GetStore().List()), &malformed)
 	in.CDIs = ConvertAll[cdiv1.CDI](UnstructuredList(cdis.GetStore().List()), &malformed)
 	in.CDIConfigs = ConvertAll[cdiv1.CDIConfig](UnstructuredList(configs.GetStore().List()), &malformed)
-	in.DataSources = ConvertAll[cdiv1.DataSource](UnstructuredList(sources.GetStore().List()), &malformed)
+	in.DataSources = sources.List
+	malformed = append(malformed, sources.Malformed...)
 	if snaps != nil {
 		in.SnapshotClasses = SnapshotClasses(UnstructuredList(snaps.GetStore().List()))
 	}
@@ -165,18 +191,8 @@ func (p *PredictionInputs) DataSource(ref types.NamespacedName) *cdiv1.DataSourc
 	return ds
 }
 
-// DataSourceClaims are the claims the readable DataSources name (those
-// naming theirs with a namespace: an empty one is each user's own).
-func (p *PredictionInputs) DataSourceClaims() []types.NamespacedName {
-	inf := p.synced(DataSourceGVR)
-	if inf == nil {
-		return nil
-	}
-	var bad []MalformedObject
-	return DataSourceClaims(ConvertAll[cdiv1.DataSource](UnstructuredList(inf.GetStore().List()), &bad))
-}
-
-// DataSourceClaims are the claims the DataSources name with a namespace.
+// DataSourceClaims are the claims the DataSources name with a namespace
+// (an empty one is each user's own).
 func DataSourceClaims(sources []*cdiv1.DataSource) []types.NamespacedName {
 	var out []types.NamespacedName
 	for _, ds := range sources {
