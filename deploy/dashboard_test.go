@@ -150,6 +150,11 @@ func TestDashboardShowsWhatOperatorsNeed(t *testing.T) {
 		"csi_sidecar_operations_seconds":          "timeseries", // CSI call rate and latency
 		"csi_clone_in_flight":                     "timeseries", // clones in flight per golden, by phase
 		"csi_clone_in_flight_oldest_seconds":      "timeseries", // slow clones now
+		// Goldens that are not a Talos flavor's (vm-default-images, a claim,
+		// a VolumeSnapshot: issue 35): their disks, goldens and predictions.
+		"csi_clone_image_disks":          "timeseries",
+		"csi_clone_image_golden_info":    "table",
+		"csi_clone_image_path_predicted": "table",
 	}
 	for m, typ := range need {
 		found := false

@@ -31,6 +31,9 @@ var knownMetrics = map[string]bool{
 	"csi_clone_duration_seconds":              true,
 	"csi_clone_phase_duration_seconds":        true,
 	"csi_clone_concurrent_clones_peak":        true,
+	// Goldens that are not a Talos flavor's (issue 35).
+	"csi_clone_image_golden_info": true,
+	"csi_clone_image_disks":       true,
 	// Clone-path prediction (metrics/predict.go, issue 12).
 	"csi_clone_path_predicted":                 true,
 	"csi_clone_image_path_predicted":           true,

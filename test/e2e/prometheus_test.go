@@ -44,6 +44,9 @@ const (
 
 var promFlavor = strings.Repeat("7f", 32)
 
+// promImage is the vm-default-images golden whose disk feeds the image panels.
+const promImage = "ubuntu"
+
 // TestDashboardPanelsHaveDataInPrometheus builds a stack with one CSI
 // clone, one host-assisted copy and one HTTP import, lets Prometheus scrape
 // the sidecar throughout, then evaluates every panel query of
@@ -82,6 +85,7 @@ func TestDashboardPanelsHaveDataInPrometheus(t *testing.T) {
 	settled := time.Now().Add(rateInterval())
 	for _, b := range backends {
 		b.query.waitFor(t, ctx, `count(count by (verdict) (csi_clone_worker_disks{job="csi-clone-sidecar"}))`, float64(disks))
+		b.query.waitFor(t, ctx, `max(csi_clone_image_disks{job="csi-clone-sidecar",verdict="csi-clone"})`, 1)
 		b.query.waitFor(t, ctx, fmt.Sprintf(`timestamp(up{job="csi-clone-sidecar"}) > bool %s`, unix(settled)), 1)
 	}
 
@@ -117,8 +121,9 @@ func sendNonHTTP2(t *testing.T, socket string) {
 }
 
 // oneDiskOfEachKind imports a golden and makes a CSI clone of it, a
-// host-assisted copy and an HTTP import, and waits for their verdicts; it
-// returns how many verdicts that is.
+// host-assisted copy and an HTTP import, and a vm-disk CSI-cloned from a
+// vm-default-images golden, and waits for their verdicts; it returns how
+// many verdicts the worker disks have.
 func oneDiskOfEachKind(t *testing.T, ctx context.Context, c *cluster.Cluster) int {
 	t.Helper()
 	golden := cluster.GoldenName(promFlavor, talosVersion)
@@ -142,6 +147,17 @@ func oneDiskOfEachKind(t *testing.T, ctx context.Context, c *cluster.Cluster) in
 		}
 	}
 	createFactoryImport(t, ctx, c, "http", "kubernetes-md2", c.Factory.URL(promFlavor, talosVersion))
+	// A vm-disk of a vm-default-images golden: the image panels' disk.
+	if _, err := c.CreateVMImage(ctx, cluster.VMImage{Image: promImage, StorageClass: "replicated", Size: "5Gi"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitDataVolumePhase(ctx, cluster.NamespaceGolden, cluster.VMImageGoldenName(promImage), cdiv1.Succeeded, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateVMDisk(ctx, cluster.VMDisk{Namespace: promTenant, Name: "vm-disk", Image: promImage, StorageClass: "replicated", Size: "10Gi"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPVCVerdict(t, ctx, c, promTenant, "vm-disk", record.VerdictCSIClone)
 	for name, verdict := range disks {
 		waitPVCVerdict(t, ctx, c, promTenant, name, verdict)
 	}
