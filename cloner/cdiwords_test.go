@@ -35,11 +35,7 @@ func event(ns, name string, uid types.UID, typ, reason, component, msg string, a
 // again on the next pass.
 func TestStuckVerdictQuotesCDIsWarningEvents(t *testing.T) {
 	var w clonertest.World
-	w.Class(clonertest.TestClass, nil, clonertest.T0)
-	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
-	dv := w.Worker("tenant-a", "held", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
-	dv.Status.Phase = cdiv1.CSICloneInProgress
-	target := w.PendingTarget(dv)
+	g, dv, target := cloneInProgress(&w, "held")
 	tmp, _ := w.TmpClaim(target, nil)
 	tmp.Spec.VolumeName, tmp.Status.Phase = "", corev1.ClaimPending
 	young := w.Worker("tenant-a", "young", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
@@ -48,7 +44,7 @@ func TestStuckVerdictQuotesCDIsWarningEvents(t *testing.T) {
 	ctx := t.Context()
 	inUse := "pod cozy-public/reader using PersistentVolumeClaim " + g.Name
 	full := "pool replicated has 0 bytes free"
-	for _, e := range []*corev1.Event{
+	c, r := passAfterEvents(t, fc, []*corev1.Event{
 		event("tenant-a", "held", target.UID, corev1.EventTypeWarning, "CloneSourceInUse", "clone-populator", inUse, clonertest.T0.Add(3*time.Minute)),
 		event("tenant-a", "held", target.UID, corev1.EventTypeWarning, "ProvisioningFailed", "clone-populator",
 			"["+tmp.Name+"] : "+full, clonertest.T0.Add(2*time.Minute)),
@@ -56,16 +52,7 @@ func TestStuckVerdictQuotesCDIsWarningEvents(t *testing.T) {
 		event("tenant-a", "held", target.UID, corev1.EventTypeNormal, "Provisioning", "csi-provisioner", "just so", clonertest.T0.Add(4*time.Minute)),
 		event("tenant-a", "held", dv.UID, corev1.EventTypeWarning, "ErrClaimNotValid", "datavolume-pvc-clone-controller", "claim says no", clonertest.T0),
 		event("tenant-a", "held", dv.UID, corev1.EventTypeWarning, "CloneStuck", fleet.EventSourceComponent, "ours", clonertest.T0.Add(5*time.Minute)),
-	} {
-		if _, err := fc.kube.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := fc.record(t, "tenant-a", "held")
+	})
 	want := "; CDI's Warning events: CloneSourceInUse: " + inUse + "; ProvisioningFailed: " + full + "; ErrClaimNotValid: claim says no"
 	if r.Verdict != record.VerdictStuck || !strings.HasSuffix(r.Message, want) {
 		t.Fatalf("held: %s %q, want stuck ending %q", r.Verdict, r.Message, want)
@@ -90,5 +77,96 @@ func TestStuckVerdictQuotesCDIsWarningEvents(t *testing.T) {
 	}
 	if w := countReason(fc.warnings(t), "held", "CloneStuck"); w != 2 {
 		t.Fatalf("%d CloneStuck events (ours included), want 2", w)
+	}
+}
+
+// cloneInProgress is tenant-a/<name>, a worker disk of the test flavor's
+// golden (made on the first call) whose csi-clone CDI is making, and its
+// claim.
+func cloneInProgress(w *clonertest.World, name string) (golden, dv *cdiv1.DataVolume, claim *corev1.PersistentVolumeClaim) {
+	if len(w.Scs) == 0 {
+		w.Class(clonertest.TestClass, nil, clonertest.T0)
+		golden, _ = w.Golden(clonertest.TestSID, clonertest.TestVer)
+	} else {
+		golden = w.Dvs[0]
+	}
+	dv = w.Worker("tenant-a", name, "p", golden, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	dv.Status.Phase = cdiv1.CSICloneInProgress
+	return golden, dv, w.PendingTarget(dv)
+}
+
+// passAfterEvents records the events, makes a controller an hour after
+// T0 and runs one pass: the record of tenant-a/held after it.
+func passAfterEvents(t *testing.T, fc *fakeCluster, events []*corev1.Event) (*Controller, *record.Record) {
+	t.Helper()
+	ctx := t.Context()
+	for _, e := range events {
+		if _, err := fc.kube.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, fc.record(t, "tenant-a", "held")
+}
+
+// consumer is a pod that mounts claim, as virt-launcher mounts a VM's disk.
+func consumer(ns, name, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "disk", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+	}
+}
+
+// TestStuckVerdictQuotesTheSchedulersWords: a VM waits for a disk whose
+// claim never binds (cozystack#2908). The stuck verdict quotes, after
+// CDI's words, the newest FailedScheduling of the pod that mounts the
+// claim, naming the pod; not an older attempt's, nor another pod's, nor
+// the pod's other events. The pods of a namespace are listed once a pass,
+// and not for a stuck disk whose claim is bound.
+func TestStuckVerdictQuotesTheSchedulersWords(t *testing.T) {
+	var w clonertest.World
+	g, _, target := cloneInProgress(&w, "held")
+	_, _, alsoTarget := cloneInProgress(&w, "also-held")
+	for _, claim := range []*corev1.PersistentVolumeClaim{target, alsoTarget} {
+		claim.Spec.VolumeName, claim.Status.Phase = "", corev1.ClaimPending
+	}
+	bound := w.Worker("tenant-b", "bound", "p", g, 20*clonertest.Gi, publish.PtrTo(clonertest.TestClass))
+	bound.Status.Phase = cdiv1.CSICloneInProgress
+	w.Claim(bound, clonertest.TestClass, fleet.RequestedBytes(bound), 20*clonertest.Gi, "vol-bound")
+	fc := newFakeCluster(t, &w)
+	ctx := t.Context()
+	launcher, other := consumer("tenant-a", "virt-launcher-held", target.Name), consumer("tenant-a", "virt-launcher-else", "else")
+	for _, p := range []*corev1.Pod{launcher, other, consumer("tenant-b", "virt-launcher-bound", "bound")} {
+		if _, err := fc.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timeout := `running PreBind plugin "VolumeBinding": binding volumes: context deadline exceeded`
+	_, r := passAfterEvents(t, fc, []*corev1.Event{
+		event("tenant-a", launcher.Name, launcher.UID, corev1.EventTypeWarning, "FailedScheduling", "default-scheduler", timeout, clonertest.T0.Add(20*time.Minute)),
+		event("tenant-a", launcher.Name, launcher.UID, corev1.EventTypeWarning, "FailedScheduling", "default-scheduler", "an older attempt", clonertest.T0.Add(10*time.Minute)),
+		event("tenant-a", launcher.Name, launcher.UID, corev1.EventTypeNormal, "Scheduled", "default-scheduler", "assigned to node-a", clonertest.T0.Add(21*time.Minute)),
+		event("tenant-a", other.Name, other.UID, corev1.EventTypeWarning, "FailedScheduling", "default-scheduler", "another pod's", clonertest.T0.Add(30*time.Minute)),
+		event("tenant-a", "held", target.UID, corev1.EventTypeWarning, "ProvisioningFailed", "clone-populator", "no clone into a node-local pool", clonertest.T0.Add(time.Minute)),
+	})
+	want := "; CDI's Warning events: ProvisioningFailed: no clone into a node-local pool; the scheduler: FailedScheduling: pod virt-launcher-held: " + timeout
+	if r.Verdict != record.VerdictStuck || !strings.HasSuffix(r.Message, want) {
+		t.Fatalf("held: %s %q, want stuck ending %q", r.Verdict, r.Message, want)
+	}
+	if r := fc.record(t, "tenant-b", "bound"); r.Verdict != record.VerdictStuck || strings.Contains(r.Message, "the scheduler") {
+		t.Fatalf("bound: %s %q, want stuck without the scheduler's words", r.Verdict, r.Message)
+	}
+	var listed []string
+	for _, a := range fc.kube.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "pods" {
+			listed = append(listed, a.GetNamespace())
+		}
+	}
+	if len(listed) != 1 || listed[0] != "tenant-a" {
+		t.Errorf("pods listed in %v, want once in tenant-a (two unbound disks there, one bound elsewhere)", listed)
 	}
 }

@@ -19,8 +19,12 @@ const (
 	// eventListLimit bounds one object's events listed.
 	eventListLimit = 100
 	// maxHearingsPerPass bounds the disks whose events one pass lists (up
-	// to three lists each); the rest wait a pass, still pending.
+	// to three lists each, and for an unbound claim one list of its
+	// namespace's pods and one per consumer); the rest wait a pass, still
+	// pending.
 	maxHearingsPerPass = 50
+	// maxConsumersHeard bounds the pods of one claim whose events are read.
+	maxConsumersHeard = 2
 )
 
 // hearingOf is the controller's record of what it heard of a disk.
@@ -32,15 +36,16 @@ func (c *Controller) hearingOf(now time.Time) func(d *fleet.WorkerDisk) verdict.
 		if !ok || h.Uid != d.UID {
 			return verdict.Hearing{}
 		}
-		return verdict.Hearing{Events: h.Events, Known: true, Stale: now.Sub(h.At) >= c.cfg.StuckAfter}
+		return verdict.Hearing{Events: h.Events, Scheduler: h.Scheduler, Known: true, Stale: now.Sub(h.At) >= c.cfg.StuckAfter}
 	}
 }
 
 // hearCDI reads the Warning events of the disks judge asked to hear (up to
-// maxHearingsPerPass), then judges them again with CDI's words; a disk no
-// longer stuck is forgotten.
+// maxHearingsPerPass), CDI's and the scheduler's, then judges them again
+// with those words; a disk no longer stuck is forgotten.
 func (c *Controller) hearCDI(ctx context.Context, ev *verdict.Evaluation, now time.Time) {
 	n := 0
+	pods := c.namespacePods(ctx)
 	for i := range ev.Assessments {
 		a := &ev.Assessments[i]
 		if !a.Hear {
@@ -54,7 +59,7 @@ func (c *Controller) hearCDI(ctx context.Context, ev *verdict.Evaluation, now ti
 		}
 		n++
 		f := ev.FactsOf(a.Disk)
-		h := verdict.HeardWords{Uid: a.Disk.UID, Events: c.readWarnings(ctx, f), At: now}
+		h := verdict.HeardWords{Uid: a.Disk.UID, Events: c.readWarnings(ctx, f), Scheduler: c.readSchedulerWords(ctx, f, pods), At: now}
 		c.mu.Lock()
 		c.heard[a.Disk.Namespace+"/"+a.Disk.Name] = h
 		c.mu.Unlock()
@@ -88,18 +93,93 @@ func (c *Controller) readWarnings(ctx context.Context, f verdict.DiskFacts) []ve
 		if o.uid == "" {
 			continue
 		}
-		sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(o.uid)),
-			fields.OneTermEqualSelector("type", corev1.EventTypeWarning))
-		list, err := c.clients.Kube.CoreV1().Events(o.ns).List(ctx, metav1.ListOptions{FieldSelector: sel.String(), Limit: eventListLimit})
-		if err != nil {
-			klog.V(2).InfoS("Cannot read CDI's events on a stuck disk", "namespace", o.ns, "uid", o.uid, "err", err)
-			continue
-		}
-		for _, e := range list.Items {
-			if e.InvolvedObject.UID == o.uid && e.Type == corev1.EventTypeWarning && !verdict.OwnEvent(&e) {
-				all = append(all, e)
-			}
-		}
+		all = append(all, c.eventsOn(ctx, o.ns, o.uid, "type", corev1.EventTypeWarning, func(e *corev1.Event) bool {
+			return e.Type == corev1.EventTypeWarning && !verdict.OwnEvent(e)
+		})...)
 	}
 	return verdict.LatestDistinct(all)
+}
+
+// readSchedulerWords lists the FailedScheduling events of the pods that
+// mount a disk's claim while it is not bound: a VM whose disk never binds
+// waits there, and the scheduler says why (a WaitForFirstConsumer claim
+// whose provisioning fails: "binding volumes: context deadline exceeded"
+// once the VolumeBinding plugin's bindTimeoutSeconds, 600 by default,
+// passed; an Immediate one: "pod has unbound immediate
+// PersistentVolumeClaims"). The namespace's pods are read only for a disk
+// heard in this pass (about to be judged stuck, or whose words are stale).
+func (c *Controller) readSchedulerWords(ctx context.Context, f verdict.DiskFacts, podsIn func(ns string) []corev1.Pod) []verdict.HeardEvent {
+	claim := f.Pvc
+	if claim == nil || claim.Status.Phase == corev1.ClaimBound {
+		return nil
+	}
+	pods := podsIn(claim.Namespace)
+	var all []corev1.Event
+	consumers := 0
+	for i := range pods {
+		pod := &pods[i]
+		if !mountsClaim(pod, claim.Name) || consumers == maxConsumersHeard {
+			continue
+		}
+		consumers++
+		for _, e := range c.eventsOn(ctx, pod.Namespace, pod.UID, "reason", verdict.ReasonFailedScheduling, func(e *corev1.Event) bool {
+			return e.Reason == verdict.ReasonFailedScheduling
+		}) {
+			e.Message = "pod " + pod.Name + ": " + e.Message
+			all = append(all, e)
+		}
+	}
+	return verdict.LatestSchedulerWords(all)
+}
+
+// eventsOn lists the events on one object (by uid) whose field is value,
+// and keeps those keep accepts (a fake or an old API server may ignore the
+// field selector). A failed list returns none; the verdict does not wait.
+func (c *Controller) eventsOn(ctx context.Context, ns string, uid types.UID, field, value string, keep func(*corev1.Event) bool) []corev1.Event {
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(uid)), fields.OneTermEqualSelector(field, value))
+	list, err := c.clients.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel.String(), Limit: eventListLimit})
+	if err != nil {
+		klog.V(2).InfoS("Cannot read the events on a stuck disk's object", "namespace", ns, "uid", uid, "err", err)
+		return nil
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == uid && keep(&e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// namespacePods lists a namespace's pods once per pass, from the API
+// server's cache (resourceVersion 0): every stuck disk of the namespace
+// heard in the pass looks for its consumers in the same list. A failed
+// list loses only the scheduler's words.
+func (c *Controller) namespacePods(ctx context.Context) func(ns string) []corev1.Pod {
+	listed := map[string][]corev1.Pod{}
+	return func(ns string) []corev1.Pod {
+		if pods, ok := listed[ns]; ok {
+			return pods
+		}
+		var pods []corev1.Pod
+		list, err := c.clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			klog.V(2).InfoS("Cannot read the pods of stuck disks' claims", "namespace", ns, "err", err)
+		} else {
+			pods = list.Items
+		}
+		listed[ns] = pods
+		return pods
+	}
+}
+
+// mountsClaim: the pod mounts the claim (virt-launcher mounts a VM's
+// disk by its claim's name).
+func mountsClaim(pod *corev1.Pod, claim string) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+			return true
+		}
+	}
+	return false
 }

@@ -59,6 +59,7 @@ func judgeBlocked(r *record.Record, f DiskFacts, a *Assessment, cfg config.Confi
 		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("the driver refused the clone's CreateVolume for %s: %s; CDI retries (phase %s)",
 			de.Claim, r.DriverError, OrNone(d.Phase))
+		quoteHeard(r, a, f)
 		return true
 	}
 	return false

@@ -20,7 +20,10 @@ import (
 // events informer (a fleet's events would cost more memory than the rest of
 // the cache): the events of a disk's DataVolume, its claim and its tmp-pvc
 // are listed, by involvedObject.uid, only when the disk is about to be
-// judged stuck by age, and again once those words are --stuck-after old.
+// judged stuck by age (or by a driver's refusal), and again once those words
+// are --stuck-after old. While the disk's claim is unbound, the scheduler's
+// FailedScheduling on the pods that mount it is read too: a VM waiting for
+// a disk that never binds is where cozystack#2908 shows.
 
 // maxHeardEvents is how many distinct Warning events a verdict quotes.
 const maxHeardEvents = 3
@@ -32,14 +35,28 @@ type HeardEvent struct{ Reason, Message string }
 type HeardWords struct {
 	Uid    types.UID // the DataVolume's: a re-created disk is heard afresh
 	Events []HeardEvent
-	At     time.Time
+	// Scheduler is the newest FailedScheduling of a pod that mounts the
+	// disk's unbound claim, its message prefixed "pod <name>: ".
+	Scheduler []HeardEvent
+	At        time.Time
 }
 
 // hearing tells judge what was heard of a disk: known is false until its
 // events were read, stale once they should be read again.
 type Hearing struct {
-	Events       []HeardEvent
-	Known, Stale bool
+	Events, Scheduler []HeardEvent
+	Known, Stale      bool
+}
+
+// ReasonFailedScheduling is kube-scheduler's event reason for a pod it
+// could not place or bind (pkg/scheduler/schedule_one.go, handleSchedulingFailure).
+const ReasonFailedScheduling = "FailedScheduling"
+
+// LatestSchedulerWords keeps the newest of the scheduler's events: each
+// attempt replaces the last one's reason for waiting.
+func LatestSchedulerWords(evs []corev1.Event) []HeardEvent {
+	out := LatestDistinct(evs)
+	return out[:min(len(out), 1)]
 }
 
 func OwnEvent(e *corev1.Event) bool {

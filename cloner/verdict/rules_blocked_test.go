@@ -409,3 +409,30 @@ func TestGoldenGoneMessageQuotesCDIsWait(t *testing.T) {
 		}
 	}
 }
+
+// TestARefusedCloneQuotesWhatWasHeard: a clone the driver refuses is stuck
+// at once, before its --stuck-after; it asks to hear the disk's events
+// (the scheduler speaks on the VM's pod only after its VolumeBinding
+// timeout), quotes CDI's and the scheduler's words once heard, and asks
+// again once they are stale.
+func TestARefusedCloneQuotesWhatWasHeard(t *testing.T) {
+	heard := []HeardEvent{{Reason: "FailedScheduling", Message: "pod virt-launcher-d: binding volumes: context deadline exceeded"}}
+	for _, tc := range []struct {
+		name     string
+		heard    Hearing
+		wantHear bool
+		suffix   string
+	}{
+		{"not heard yet", Hearing{}, true, "CDI retries (phase CSICloneInProgress)"},
+		{"heard", Hearing{Known: true, Scheduler: heard}, false, "; the scheduler: FailedScheduling: " + heard[0].Message},
+		{"heard, stale", Hearing{Known: true, Stale: true, Scheduler: heard}, true, "; the scheduler: FailedScheduling: " + heard[0].Message},
+	} {
+		f := rulesFacts(cdiv1.CSICloneInProgress)
+		f.drvErr = &fleet.DriverError{Method: MethodCreateVolume, Code: codes.InvalidArgument.String(), Message: "no", Claim: "cozy-public/tmp-pvc-1"}
+		f.heard = tc.heard
+		a := Judge(f, rulesConfig(), t0.Add(time.Minute), nil)
+		if a.Record.Verdict != record.VerdictStuck || a.Hear != tc.wantHear || !strings.HasSuffix(a.Record.Message, tc.suffix) {
+			t.Errorf("%s: %s hear=%v %q, want stuck hear=%v ending %q", tc.name, a.Record.Verdict, a.Hear, a.Record.Message, tc.wantHear, tc.suffix)
+		}
+	}
+}

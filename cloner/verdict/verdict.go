@@ -101,16 +101,13 @@ func Judge(f DiskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 	case now.Sub(cloneRequestedAt(d, g)) >= cfg.StuckAfter:
 		// No "ago" in the message: it must not change on every pass, or the
 		// record would be rewritten on every resync.
-		a.Hear = f.heard.Stale
 		r.Verdict = record.VerdictStuck
 		r.Message = fmt.Sprintf("clone requested at %s and not finished after %s (phase %s); last driver error: %s",
 			cloneRequestedAt(d, g).UTC().Format(time.RFC3339), cfg.StuckAfter, OrNone(d.Phase), OrNone(r.DriverError))
 		if why := fleet.CdiExplanation(d); why != "" {
 			r.Message += "; CDI: " + why
 		}
-		if said := heardText(f.heard.Events); said != "" {
-			r.Message += "; CDI's Warning events: " + said
-		}
+		quoteHeard(r, &a, f)
 	default:
 		r.Message = "clone in progress (phase " + OrNone(d.Phase) + ")"
 		// The verdict turns stuck then with no object changing, unless a
@@ -452,4 +449,19 @@ func judgeHTTP(d *fleet.WorkerDisk, g *fleet.Golden) Assessment {
 		r.Message = "import in progress (phase " + OrNone(d.Phase) + ")"
 	}
 	return Assessment{Disk: d, Golden: g, Record: r}
+}
+
+// quoteHeard ends a stuck verdict's message with what was heard of the
+// disk (cdiwords.go): CDI's Warning events and the scheduler's words on a
+// pod waiting for the disk. It asks for them to be heard when they were
+// not yet, and again once stale: the scheduler speaks only after its
+// VolumeBinding timeout (10 minutes by default).
+func quoteHeard(r *record.Record, a *Assessment, f DiskFacts) {
+	a.Hear = !f.heard.Known || f.heard.Stale
+	if said := heardText(f.heard.Events); said != "" {
+		r.Message += "; CDI's Warning events: " + said
+	}
+	if said := heardText(f.heard.Scheduler); said != "" {
+		r.Message += "; the scheduler: " + said
+	}
 }

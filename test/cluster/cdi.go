@@ -157,7 +157,7 @@ func (c *Cluster) createCDIResource(ctx context.Context) error {
 // gate is set on the CDIConfig, which cdi-controller reads it from (no
 // cdi-operator copies the CDI resource's config here).
 func (c *Cluster) honorWaitForFirstConsumer(ctx context.Context) error {
-	if !c.needsScheduler() {
+	if !c.hasWaitForFirstConsumerClass() {
 		return nil
 	}
 	patch := []byte(`{"spec":{"featureGates":["HonorWaitForFirstConsumer"]}}`)

@@ -105,6 +105,14 @@ type Options struct {
 	// SidecarRBAC, if set, edits the RBAC objects rendered from deploy/rbac
 	// before they are applied (e.g. drop a rule to show it is needed).
 	SidecarRBAC RBACEdit
+	// Scheduler runs kube-scheduler and a Node without a
+	// WaitForFirstConsumer class (which always runs them): for a test that
+	// needs the scheduler's words on a pod.
+	Scheduler bool
+	// SchedulerBindTimeout, if set, is the scheduler's VolumeBinding
+	// bindTimeoutSeconds (600 s by default): how long a pod waits in
+	// PreBind for its claims to bind before FailedScheduling says so.
+	SchedulerBindTimeout time.Duration
 	// Logf receives progress lines (default: discarded; Start uses t.Logf).
 	Logf func(format string, args ...any)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -22,8 +24,13 @@ const NodeName = "node-a"
 
 // needsScheduler: a WaitForFirstConsumer class binds a claim only once the
 // scheduler has picked a node for a pod that mounts it, so such a cluster
-// runs kube-scheduler and has a Node to pick.
+// runs kube-scheduler and has a Node to pick; so does one whose test asks
+// for the scheduler (Options.Scheduler).
 func (c *Cluster) needsScheduler() bool {
+	return c.opts.Scheduler || c.hasWaitForFirstConsumerClass()
+}
+
+func (c *Cluster) hasWaitForFirstConsumerClass() bool {
 	for _, sc := range c.opts.StorageClasses {
 		if sc.WaitForFirstConsumer {
 			return true
@@ -57,7 +64,40 @@ func (c *Cluster) startScheduler() error {
 	}
 	// No extension-apiserver-authentication ConfigMap exists here: its
 	// /healthz needs no client certificates.
-	return c.startKubeComponent("kube-scheduler", "scheduler", port, "--authentication-skip-lookup=true", "--v=2")
+	args := []string{"--authentication-skip-lookup=true", "--v=2"}
+	if c.opts.SchedulerBindTimeout > 0 {
+		conf, err := c.writeSchedulerConfig(c.opts.SchedulerBindTimeout)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--config="+conf)
+	}
+	return c.startKubeComponent("kube-scheduler", "scheduler", port, args...)
+}
+
+// writeSchedulerConfig writes a KubeSchedulerConfiguration whose
+// VolumeBinding plugin gives up binding a pod's claims after bindTimeout
+// (bindTimeoutSeconds, 600 by default), and returns its path. With --config
+// the scheduler ignores --kubeconfig, so the file names it.
+func (c *Cluster) writeSchedulerConfig(bindTimeout time.Duration) (string, error) {
+	path := filepath.Join(c.Dir, "kube-scheduler.yaml")
+	conf := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+leaderElection:
+  leaderElect: false
+profiles:
+  - schedulerName: default-scheduler
+    pluginConfig:
+      - name: VolumeBinding
+        args:
+          bindTimeoutSeconds: %d
+`, c.Kubeconfig, int64(bindTimeout/time.Second))
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return "", fmt.Errorf("kube-scheduler config: %w", err)
+	}
+	return path, nil
 }
 
 // registerNode creates NodeName with room for every pod a test makes,

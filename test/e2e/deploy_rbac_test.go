@@ -41,6 +41,8 @@ var (
 	rbacFlavor         = strings.Repeat("9e", 32)
 	rbacOutcomeTimeout = 2 * time.Minute
 	rbacStuckAfter     = 10 * time.Second
+	// rbacUnbound is the claim of the golden namespace that never binds.
+	rbacUnbound = "rbac-unbound"
 )
 
 // rbacRule is one rule of the shipped ClusterRole or Role.
@@ -136,10 +138,11 @@ func TestShippedRBACIsExactlyWhatTheSidecarNeeds(t *testing.T) {
 	// --stuck-after short: the hung disk's events are listed (setUpRBACScenario).
 	// The runs' disks stay: the driver's pools get room for all of them
 	// (sparse files, bookkeeping only).
-	c := cluster.Start(t, cluster.Options{SidecarArgs: []string{"--resync-period=2s", "--leader-election=true", "--admission-params=true",
+	// The scheduler: its words on a pod whose disk never binds.
+	c := cluster.Start(t, cluster.Options{Scheduler: true, SidecarArgs: []string{"--resync-period=2s", "--leader-election=true", "--admission-params=true",
 		"--stuck-after=" + rbacStuckAfter.String()},
 		DriverArgs: []string{"--capacity=replicated=32Ti", "--capacity=fixed=32Ti"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	s := setUpRBACScenario(t, ctx, c)
 
@@ -250,7 +253,7 @@ func (s *rbacScenario) hangDisk(t *testing.T, ctx context.Context) {
 	t.Helper()
 	nowhere := "rbac-nowhere" // no such StorageClass: the claim stays Pending
 	src := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NamespaceGolden, Name: "rbac-unbound"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NamespaceGolden, Name: rbacUnbound},
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &nowhere, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("6Gi")}}},
 	}
@@ -289,6 +292,7 @@ var rbacOutcomeNames = []string{
 	"the lease held",
 	"the clone paths predicted in the admission parameters",
 	"a tenant's restore of the golden VolumeSnapshot judged against it",
+	"the scheduler's words on the pod of a disk that never binds",
 }
 
 func (o rbacOutcomes) missing() []string {
@@ -332,6 +336,14 @@ func (s *rbacScenario) run(t *testing.T, ctx context.Context, tag string, remove
 	if _, err := s.c.CreateVMDisk(ctx, fromSnapshot); err != nil {
 		t.Fatal(err)
 	}
+	// A disk cloned from the claim that never binds, and its VM's pod.
+	hung := cluster.Worker{Namespace: rbacTenant, Name: tag + "-hung", Golden: rbacUnbound, Pool: rbacPool, StorageClass: "replicated", Size: "20Gi"}
+	if _, err := s.c.CreateWorkerDisk(ctx, hung); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.CreateConsumer(ctx, rbacTenant, "virt-launcher-"+hung.Name, hung.Name); err != nil {
+		t.Fatal(err)
+	}
 	for _, ref := range [][2]string{{rbacTenant, clone.Name}, {rbacTenant, other.Name}, {cluster.NamespaceGolden, restore}, {rbacTenant, fromSnapshot.Name}} {
 		if _, err := s.c.WaitDataVolumePhase(ctx, ref[0], ref[1], cdiv1.Succeeded, 2*time.Minute); err != nil {
 			t.Fatal(err)
@@ -345,6 +357,7 @@ func (s *rbacScenario) run(t *testing.T, ctx context.Context, tag string, remove
 			return false, err
 		}
 		s.check(t, ctx, out.reached, cloneDV, other.Name, restore, fromSnapshot.Name)
+		s.checkHeard(ctx, out.reached, hung.Name)
 		if len(out.missing()) == 0 {
 			out.latency = time.Since(ready)
 			return true, nil
@@ -432,6 +445,15 @@ func (s *rbacScenario) check(t *testing.T, ctx context.Context, reached map[stri
 	if rec := pvcRecord(ctx, c, rbacTenant, fromSnapshot); rec != nil && rec.Verdict == record.VerdictSnapshotClone &&
 		rec.Predicted == predict.PathSnapshotClone && len(rec.BadReasons()) == 0 {
 		reached[rbacOutcomeNames[7]] = true
+	}
+}
+
+// checkHeard records whether the stuck disk's verdict quotes the scheduler
+// on its pod (the one use of `list pods`).
+func (s *rbacScenario) checkHeard(ctx context.Context, reached map[string]bool, hung string) {
+	if rec := pvcRecord(ctx, s.c, rbacTenant, hung); rec != nil && rec.Verdict == record.VerdictStuck &&
+		strings.Contains(rec.Message, "; the scheduler: FailedScheduling: pod virt-launcher-"+hung+": ") {
+		reached[rbacOutcomeNames[8]] = true
 	}
 }
 

@@ -31,7 +31,9 @@ const nodeLocalTenant = "tenant-nodelocal"
 // Once a pod consumes the disk the real kube-scheduler picks the node, CDI
 // asks the driver for a cross-pool clone it refuses (as LINSTOR's
 // node-local pools do), and after --stuck-after the disk's verdict is
-// stuck, quoting the driver's refusal.
+// stuck, quoting the driver's refusal and the scheduler, which gave up
+// waiting for the disk to bind (VolumeBinding's bindTimeoutSeconds, set to
+// 15 s here).
 func TestNodeLocalVMDiskIsPredictedGuardedAndStuckInWords(t *testing.T) {
 	checkNoLeaks(t)
 	const stuckAfter = 30 * time.Second
@@ -41,6 +43,9 @@ func TestNodeLocalVMDiskIsPredictedGuardedAndStuckInWords(t *testing.T) {
 			{Name: "local", NodeLocal: true, WaitForFirstConsumer: true},
 		},
 		DriverArgs: []string{"--node-local-clone=fail"},
+		// The scheduler gives up waiting for the disk to bind after 15 s
+		// instead of 10 minutes, and says so: its words come in time.
+		SchedulerBindTimeout: 15 * time.Second,
 		SidecarArgs: []string{"--resync-period=2s", "--admission-params=true", "--stuck-after=" + stuckAfter.String(),
 			"--evidence-grace=3s"},
 	})
@@ -81,11 +86,17 @@ func TestNodeLocalVMDiskIsPredictedGuardedAndStuckInWords(t *testing.T) {
 	}
 	checkMessages(t, "warn mode", warnings, []string{want, "would be on StorageClass local, not on golden " + vmGolden + "'s replicated"})
 
-	if err := c.CreateConsumer(ctx, nodeLocalTenant, "virt-launcher-vm-disk-local", disk.Name); err != nil {
+	launcher := "virt-launcher-vm-disk-local"
+	if err := c.CreateConsumer(ctx, nodeLocalTenant, launcher, disk.Name); err != nil {
 		t.Fatal(err)
 	}
-	rec := waitRecord(t, ctx, c, nodeLocalTenant, disk.Name, 3*time.Minute, "stuck with the driver's refusal", func(r *record.Record) bool {
-		return r.Verdict == record.VerdictStuck && r.DriverError != "" && strings.Contains(r.Message, r.DriverError)
+	// The scheduler's first attempt may fail on a conflict with CDI's
+	// update of the claim; the words re-read after --stuck-after are its
+	// VolumeBinding timeout.
+	scheduler := "; the scheduler: FailedScheduling: pod " + launcher + `: running PreBind plugin "VolumeBinding": binding volumes: `
+	rec := waitRecord(t, ctx, c, nodeLocalTenant, disk.Name, 3*time.Minute, "stuck with the driver's refusal and the scheduler's words", func(r *record.Record) bool {
+		return r.Verdict == record.VerdictStuck && r.DriverError != "" && strings.Contains(r.Message, r.DriverError) &&
+			strings.Contains(r.Message, scheduler)
 	})
 	t.Logf("%s: %s: %s", disk.Name, rec.Verdict, rec.Message)
 	if rec.Predicted != predict.PathBlocked || rec.PredictedReason != predict.ReasonNodeLocalTarget {
