@@ -1,16 +1,21 @@
 package cloner
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
+	"github.com/cozystack/csi-clone-sidecar/cloner/config"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
@@ -168,5 +173,43 @@ func TestStuckVerdictQuotesTheSchedulersWords(t *testing.T) {
 	}
 	if len(listed) != 1 || listed[0] != "tenant-a" {
 		t.Errorf("pods listed in %v, want once in tenant-a (two unbound disks there, one bound elsewhere)", listed)
+	}
+}
+
+// TestClaimConsumersReadsEveryPageOnce: the pods of a namespace are read
+// page by page (the API server's continue token followed to the end), by
+// the claims they mount, once for every claim asked about in a pass.
+func TestClaimConsumersReadsEveryPageOnce(t *testing.T) {
+	kube := fake.NewClientset()
+	pages := [][]corev1.Pod{
+		{*consumer("tenant-a", "p1", "disk-a"), *consumer("tenant-a", "p2", "disk-b")},
+		{*consumer("tenant-a", "p3", "disk-a")},
+	}
+	var lists []metav1.ListOptions
+	kube.PrependReactor("list", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		opts := a.(clienttesting.ListActionImpl).ListOptions
+		lists = append(lists, opts)
+		page, next := 0, "page-1"
+		if opts.Continue == next {
+			page, next = 1, ""
+		}
+		return true, &corev1.PodList{ListMeta: metav1.ListMeta{Continue: next}, Items: pages[page]}, nil
+	})
+	c := &Controller{clients: config.Clients{Kube: kube}}
+	consumersOf := c.claimConsumers(t.Context())
+	names := func(refs []podRef) (out []string) {
+		for _, r := range refs {
+			out = append(out, r.name)
+		}
+		return out
+	}
+	if got := names(consumersOf("tenant-a", "disk-a")); !slices.Equal(got, []string{"p1", "p3"}) {
+		t.Errorf("disk-a: consumers %v, want [p1 p3] (both pages)", got)
+	}
+	if got := names(consumersOf("tenant-a", "disk-b")); !slices.Equal(got, []string{"p2"}) {
+		t.Errorf("disk-b: consumers %v, want [p2]", got)
+	}
+	if len(lists) != 2 || lists[0].Limit != podListPage || lists[1].Continue != "page-1" {
+		t.Errorf("lists %+v, want two pages of %d, the second continuing the first", lists, podListPage)
 	}
 }

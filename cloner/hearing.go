@@ -25,6 +25,8 @@ const (
 	maxHearingsPerPass = 50
 	// maxConsumersHeard bounds the pods of one claim whose events are read.
 	maxConsumersHeard = 2
+	// podListPage is how many pods one list of a namespace's pods returns.
+	podListPage = 500
 )
 
 // hearingOf is the controller's record of what it heard of a disk.
@@ -45,7 +47,7 @@ func (c *Controller) hearingOf(now time.Time) func(d *fleet.WorkerDisk) verdict.
 // with those words; a disk no longer stuck is forgotten.
 func (c *Controller) hearCDI(ctx context.Context, ev *verdict.Evaluation, now time.Time) {
 	n := 0
-	pods := c.namespacePods(ctx)
+	consumers := c.claimConsumers(ctx)
 	for i := range ev.Assessments {
 		a := &ev.Assessments[i]
 		if !a.Hear {
@@ -59,7 +61,7 @@ func (c *Controller) hearCDI(ctx context.Context, ev *verdict.Evaluation, now ti
 		}
 		n++
 		f := ev.FactsOf(a.Disk)
-		h := verdict.HeardWords{Uid: a.Disk.UID, Events: c.readWarnings(ctx, f), Scheduler: c.readSchedulerWords(ctx, f, pods), At: now}
+		h := verdict.HeardWords{Uid: a.Disk.UID, Events: c.readWarnings(ctx, f), Scheduler: c.readSchedulerWords(ctx, f, consumers), At: now}
 		c.mu.Lock()
 		c.heard[a.Disk.Namespace+"/"+a.Disk.Name] = h
 		c.mu.Unlock()
@@ -107,25 +109,20 @@ func (c *Controller) readWarnings(ctx context.Context, f verdict.DiskFacts) []ve
 // once the VolumeBinding plugin's bindTimeoutSeconds, 600 by default,
 // passed; an Immediate one: "pod has unbound immediate
 // PersistentVolumeClaims"). The namespace's pods are read only for a disk
-// heard in this pass (about to be judged stuck, or whose words are stale).
-func (c *Controller) readSchedulerWords(ctx context.Context, f verdict.DiskFacts, podsIn func(ns string) []corev1.Pod) []verdict.HeardEvent {
+// heard in this pass (about to be judged stuck, or whose words are stale),
+// once a pass (claimConsumers).
+func (c *Controller) readSchedulerWords(ctx context.Context, f verdict.DiskFacts, consumersOf func(ns, claim string) []podRef) []verdict.HeardEvent {
 	claim := f.Pvc
 	if claim == nil || claim.Status.Phase == corev1.ClaimBound {
 		return nil
 	}
-	pods := podsIn(claim.Namespace)
+	pods := consumersOf(claim.Namespace, claim.Name)
 	var all []corev1.Event
-	consumers := 0
-	for i := range pods {
-		pod := &pods[i]
-		if !mountsClaim(pod, claim.Name) || consumers == maxConsumersHeard {
-			continue
-		}
-		consumers++
-		for _, e := range c.eventsOn(ctx, pod.Namespace, pod.UID, "reason", verdict.ReasonFailedScheduling, func(e *corev1.Event) bool {
+	for _, pod := range pods[:min(len(pods), maxConsumersHeard)] {
+		for _, e := range c.eventsOn(ctx, claim.Namespace, pod.uid, "reason", verdict.ReasonFailedScheduling, func(e *corev1.Event) bool {
 			return e.Reason == verdict.ReasonFailedScheduling
 		}) {
-			e.Message = "pod " + pod.Name + ": " + e.Message
+			e.Message = "pod " + pod.name + ": " + e.Message
 			all = append(all, e)
 		}
 	}
@@ -151,35 +148,51 @@ func (c *Controller) eventsOn(ctx context.Context, ns string, uid types.UID, fie
 	return out
 }
 
-// namespacePods lists a namespace's pods once per pass, from the API
-// server's cache (resourceVersion 0): every stuck disk of the namespace
-// heard in the pass looks for its consumers in the same list. A failed
-// list loses only the scheduler's words.
-func (c *Controller) namespacePods(ctx context.Context) func(ns string) []corev1.Pod {
-	listed := map[string][]corev1.Pod{}
-	return func(ns string) []corev1.Pod {
-		if pods, ok := listed[ns]; ok {
-			return pods
+// podRef names a pod that mounts a claim.
+type podRef struct {
+	name string
+	uid  types.UID
+}
+
+// claimConsumers tells the pods that mount a claim, listing each namespace
+// once a pass: every stuck disk of the namespace heard in the pass looks
+// for its consumers in the same list. Only the pods' names, uids and claim
+// names are kept (a page of podListPage pods at a time), not the pods.
+func (c *Controller) claimConsumers(ctx context.Context) func(ns, claim string) []podRef {
+	byNamespace := map[string]map[string][]podRef{}
+	return func(ns, claim string) []podRef {
+		consumers, ok := byNamespace[ns]
+		if !ok {
+			consumers = c.listConsumers(ctx, ns)
+			byNamespace[ns] = consumers
 		}
-		var pods []corev1.Pod
-		list, err := c.clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			klog.V(2).InfoS("Cannot read the pods of stuck disks' claims", "namespace", ns, "err", err)
-		} else {
-			pods = list.Items
-		}
-		listed[ns] = pods
-		return pods
+		return consumers[claim]
 	}
 }
 
-// mountsClaim: the pod mounts the claim (virt-launcher mounts a VM's
-// disk by its claim's name).
-func mountsClaim(pod *corev1.Pod, claim string) bool {
-	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
-			return true
+// listConsumers lists a namespace's pods by the claims they mount. A failed
+// list keeps what it read: it loses only the scheduler's words.
+func (c *Controller) listConsumers(ctx context.Context, ns string) map[string][]podRef {
+	consumers := map[string][]podRef{}
+	opts := metav1.ListOptions{Limit: podListPage}
+	for {
+		list, err := c.clients.Kube.CoreV1().Pods(ns).List(ctx, opts)
+		if err != nil {
+			klog.V(2).InfoS("Cannot read the pods of stuck disks' claims", "namespace", ns, "err", err)
+			return consumers
 		}
+		for i := range list.Items {
+			pod := &list.Items[i]
+			for _, v := range pod.Spec.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					claim := v.PersistentVolumeClaim.ClaimName
+					consumers[claim] = append(consumers[claim], podRef{name: pod.Name, uid: pod.UID})
+				}
+			}
+		}
+		if list.Continue == "" {
+			return consumers
+		}
+		opts.Continue = list.Continue
 	}
-	return false
 }
