@@ -305,10 +305,11 @@ func (o rbacOutcomes) missing() []string {
 	return out
 }
 
-// run creates four disks (a csi-clone on the golden's class, a clone into
+// run creates five disks (a csi-clone on the golden's class, a clone into
 // another class of the same size, a restore of the golden's snapshot in its
-// namespace, and a tenant's restore of it, a disk of the snapshot golden) and
-// waits for the outcomes. With removed set it waits until the sidecar was
+// namespace, a tenant's restore of it, a disk of the snapshot golden, and a
+// disk cloned from the claim that never binds, with its VM's pod) and waits
+// for the outcomes. With removed set it waits until the sidecar was
 // refused that rule, then s.settle more, and reports what was reached.
 func (s *rbacScenario) run(t *testing.T, ctx context.Context, tag string, removed *rbacRule) rbacOutcomes {
 	t.Helper()
