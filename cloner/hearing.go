@@ -19,9 +19,9 @@ const (
 	// eventListLimit bounds one object's events listed.
 	eventListLimit = 100
 	// maxHearingsPerPass bounds the disks whose events one pass lists (up
-	// to three lists each, and for an unbound claim one list of its
-	// namespace's pods and one per consumer); the rest wait a pass, still
-	// pending.
+	// to three lists each; for an unbound claim also one per consumer, up
+	// to maxConsumersHeard, and its namespace's pods once a pass); the rest
+	// wait a pass, still pending.
 	maxHearingsPerPass = 50
 	// maxConsumersHeard bounds the pods of one claim whose events are read.
 	maxConsumersHeard = 2
