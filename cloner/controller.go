@@ -166,6 +166,7 @@ func (c *Controller) Start(ctx context.Context) {
 	must(c.pvcInf.SetTransform(record.CacheClaimFrom(c.pvcInf.GetStore().GetByKey)))
 	must(c.pvInf.SetTransform(fleet.CacheVolumeFor(c.cfg.GoldenNamespaces())))
 	must(c.pvInf.AddIndexers(cache.Indexers{indexByHandle: fleet.PvHandleIndex}))
+	must(c.pvcInf.AddIndexers(fleet.ClaimIndexers(c.cfg.GoldenNamespaces())))
 	must(c.claimUIDs.Track(c.pvcInf))
 	c.watchForVerdicts()
 	c.coreSync = []cache.InformerSynced{c.pvcInf.HasSynced, c.pvInf.HasSynced, c.scInf.HasSynced}

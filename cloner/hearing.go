@@ -86,7 +86,7 @@ func (c *Controller) readWarnings(ctx context.Context, f verdict.DiskFacts) []ve
 	}
 	objs := []object{{f.Disk.Namespace, f.Disk.UID}}
 	for _, pvc := range []*corev1.PersistentVolumeClaim{f.Pvc, f.ClonePVC} {
-		if pvc != nil && pvc.UID != "" {
+		if pvc != nil && pvc.UID != "" && pvc.UID != f.Disk.UID { // a bare claim is its own disk
 			objs = append(objs, object{pvc.Namespace, pvc.UID})
 		}
 	}

@@ -57,6 +57,10 @@ func (c *Controller) claimChanged(key string) {
 	for _, o := range owners {
 		c.dataVolumeChanged(o)
 	}
+	if len(owners) == 0 && c.bareClaim(key) != nil {
+		c.due.Mark(key)
+		nudge(c.wake)
+	}
 	if ns, name, _ := strings.Cut(key, "/"); len(owners) == 0 && c.cfg.GoldenNamespaces().Has(ns) {
 		c.due.Mark(c.goldenUsers((*p).GetIndexer(), types.NamespacedName{Namespace: ns, Name: name}, nil, false)...)
 		nudge(c.wake)
@@ -64,15 +68,37 @@ func (c *Controller) claimChanged(key string) {
 }
 
 // namedClaims are the claims the DataVolumes (their source.pvc or golden
-// annotation) and the DataSources name: every claim golden's candidates.
+// annotation), the DataSources and the bare claims name: every claim
+// golden's candidates.
 func (c *Controller) namedClaims(idx cache.Indexer, sources fleet.DataSources) []types.NamespacedName {
 	out := sources.Claims()
-	for _, k := range idx.ListIndexFuncValues(fleet.IndexByGolden) {
+	named := append(idx.ListIndexFuncValues(fleet.IndexByGolden), c.pvcInf.GetIndexer().ListIndexFuncValues(fleet.IndexByClaimSource)...)
+	for _, k := range named {
 		if ns, name, ok := strings.Cut(k, "/"); ok && c.cfg.GoldenNamespaces().Has(ns) {
 			out = append(out, types.NamespacedName{Namespace: ns, Name: name})
 		}
 	}
 	return out
+}
+
+// bareClaim is the claim of key when it is a bare claim that clones a
+// golden namespace's source (fleet.ClaimIndexers), nil otherwise.
+func (c *Controller) bareClaim(key string) *corev1.PersistentVolumeClaim {
+	ns, name, _ := strings.Cut(key, "/")
+	pvc := c.claim(types.NamespacedName{Namespace: ns, Name: name})
+	if pvc == nil {
+		return nil
+	}
+	if ref, _, ok := fleet.ClaimSourceRef(pvc); !ok || !c.cfg.GoldenNamespaces().Has(ref.Namespace) {
+		return nil
+	}
+	return pvc
+}
+
+// diskKeys are the keys of every disk: the DataVolumes' and the bare
+// claims'.
+func (c *Controller) diskKeys() []string {
+	return append((*c.dvInf.Load()).GetStore().ListKeys(), fleet.BareClaimKeys(c.pvcInf.GetIndexer())...)
 }
 
 // cloneTarget is the namespace/name of the claim whose clone CDI makes on
@@ -119,6 +145,8 @@ func (c *Controller) goldenUsers(idx cache.Indexer, golden types.NamespacedName,
 		imports, _ := idx.IndexKeys(fleet.IndexByFlavor, f.Key())
 		users = append(users, imports...)
 	}
+	bare, _ := c.pvcInf.GetIndexer().IndexKeys(fleet.IndexByClaimSource, golden.String())
+	users = append(users, bare...)
 	for _, ds := range c.predIn.Load().DataSourcesOf(golden) {
 		viaSource, _ := idx.IndexKeys(fleet.IndexByDataSource, ds.String())
 		users = append(users, viaSource...)
@@ -164,15 +192,19 @@ func (c *Controller) storeInventory(keys []string, sources fleet.DataSources) *f
 			dvs = append(dvs, dv)
 		}
 	}
+	var bare []*corev1.PersistentVolumeClaim
 	for _, k := range keys {
 		if o, ok, _ := idx.GetByKey(k); ok && !seen[k] {
 			dvs = append(dvs, o.(*fleet.CachedDataVolume))
+		} else if pvc := c.bareClaim(k); !ok && pvc != nil {
+			bare = append(bare, pvc)
 		}
 	}
 	if p := c.vsInf.Load(); p != nil {
 		inv.AddSnapshots(fleet.UnstructuredList((*p).GetStore().List()), c.cfg.GoldenNamespaces())
 	}
 	inv.AddDataVolumes(dvs, c.cfg.GoldenNamespaces())
+	inv.AddClaimDisks(bare, c.cfg.GoldenNamespaces())
 	return inv
 }
 
@@ -184,9 +216,13 @@ func (c *Controller) volume(name string) *corev1.PersistentVolume {
 	return obj.(*corev1.PersistentVolume)
 }
 
-// dataVolumeLive reports whether the cache holds a DataVolume of that UID.
-func (c *Controller) dataVolumeLive(uid types.UID) bool {
-	_, ok := c.dataVolumeUIDs.Get(uid)
+// diskLive reports whether the cache holds a DataVolume or a claim of that
+// UID (a bare claim's disk has its claim's).
+func (c *Controller) diskLive(uid types.UID) bool {
+	if _, ok := c.dataVolumeUIDs.Get(uid); ok {
+		return true
+	}
+	_, ok := c.claimUIDs.Get(uid)
 	return ok
 }
 

@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -86,7 +87,7 @@ func (c *Controller) passDue(ctx context.Context) (more bool, err error) {
 		// claims and golden: never do it.
 		return false, errors.New("cloner: informers not synced yet")
 	}
-	keys, full, more := c.due.Take(c.cfg.Clock(), (*c.dvInf.Load()).GetStore().ListKeys)
+	keys, full, more := c.due.Take(c.cfg.Clock(), c.diskKeys)
 	if !full && len(keys) == 0 && c.ledger != nil {
 		return more, c.awaitWrites()
 	}
@@ -152,7 +153,7 @@ func (c *Controller) countPass(ctx context.Context, ev *verdict.Evaluation, full
 	// On an error the loop starts a full pass, which brings every fact again.
 	facts, prune := c.heldFacts, c.heldPrune
 	c.heldFacts, c.heldPrune = nil, false
-	return c.countLedger(ctx, facts, prune, c.dataVolumeLive)
+	return c.countLedger(ctx, facts, prune, c.diskLive)
 }
 
 func firstKey(keys []string) string {
@@ -239,7 +240,7 @@ func (c *Controller) countLedger(ctx context.Context, facts []ledger.LedgerFact,
 		if v, ok := goneCache[uid]; ok {
 			return v
 		}
-		v := c.dataVolumeGone(ctx, ref, uid)
+		v := c.diskGone(ctx, ref, uid)
 		goneCache[uid] = v
 		return v
 	}
@@ -247,16 +248,23 @@ func (c *Controller) countLedger(ctx context.Context, facts []ledger.LedgerFact,
 	return c.ledger.Merged(false), err
 }
 
-// dataVolumeGone asks the API server whether the DataVolume a UID belonged
-// to is gone (absent, or replaced by one with another UID).
-func (c *Controller) dataVolumeGone(ctx context.Context, ref string, uid types.UID) bool {
+// diskGone asks the API server whether the DataVolume a UID belonged to is
+// gone (absent, or replaced by one with another UID); where no DataVolume
+// of that name is left, whether a bare claim of that UID is.
+func (c *Controller) diskGone(ctx context.Context, ref string, uid types.UID) bool {
 	ns, name, ok := strings.Cut(ref, "/")
 	if !ok {
 		return false
 	}
 	u, err := c.clients.Dynamic.Resource(fleet.DataVolumeGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return true
+	if !apierrors.IsNotFound(err) {
+		return err == nil && u.GetUID() != uid
 	}
-	return err == nil && u.GetUID() != uid
+	// A list of one name: the sidecar may list claims, not get them.
+	claims, err := c.clients.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx,
+		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return false
+	}
+	return len(claims.Items) == 0 || claims.Items[0].UID != uid
 }

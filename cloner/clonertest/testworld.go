@@ -338,3 +338,22 @@ func PredictionWorld(t *testing.T) (*World, *cdiv1.DataVolume) {
 	w.Cloned(w.Worker("tenant-a", "same-a", "p", g, 20*Gi, publish.PtrTo(TestClass)), TestClass, "copy", 20*Gi, blank)
 	return &w, g
 }
+
+// BareClaim adds a claim no DataVolume made whose dataSourceRef names the
+// claim of golden g (in g's namespace), created at T0; bound at T0+1m to a
+// volume whose tap evidence is ev when ev is not nil.
+func (w *World) BareClaim(ns, name string, g *cdiv1.DataVolume, size int64, ev *fleet.VolumeEvidence) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	owner := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	handle := ""
+	if ev != nil {
+		handle = "vol-" + name
+	}
+	pvc, pv := w.Claim(owner, TestClass, size, size, handle)
+	pvc.CreationTimestamp = metav1.NewTime(T0)
+	pvc.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: g.Name, Namespace: &g.Namespace}
+	if pv != nil {
+		pv.CreationTimestamp = metav1.NewTime(T0.Add(time.Minute))
+		pv.Annotations[fleet.AnnCSIEvidence] = record.MustJSON(ev)
+	}
+	return pvc, pv
+}

@@ -303,11 +303,26 @@ func dataVolumeStatus(st cdiv1.DataVolumeStatus) cdiv1.DataVolumeStatus {
 	return out
 }
 
+// TrimClaim keeps of a claim what the cloner reads; of its data source
+// only a bare claim's (ClaimSource), as its dataSourceRef.
 func TrimClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	source := trimSource(ClaimSource(pvc))
 	trimMeta(&pvc.ObjectMeta)
 	pvc.Spec = *claimSpec(&pvc.Spec)
+	pvc.Spec.DataSourceRef = source
 	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: pvc.Status.Phase, Capacity: internResources(pvc.Status.Capacity)}
 	return pvc
+}
+
+func trimSource(ref *corev1.TypedObjectReference) *corev1.TypedObjectReference {
+	if ref == nil {
+		return nil
+	}
+	out := &corev1.TypedObjectReference{APIGroup: internPtr(ref.APIGroup), Kind: intern(ref.Kind), Name: ref.Name}
+	if ref.Namespace != nil {
+		out.Namespace = internPtr(ref.Namespace)
+	}
+	return out
 }
 
 func resources(r corev1.VolumeResourceRequirements) corev1.VolumeResourceRequirements {

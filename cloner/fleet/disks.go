@@ -19,7 +19,8 @@ const (
 	DiskHTTPImport = "http-import" // source.http from a Factory URL of a known flavor
 )
 
-// WorkerDisk is one worker disk DataVolume and what CDI made of it.
+// WorkerDisk is one worker disk DataVolume and what CDI made of it, or a
+// bare claim (BareClaim) and what the external-provisioner made of it.
 type WorkerDisk struct {
 	Namespace, Name string
 	UID             types.UID
@@ -68,6 +69,9 @@ type WorkerDisk struct {
 	// (source.snapshot, or sourceRef to a DataSource of one); GoldenRef
 	// names the snapshot.
 	FromSnapshot bool
+	// BareClaim: the disk is a PersistentVolumeClaim no DataVolume made
+	// (claimdisks.go); its Name is the claim's, and CDI has no part in it.
+	BareClaim bool
 }
 
 // Ref is the disk's namespace/name.
@@ -197,13 +201,17 @@ func DataSourceRef(dv *cdiv1.DataVolume) types.NamespacedName {
 // else the Helm release (vm-disk's app.kubernetes.io/instance), else its
 // namespace.
 func diskPool(dv *cdiv1.DataVolume) string {
-	if p := dv.Annotations[AnnPool]; p != "" {
+	return poolOf(dv.Annotations, dv.Labels, dv.Namespace)
+}
+
+func poolOf(annotations, labels map[string]string, namespace string) string {
+	if p := annotations[AnnPool]; p != "" {
 		return p
 	}
-	if p := dv.Labels[LabelInstance]; p != "" {
+	if p := labels[LabelInstance]; p != "" {
 		return p
 	}
-	return dv.Namespace
+	return namespace
 }
 
 func newDisk(dv *cdiv1.DataVolume) *WorkerDisk {

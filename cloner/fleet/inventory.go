@@ -97,9 +97,10 @@ func BuildInventory(objs Objects, goldenNamespaces config.Namespaces) *Inventory
 		func(ref types.NamespacedName) *corev1.PersistentVolumeClaim { return pvcs[ref] },
 		func(name string) *corev1.PersistentVolume { return pvs[name] })
 	inv.DataSource = func(ref types.NamespacedName) *cdiv1.DataSource { return sources[ref] }
-	inv.NamedClaims = DataSourceClaims(objs.DataSources)
+	inv.NamedClaims = append(DataSourceClaims(objs.DataSources), ClaimSourceClaims(objs.Claims)...)
 	inv.AddSnapshots(objs.Snapshots, goldenNamespaces)
 	inv.AddDataVolumes(objs.DataVolumes, goldenNamespaces)
+	inv.AddClaimDisks(objs.Claims, goldenNamespaces)
 	return inv
 }
 

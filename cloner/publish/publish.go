@@ -63,7 +63,12 @@ type EventTarget struct {
 	UID                               types.UID
 }
 
-func DataVolumeTarget(d *fleet.WorkerDisk) EventTarget {
+// DiskTarget is the object a disk's events are about: its DataVolume, or a
+// bare claim itself.
+func DiskTarget(d *fleet.WorkerDisk) EventTarget {
+	if d.BareClaim {
+		return EventTarget{APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: d.Namespace, Name: d.Name, UID: d.UID}
+	}
 	return EventTarget{APIVersion: fleet.DataVolumeGVR.GroupVersion().String(), Kind: "DataVolume",
 		Namespace: d.Namespace, Name: d.Name, UID: d.UID}
 }

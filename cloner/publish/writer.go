@@ -184,7 +184,7 @@ func (w *Writer) Publish(ctx context.Context, a verdict.Assessment, inv *fleet.I
 		if already[reason] {
 			continue
 		}
-		if err := w.Warn(ctx, DataVolumeTarget(a.Disk), record.EventReason(reason), "", WarningMessage(rec, reason)); err != nil {
+		if err := w.Warn(ctx, DiskTarget(a.Disk), record.EventReason(reason), "", WarningMessage(rec, reason)); err != nil {
 			return err
 		}
 	}

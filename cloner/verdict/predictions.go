@@ -151,7 +151,9 @@ func pinnedTo(pv *corev1.PersistentVolume) []string {
 // annotations of its DataVolume (CDI copies them onto the claim; the
 // claim's cloneType is CDI's own choice, so it is read from the DataVolume).
 func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
-	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC && !f.Disk.FromSnapshot {
+	// A bare claim is the external-provisioner's, not CDI's planner's:
+	// this model does not predict it.
+	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC && !f.Disk.FromSnapshot || f.Disk.BareClaim {
 		return nil
 	}
 	g, ok := p.snapshots[f.golden.Ref()]

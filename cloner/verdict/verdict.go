@@ -78,7 +78,7 @@ func Judge(f DiskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 	a := Assessment{Disk: d, Golden: g, Record: r}
 	switch {
 	case d.Failed():
-		r.Verdict, r.Message = record.VerdictFailed, "CDI marked the DataVolume Failed: "+OrNone(d.FailMessage)
+		r.Verdict, r.Message = record.VerdictFailed, failedText(d)
 	case d.Finished() && f.pv != nil && f.tap == nil && now.Before(evidenceDue(f.pv, cfg)):
 		// The tap's evidence lands on the PV a moment after the PV appears;
 		// judging from CDI's annotations before then would claim that no
@@ -122,6 +122,15 @@ func Judge(f DiskFacts, cfg config.Config, now time.Time, snapshotOf map[string]
 		r.Phase = inFlightPhase(f)
 	}
 	return a
+}
+
+// failedText says who gave up on a failed disk: CDI on a DataVolume, the
+// claim itself on a bare claim (fleet.newClaimDisk).
+func failedText(d *fleet.WorkerDisk) string {
+	if d.BareClaim {
+		return d.FailMessage
+	}
+	return "CDI marked the DataVolume Failed: " + OrNone(d.FailMessage)
 }
 
 // evidenceDue is when a PV's tap evidence, if any replica saw its
