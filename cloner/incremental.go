@@ -28,6 +28,11 @@ func (c *Controller) watchForVerdicts() {
 			if c.cfg.GoldenNamespaces().Has(pvc.Namespace) {
 				c.cloneClaims.Note(pvc) // before the pass it marks
 			}
+			if c.clonesAGolden(pvc) {
+				// From the object, not the store: a deleted bare claim
+				// must be judged gone.
+				c.due.Mark(pvc.Namespace + "/" + pvc.Name)
+			}
 			c.claimChanged(pvc.Namespace + "/" + pvc.Name)
 		}
 	})
@@ -81,18 +86,21 @@ func (c *Controller) namedClaims(idx cache.Indexer, sources fleet.DataSources) [
 	return out
 }
 
-// bareClaim is the claim of key when it is a bare claim that clones a
-// golden namespace's source (fleet.ClaimIndexers), nil otherwise.
+// bareClaim is the cached claim of key when it is a bare claim that
+// clones a golden namespace's source (fleet.ClaimIndexers), nil otherwise.
 func (c *Controller) bareClaim(key string) *corev1.PersistentVolumeClaim {
 	ns, name, _ := strings.Cut(key, "/")
-	pvc := c.claim(types.NamespacedName{Namespace: ns, Name: name})
-	if pvc == nil {
-		return nil
+	if pvc := c.claim(types.NamespacedName{Namespace: ns, Name: name}); pvc != nil && c.clonesAGolden(pvc) {
+		return pvc
 	}
-	if ref, _, ok := fleet.ClaimSourceRef(pvc); !ok || !c.cfg.GoldenNamespaces().Has(ref.Namespace) {
-		return nil
-	}
-	return pvc
+	return nil
+}
+
+// clonesAGolden reports whether a claim is a bare claim whose source is in
+// a golden namespace.
+func (c *Controller) clonesAGolden(pvc *corev1.PersistentVolumeClaim) bool {
+	ref, _, ok := fleet.ClaimSourceRef(pvc)
+	return ok && c.cfg.GoldenNamespaces().Has(ref.Namespace)
 }
 
 // diskKeys are the keys of every disk: the DataVolumes' and the bare

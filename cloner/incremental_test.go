@@ -279,3 +279,59 @@ func TestAClaimGoldenChangeReJudgesItsConsumers(t *testing.T) {
 		t.Fatalf("image goldens %+v, want the claim golden, now image ubuntu, with %d consumers", s.Images, n)
 	}
 }
+
+// TestBareClaimsAreJudgedByTheController: a full pass judges the bare
+// claims beside the DataVolumes and writes their verdicts on the claims; a
+// bare claim made later is judged when it appears; a change of the golden
+// they clone re-judges them; a deleted one leaves the metrics.
+func TestBareClaimsAreJudgedByTheController(t *testing.T) {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, gpv := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	const n = 5
+	for i := range n {
+		w.BareClaim("tenant-a", fmt.Sprintf("copy-%d", i), g, 20*clonertest.Gi, clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 20*clonertest.Gi, 20*clonertest.Gi))
+	}
+	fc := newFakeCluster(t, &w)
+	ctx := t.Context()
+	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
+	if err := c.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	barriers := 0
+	quiesce(t, ctx, fc, c, &barriers)
+	for i := range n {
+		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("copy-%d", i)).Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
+			t.Fatalf("copy-%d: verdict %q, want %s", i, v, record.VerdictCSIClone)
+		}
+	}
+	late, latePV := w.BareClaim("tenant-a", "late", g, 20*clonertest.Gi, clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 20*clonertest.Gi, 20*clonertest.Gi))
+	if _, err := fc.kube.CoreV1().PersistentVolumes().Create(ctx, latePV, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Create(ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the late bare claim judged", func() bool {
+		quiesce(t, ctx, fc, c, &barriers)
+		return fc.pvc(t, "tenant-a", "late").Annotations[fleet.AnnCloneVerdict] == record.VerdictCSIClone
+	})
+	before := c.judgedCount.Load()
+	g.Status.RestartCount++
+	fc.putDV(t, g)
+	quiesce(t, ctx, fc, c, &barriers)
+	if got := c.judgedCount.Load() - before; got < n+1 {
+		t.Fatalf("a golden change re-judged %d disks, want its %d bare claims", got, n+1)
+	}
+	if s := c.Snapshot(); len(s.Disks) != 1 || s.Disks[0].Count != n+1 {
+		t.Fatalf("metrics show %+v, want %d csi-clone disks", s.Disks, n+1)
+	}
+	if err := fc.kube.CoreV1().PersistentVolumeClaims("tenant-a").Delete(ctx, "late", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted bare claim gone from the metrics", func() bool {
+		quiesce(t, ctx, fc, c, &barriers)
+		s := c.Snapshot()
+		return len(s.Disks) == 1 && s.Disks[0].Count == n
+	})
+}
