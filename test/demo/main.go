@@ -3,7 +3,8 @@
 // take another path from it (CSI clone, an empty class, a host-assisted
 // fallback, another class of the same driver, an HTTP import) and four disks
 // of a vm-default-images golden (a vm-disk, one on a class without expansion,
-// one through a DataSource, one restoring the golden's VolumeSnapshot), waits for the
+// one through a DataSource, one restoring the golden's VolumeSnapshot) and a
+// bare PVC cloning it, no DataVolume, waits for the
 // sidecar's verdicts, prints what CDI recorded next to them, the sidecar's
 // `report` table (with -html, also its HTML page, written to a file) and its
 // key metric lines, and tears everything down. With -keep the stack stays up

@@ -89,7 +89,7 @@ var errIncomplete = errors.New("incomplete")
 type disk struct {
 	pool   pools.Pool
 	name   string
-	phase  string                        // the DataVolume's
+	phase  string                        // the DataVolume's (a bare claim's own)
 	pvc    *corev1.PersistentVolumeClaim // nil until CDI creates it
 	record *record.Record                // the sidecar's persisted verdict, nil until written
 }
@@ -99,21 +99,34 @@ func (d disk) final() bool {
 	return d.record != nil && d.record.Verdict != record.VerdictPending && d.record.Verdict != ""
 }
 
+// made: CDI finished the DataVolume, or the bare claim is bound.
+func (d disk) made() bool {
+	if d.pool.Bare {
+		return d.phase == string(corev1.ClaimBound)
+	}
+	return d.phase == string(cdiv1.Succeeded)
+}
+
 // disks reads every worker disk of the demo from the API server.
 func disks(ctx context.Context, c *cluster.Cluster) ([]disk, error) {
 	var out []disk
 	for _, p := range pools.All {
 		for i := range p.Disks {
 			d := disk{pool: p, name: p.DiskName(i)}
-			dv, err := c.DataVolume(ctx, p.Namespace, d.name)
-			if err != nil {
-				return nil, err
+			if !p.Bare {
+				dv, err := c.DataVolume(ctx, p.Namespace, d.name)
+				if err != nil {
+					return nil, err
+				}
+				d.phase = string(dv.Status.Phase)
 			}
-			d.phase = string(dv.Status.Phase)
 			pvc, err := c.Client.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, d.name, metav1.GetOptions{})
 			if err == nil {
 				d.pvc = pvc
 				d.record, err = readRecord(pvc)
+			}
+			if err == nil && p.Bare {
+				d.phase = string(pvc.Status.Phase)
 			}
 			if err != nil && d.pvc != nil {
 				return nil, err
@@ -152,9 +165,9 @@ func waitJudged(ctx context.Context, c *cluster.Cluster, t0 time.Time) error {
 			return false, nil // a disk not created by CDI yet, a conflict: look again
 		}
 		last = ds
-		if !succeeded && count(ds, func(d disk) bool { return d.phase == string(cdiv1.Succeeded) }) == len(ds) {
+		if !succeeded && count(ds, disk.made) == len(ds) {
 			succeeded = true
-			fmt.Printf("  every DataVolume Succeeded %s after creation\n", time.Since(t0).Round(100*time.Millisecond))
+			fmt.Printf("  every DataVolume Succeeded, every bare claim Bound, %s after creation\n", time.Since(t0).Round(100*time.Millisecond))
 		}
 		return count(ds, disk.final) == len(ds), nil
 	})

@@ -147,10 +147,10 @@ func tally(ds []disk, f func(disk) string) string {
 	return strings.Join(out, ", ")
 }
 
-// showEvents counts the sidecar's Warning events on the DataVolumes by
-// reason, with the pools they were about.
+// showEvents counts the sidecar's Warning events on the DataVolumes (and
+// bare claims) by reason, with the pools they were about.
 func showEvents(ctx context.Context, c *cluster.Cluster, ds []disk) error {
-	header("Warning events csi-clone-sidecar emitted on worker DataVolumes")
+	header("Warning events csi-clone-sidecar emitted on worker DataVolumes and bare claims")
 	poolOf := map[string]string{}
 	for _, d := range ds {
 		poolOf[d.pool.Namespace+"/"+d.name] = d.pool.Name

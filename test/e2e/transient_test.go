@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
@@ -36,14 +34,7 @@ func TestRetriedCreateVolumeErrorsAreNotStuck(t *testing.T) {
 	if len(rec.BadReasons()) != 0 {
 		t.Errorf("csi-clone with bad reasons %v: %q", rec.BadReasons(), rec.Message)
 	}
-	pvc, err := c.Client.CoreV1().PersistentVolumeClaims(verdictTenant).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := claimVolume(t, ctx, c, verdictTenant, name)
 	var ev fleet.VolumeEvidence
 	if err := json.Unmarshal([]byte(pv.Annotations[fleet.AnnCSIEvidence]), &ev); err != nil {
 		t.Fatalf("evidence on %s: %v", pv.Name, err)

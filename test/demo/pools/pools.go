@@ -49,6 +49,10 @@ type Pool struct {
 	// Snapshot: the Image disk restores the VolumeSnapshot of the image's
 	// golden (source.snapshot), and no release: pooled by its namespace.
 	Snapshot bool
+	// Bare: the Image disk is a PVC of the golden namespace that no
+	// DataVolume makes, its dataSourceRef the image golden's claim: the
+	// external-provisioner clones it, CDI plays no part.
+	Bare bool
 }
 
 // All are the demo's pools, in the order it creates them.
@@ -73,6 +77,8 @@ var All = []Pool{
 		What: "a disk naming only the DataSource cozy-public/ubuntu, no annotation: CSI clone"},
 	{Namespace: "tenant-epsilon", Name: "restored-db", Disks: 1, Class: GoldenClass, Size: "20Gi", Image: Image, Snapshot: true,
 		What: "a disk restoring the VolumeSnapshot cozy-public/" + ImageSnapshot + " of the golden: snapshot restore, then expand"},
+	{Namespace: cluster.NamespaceGolden, Name: "ubuntu-copy", Disks: 1, Class: GoldenClass, Size: "20Gi", Image: Image, Bare: true,
+		What: "a bare PVC whose dataSourceRef names the golden's claim, no DataVolume: the external-provisioner's CSI clone at full size"},
 }
 
 // Image is the demo's vm-default-images image: its golden and the
@@ -150,6 +156,8 @@ func (p Pool) Create(ctx context.Context, c *cluster.Cluster) error {
 		switch {
 		case p.HTTP:
 			err = p.createHTTPDisk(ctx, c, p.DiskName(i))
+		case p.Bare:
+			err = p.createBareClaim(ctx, c)
 		case p.Image != "":
 			err = p.createVMDisk(ctx, c)
 		default:
@@ -173,6 +181,24 @@ func (p Pool) createVMDisk(ctx context.Context, c *cluster.Cluster) error {
 		d.Snapshot = cluster.NamespaceGolden + "/" + ImageSnapshot
 	}
 	_, err := c.CreateVMDisk(ctx, d)
+	return err
+}
+
+// createBareClaim creates the pool's one claim cloning its image golden's
+// claim, of the golden's volume and access modes.
+func (p Pool) createBareClaim(ctx context.Context, c *cluster.Cluster) error {
+	golden, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Get(ctx, cluster.VMImageGoldenName(p.Image), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &p.Class, VolumeMode: golden.Spec.VolumeMode,
+			AccessModes:   golden.Spec.AccessModes,
+			DataSourceRef: &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: golden.Name},
+			Resources:     corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(p.Size)}}},
+	}
+	_, err = c.Client.CoreV1().PersistentVolumeClaims(p.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
 	return err
 }
 
