@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
@@ -25,7 +27,9 @@ const goldenSnapshot = "ubuntu-snapshot"
 // labelled, each get a snapshot-clone verdict from the tap (the driver's
 // CreateVolume restores the golden snapshot's handle), their own prediction
 // (snapshot-clone, snapshot-source), their pool (the namespace), metrics
-// and a report row for the golden with both consumers.
+// and a report row for the golden with its consumers; so does a bare claim
+// of the golden namespace whose dataSourceRef is the snapshot, restored by
+// the external-provisioner without CDI (no prediction: no model makes one).
 func TestVerdictsForSnapshotGoldens(t *testing.T) {
 	c := verdictCluster(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -56,6 +60,7 @@ func TestVerdictsForSnapshotGoldens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	createBareRestore(t, ctx, c)
 	for _, name := range []string{"restored", "restored-via-datasource"} {
 		rec := waitVerdict(t, ctx, c, reachTenant, name, record.VerdictSnapshotClone, 4*time.Minute)
 		assertReasons(t, name, rec, nil)
@@ -68,16 +73,45 @@ func TestVerdictsForSnapshotGoldens(t *testing.T) {
 		}
 		t.Logf("%s: %s from %s, predicted %s/%s", name, rec.Verdict, rec.ContentSource, rec.Predicted, rec.PredictedReason)
 	}
+	bare := waitVerdict(t, ctx, c, cluster.NamespaceGolden, bareRestore, record.VerdictSnapshotClone, 4*time.Minute)
+	assertReasons(t, bareRestore, bare, nil)
+	if bare.Source != record.SourceCSITap || bare.ContentSource != "snapshot:"+handle || bare.Golden != snapshot || bare.Pool != cluster.NamespaceGolden || bare.Predicted != "" {
+		t.Errorf("%s: source %q, content source %q, golden %q, pool %q, predicted %q; want the tap's, snapshot:%s, %s, %s, none (%+v)",
+			bareRestore, bare.Source, bare.ContentSource, bare.Golden, bare.Pool, bare.Predicted, handle, snapshot, cluster.NamespaceGolden, bare)
+	}
 	waitMetrics(t, ctx, c, checkSnapshotGoldenMetrics)
 	checkSnapshotGoldenReport(t, ctx, c)
+}
+
+// bareRestore is a claim of the golden namespace, no DataVolume's, whose
+// dataSourceRef is the golden VolumeSnapshot: the external-provisioner
+// restores it without CDI.
+const bareRestore = "ubuntu-restored-bare"
+
+func createBareRestore(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	golden, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Get(ctx, vmGolden, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, class := "snapshot.storage.k8s.io", "replicated"
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NamespaceGolden, Name: bareRestore},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeMode: golden.Spec.VolumeMode, AccessModes: golden.Spec.AccessModes,
+			DataSourceRef: &corev1.TypedObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: goldenSnapshot},
+			Resources:     corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")}}},
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(cluster.NamespaceGolden).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkSnapshotGoldenMetrics: both disks are counted under the snapshot
 // golden's image, and both predictions held.
 func checkSnapshotGoldenMetrics(s scrape) error {
 	img := map[string]string{"namespace": cluster.NamespaceGolden, "golden": goldenSnapshot, "image": vmImage}
-	if got, _ := s.value("csi_clone_image_disks", with(img, "verdict", record.VerdictSnapshotClone)); got != 2 {
-		return fmt.Errorf("csi_clone_image_disks{golden=%s,verdict=snapshot-clone} = %v, want 2", goldenSnapshot, got)
+	if got, _ := s.value("csi_clone_image_disks", with(img, "verdict", record.VerdictSnapshotClone)); got != 3 {
+		return fmt.Errorf("csi_clone_image_disks{golden=%s,verdict=snapshot-clone} = %v, want 3 (two DataVolumes, one bare claim)", goldenSnapshot, got)
 	}
 	if right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"}); right != 2 {
 		return fmt.Errorf("prediction checks right = %v, want 2", right)
@@ -107,8 +141,8 @@ func checkSnapshotGoldenReport(t *testing.T, ctx context.Context, c *cluster.Clu
 	}
 	for _, g := range reportedImages(t, printed) {
 		if g.Namespace == cluster.NamespaceGolden && g.Name == goldenSnapshot {
-			if g.Image != vmImage || g.Consumers != 2 {
-				t.Errorf("report: snapshot golden %+v, want image %s with 2 consumers", g, vmImage)
+			if g.Image != vmImage || g.Consumers != 3 {
+				t.Errorf("report: snapshot golden %+v, want image %s with 3 consumers", g, vmImage)
 			}
 			return
 		}
