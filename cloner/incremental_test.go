@@ -258,20 +258,14 @@ func TestAClaimGoldenChangeReJudgesItsConsumers(t *testing.T) {
 		dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: golden.Namespace, Name: golden.Name}}
 		w.Cloned(dv, clonertest.TestClass, "csi-clone", 20*clonertest.Gi, nil)
 	}
-	fc := newFakeCluster(t, &w)
 	ctx := t.Context()
-	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	barriers := 0
-	quiesce(t, ctx, fc, c, &barriers)
+	fc, c, barriers := settledController(t, &w)
 	before := c.judgedCount.Load()
 	gpvc.Annotations[fleet.AnnImageName] = "ubuntu" // an annotation the cache keeps
 	if _, err := fc.kube.CoreV1().PersistentVolumeClaims(gpvc.Namespace).Update(ctx, gpvc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	quiesce(t, ctx, fc, c, &barriers)
+	quiesce(t, ctx, fc, c, barriers)
 	if got := c.judgedCount.Load() - before; got < n {
 		t.Fatalf("a claim golden's change re-judged %d disks, want its %d consumers", got, n)
 	}
@@ -292,14 +286,8 @@ func TestBareClaimsAreJudgedByTheController(t *testing.T) {
 	for i := range n {
 		w.BareClaim("tenant-a", fmt.Sprintf("copy-%d", i), g, 20*clonertest.Gi, clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 20*clonertest.Gi, 20*clonertest.Gi))
 	}
-	fc := newFakeCluster(t, &w)
 	ctx := t.Context()
-	c := fc.controller(t, ctx, clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
-	if err := c.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	barriers := 0
-	quiesce(t, ctx, fc, c, &barriers)
+	fc, c, barriers := settledController(t, &w)
 	for i := range n {
 		if v := fc.pvc(t, "tenant-a", fmt.Sprintf("copy-%d", i)).Annotations[fleet.AnnCloneVerdict]; v != record.VerdictCSIClone {
 			t.Fatalf("copy-%d: verdict %q, want %s", i, v, record.VerdictCSIClone)
@@ -313,13 +301,13 @@ func TestBareClaimsAreJudgedByTheController(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the late bare claim judged", func() bool {
-		quiesce(t, ctx, fc, c, &barriers)
+		quiesce(t, ctx, fc, c, barriers)
 		return fc.pvc(t, "tenant-a", "late").Annotations[fleet.AnnCloneVerdict] == record.VerdictCSIClone
 	})
 	before := c.judgedCount.Load()
 	g.Status.RestartCount++
 	fc.putDV(t, g)
-	quiesce(t, ctx, fc, c, &barriers)
+	quiesce(t, ctx, fc, c, barriers)
 	if got := c.judgedCount.Load() - before; got < n+1 {
 		t.Fatalf("a golden change re-judged %d disks, want its %d bare claims", got, n+1)
 	}
@@ -330,8 +318,22 @@ func TestBareClaimsAreJudgedByTheController(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the deleted bare claim gone from the metrics", func() bool {
-		quiesce(t, ctx, fc, c, &barriers)
+		quiesce(t, ctx, fc, c, barriers)
 		s := c.Snapshot()
 		return len(s.Disks) == 1 && s.Disks[0].Count == n
 	})
+}
+
+// settledController starts a controller over w an hour after T0, judges
+// every disk once and waits until the echoes of its writes are judged too.
+func settledController(t *testing.T, w *clonertest.World) (*fakeCluster, *Controller, *int) {
+	t.Helper()
+	fc := newFakeCluster(t, w)
+	c := fc.controller(t, t.Context(), clonertest.ConfigAt(clonertest.T0.Add(time.Hour)))
+	if err := c.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	barriers := 0
+	quiesce(t, t.Context(), fc, c, &barriers)
+	return fc, c, &barriers
 }
