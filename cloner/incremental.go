@@ -32,6 +32,7 @@ func (c *Controller) watchForVerdicts() {
 				// From the object, not the store: a deleted bare claim
 				// must be judged gone.
 				c.due.Mark(pvc.Namespace + "/" + pvc.Name)
+				nudge(c.wake)
 			}
 			c.claimChanged(pvc.Namespace + "/" + pvc.Name)
 		}
