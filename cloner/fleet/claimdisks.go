@@ -108,7 +108,9 @@ func ClaimSourceClaims(claims []*corev1.PersistentVolumeClaim) []types.Namespace
 
 // AddClaimDisks adds the bare claims among claims that clone a golden of
 // the golden namespaces (after AddDataVolumes, which makes the catalog).
-// A claim of a DataVolume's name is that DataVolume's, never bare.
+// A claim of a DataVolume's name is that DataVolume's, never bare; a claim
+// that is a golden itself (a restore that disks clone) is a golden, never
+// a disk, as a golden DataVolume is.
 func (inv *Inventory) AddClaimDisks(claims []*corev1.PersistentVolumeClaim, goldenNamespaces config.Namespaces) {
 	dataVolumes := make(map[types.NamespacedName]bool, len(inv.dvRefs))
 	for _, ref := range inv.dvRefs {
@@ -117,7 +119,8 @@ func (inv *Inventory) AddClaimDisks(claims []*corev1.PersistentVolumeClaim, gold
 	var disks []*WorkerDisk
 	for _, pvc := range claims {
 		ref, snapshot, ok := ClaimSourceRef(pvc)
-		if !ok || !goldenNamespaces.Has(ref.Namespace) || dataVolumes[types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name}] {
+		self := types.NamespacedName{Namespace: pvc.Namespace, Name: pvc.Name}
+		if !ok || !goldenNamespaces.Has(ref.Namespace) || dataVolumes[self] || inv.GoldenByRef[self] != nil {
 			continue
 		}
 		if snapshot && inv.SnapshotGoldens[ref] == nil || !snapshot && inv.GoldenByRef[ref] == nil {

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,6 +110,10 @@ func TestBareClaimsOfGoldensAreDisks(t *testing.T) {
 	raw := bareClaim(golden, "raw-golden", nil)
 	raw.Status.Phase = corev1.ClaimBound
 	shadow := bareClaim("tenant", "vm-disk-x", claimRef(&golden, ubuntu.Name)) // a DataVolume's name
+	// A restore of the golden snapshot that a DataVolume clones: a claim
+	// golden, not a disk.
+	restoredGolden := bareClaim(golden, "restored-golden", snapshotRef(nil, "ubuntu-snap"))
+	restoredGolden.Status.Phase = corev1.ClaimBound
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-bound", CreationTimestamp: metav1.Unix(1000, 0)}}
 	snap := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
 		"metadata": map[string]any{"namespace": golden, "name": "ubuntu-snap", "uid": "snap-uid"}}}
@@ -116,8 +121,9 @@ func TestBareClaimsOfGoldensAreDisks(t *testing.T) {
 		DataVolumes: []*CachedDataVolume{
 			routeDV(golden, ubuntu.Name, nil, map[string]string{AnnImageName: "ubuntu"}, cdiv1.DataVolumeSpec{}),
 			routeDV("tenant", "vm-disk-x", nil, nil, pvcSource(golden, ubuntu.Name)),
+			routeDV("tenant", "vm-disk-y", nil, nil, pvcSource(golden, "restored-golden")),
 		},
-		Claims: []*corev1.PersistentVolumeClaim{bound, lost, raw, shadow,
+		Claims: []*corev1.PersistentVolumeClaim{bound, lost, raw, shadow, restoredGolden,
 			bareClaim("tenant", "pending", claimRef(&golden, "raw-golden")),
 			bareClaim("tenant", "restore", snapshotRef(&golden, "ubuntu-snap")),
 			bareClaim("tenant", "tenant-clone", claimRef(nil, "data")),
@@ -138,6 +144,7 @@ func TestBareClaimsOfGoldensAreDisks(t *testing.T) {
 		"tenant/pending":   {golden + "/raw-golden", "tenant", string(cdiv1.Pending), false},
 		"tenant/restore":   {golden + "/ubuntu-snap", "tenant", string(cdiv1.Pending), true},
 		"tenant/vm-disk-x": {ubuntu.String(), "tenant", "", false}, // the DataVolume
+		"tenant/vm-disk-y": {golden + "/restored-golden", "tenant", "", false},
 	}
 	got := map[string]*WorkerDisk{}
 	for _, d := range inv.Disks {
@@ -152,7 +159,7 @@ func TestBareClaimsOfGoldensAreDisks(t *testing.T) {
 			t.Errorf("%s: no disk", key)
 			continue
 		}
-		if d.BareClaim == (key == "tenant/vm-disk-x") || d.GoldenRef.String() != w.golden || d.Pool != w.pool || d.Phase != w.phase || d.FromSnapshot != w.snapshot {
+		if d.BareClaim == strings.HasPrefix(key, "tenant/vm-disk-") || d.GoldenRef.String() != w.golden || d.Pool != w.pool || d.Phase != w.phase || d.FromSnapshot != w.snapshot {
 			t.Errorf("%s: bare %v golden %s pool %s phase %q snapshot %v, want %+v", key, d.BareClaim, d.GoldenRef, d.Pool, d.Phase, d.FromSnapshot, w)
 		}
 	}
