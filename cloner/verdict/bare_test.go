@@ -69,3 +69,17 @@ func TestBareClaimIsStuckOrFailedInItsOwnWords(t *testing.T) {
 		t.Errorf("lost: %s %q, want failed in the claim's words", r.Verdict, r.Message)
 	}
 }
+
+// TestBareClaimMadeUnwatchedIsUnknownWithoutCDIsWords: a bare claim's
+// volume made while no sidecar watched is unknown, and the message does not
+// send the operator to a CDI annotation nobody writes on it.
+func TestBareClaimMadeUnwatchedIsUnknownWithoutCDIsWords(t *testing.T) {
+	var w clonertest.World
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	_, pv := w.BareClaim("tenant-a", "unwatched", g, 20*clonertest.Gi, &fleet.VolumeEvidence{})
+	delete(pv.Annotations, fleet.AnnCSIEvidence)
+	recs, _ := w.JudgeAll(t, clonertest.TestConfig(), clonertest.T0.Add(time.Hour))
+	if r := recs["unwatched"]; r.Verdict != record.VerdictUnknown || strings.Contains(r.Message, "cloneType") || !strings.Contains(r.Message, "bare claim") {
+		t.Errorf("unwatched: %s %q, want unknown in a bare claim's words", r.Verdict, r.Message)
+	}
+}

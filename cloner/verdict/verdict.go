@@ -215,6 +215,9 @@ func judgeMechanism(r *record.Record, f DiskFacts, snapshotOf map[string]string)
 	switch r.Verdict {
 	case record.VerdictUnknown:
 		r.Message = "the volume was made while no sidecar watched and CDI left no cloneType annotation"
+		if f.Disk.BareClaim {
+			r.Message = "the volume was made while no sidecar watched; a bare claim is the external-provisioner's alone, and CDI records nothing of it"
+		}
 	case record.VerdictHostAssisted:
 		r.Message = "CDI recorded a host-assisted copy (cloneType copy; volume made while no sidecar watched); CDI's fallback reason: " + OrNone(fleet.FallbackText(r.FallbackReason))
 	default:
