@@ -129,6 +129,9 @@ var reasonCases = map[string]struct {
 	ReasonSnapshotUnusable: {baseInputs("csi-clone"), snapshotGolden(func(s *cdirules.Snapshot) { s.SnapshotClass = "" }),
 		Target{Class: "replicated", AccessModes: poolAccessModes}},
 	ReasonSourceNamespaceUnset: {baseInputs("csi-clone"), golden, Target{Class: "replicated", AccessModes: poolAccessModes, UnqualifiedSource: true}},
+	// A bare claim: the external-provisioner's, whatever CDI is set to.
+	ReasonDataSource:         {baseInputs("copy"), golden, Target{Class: "replicated", VolumeMode: "Block", Bytes: 20 * gi, DataSource: true}},
+	ReasonProvisionerRefuses: {baseInputs("csi-clone"), golden, Target{Class: "replicated", VolumeMode: "Block", Bytes: 2 * gi, DataSource: true}},
 }
 
 // snapshotGolden is a ready golden VolumeSnapshot of the LINSTOR golden's

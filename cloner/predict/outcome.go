@@ -279,6 +279,41 @@ func (s *State) addUncertainty(p *Prediction, g Golden, t Target, assumedImage b
 	}
 }
 
+// predictDataSource is the path of a bare claim of the golden: the
+// external-provisioner's checks (cdirules.ClaimCloneRefusal,
+// ClaimRestoreRefusal), then the driver's clone or restore at the claim's
+// size; a claim of a class that does not exist is never provisioned.
+func (s *State) predictDataSource(g Golden, t Target, sc *storagev1.StorageClass) Prediction {
+	if sc == nil {
+		return blocked(ReasonClassNotFound, "StorageClass "+quote(t.Class)+" does not exist: the claim is never provisioned")
+	}
+	claim := cdirules.Claim{Class: t.Class, HasClass: true, VolumeMode: resolvedMode(t.VolumeMode), Bytes: t.Bytes}
+	path, refusal := PathCSIClone, ""
+	if g.Snapshot != nil {
+		path, refusal = PathSnapshotClone, s.cluster.ClaimRestoreRefusal(*g.Snapshot, claim)
+	} else {
+		src, _ := s.source(g)
+		refusal = s.cluster.ClaimCloneRefusal(src, claim)
+	}
+	var p Prediction
+	if refusal != "" {
+		p = blocked(ReasonProvisionerRefuses, "the external-provisioner refuses the claim's data source "+g.ref()+" for ever ("+
+			refusalText[refusal]+"): the claim stays Pending")
+	} else {
+		p = Prediction{Path: path, Reason: ReasonDataSource, Message: "the claim names " + g.ref() +
+			" as its data source: the external-provisioner asks the driver for the " + path + " at the claim's size, without CDI"}
+	}
+	s.addFlags(&p, g, t, sc)
+	return p
+}
+
+// refusalText says each of the external-provisioner's refusals in words.
+var refusalText = map[string]string{
+	cdirules.StuckTooSmall:   "the claim asks less than its source",
+	cdirules.StuckDriver:     "the source is another CSI driver's than the claim's class",
+	cdirules.StuckVolumeMode: "the claim asks another volume mode than its source's",
+}
+
 func blocked(reason, msg string) Prediction {
 	return Prediction{Path: PathBlocked, Reason: reason, Message: msg}
 }

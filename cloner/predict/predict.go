@@ -112,6 +112,10 @@ type Target struct {
 	// DataSource that names the golden without a namespace
 	// (cdirules.ErrEmptySourceNamespace).
 	UnqualifiedSource bool
+	// DataSource: the disk is a bare claim whose dataSourceRef names the
+	// golden: the external-provisioner clones or restores it, CDI has no
+	// part (Class, VolumeMode and Bytes are the claim's).
+	DataSource bool
 }
 
 func (t Target) dataVolume() cdirules.DataVolume {
@@ -254,6 +258,9 @@ func (s *State) Predict(g Golden, t Target) Prediction {
 		return blocked(ReasonClassUnresolved, "the disk names no StorageClass and no default class exists: the claim never gets a class")
 	}
 	sc := s.classes[t.Class]
+	if t.DataSource {
+		return s.predictDataSource(g, t, sc)
+	}
 	src, assumed := s.source(g)
 	var o cdirules.Outcome
 	// The access modes the disk's claim has (a Claimed target's own) or

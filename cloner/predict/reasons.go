@@ -66,6 +66,12 @@ const (
 	// mode than the golden's: the external-provisioner refuses CDI's clone
 	// claim for ever (ProvisioningFailed on the tmp-pvc).
 	ReasonCloneTypeRefused = "clone-type-refused"
+	// A bare claim's (Target.DataSource): ReasonDataSource, the
+	// external-provisioner asks the driver for the clone or the restore
+	// itself; ReasonProvisionerRefuses, it refuses the claim for ever
+	// (cdirules.ClaimCloneRefusal, ClaimRestoreRefusal).
+	ReasonDataSource         = "data-source"
+	ReasonProvisionerRefuses = "provisioner-refuses"
 )
 
 // Reasons lists every reason.
@@ -75,7 +81,8 @@ var Reasons = []string{ReasonCDIOverride, ReasonStorageProfile, ReasonDefaultSna
 	ReasonTargetTooSmall, ReasonSnapshotClassNotFound, ReasonNodeLocalTarget, ReasonDerivedCopy, ReasonContentTypeMismatch,
 	ReasonUnknownStrategy, ReasonClaimInvalid, ReasonCloneTypeAnnotation, ReasonCloneTypeCopy, ReasonPopulatorOff,
 	ReasonUsePopulatorInvalid, ReasonCloneTypeNoExpansion, ReasonCloneTypeRefused, ReasonSnapshotSource,
-	ReasonNoProvisionerMatch, ReasonGoldenMissing, ReasonSnapshotUnusable, ReasonSourceNamespaceUnset}
+	ReasonNoProvisionerMatch, ReasonGoldenMissing, ReasonSnapshotUnusable, ReasonSourceNamespaceUnset,
+	ReasonDataSource, ReasonProvisionerRefuses}
 
 // fixDerived is the fix when CDI itself chose the copy: give the class a
 // strategy, or give the driver a VolumeSnapshotClass.
@@ -114,6 +121,8 @@ var fixes = map[string]string{
 	ReasonUsePopulatorInvalid:      "set the DataVolume's annotation cdi.kubevirt.io/storage.usePopulator to \"true\" or \"false\", or remove it",
 	ReasonCloneTypeRefused:         "put the disk on the golden's class (same driver and volume mode), or remove the annotation cdi.kubevirt.io/cloneType from the DataVolume (CDI then picks a path it can run)",
 	ReasonCloneTypeNoExpansion:     "set allowVolumeExpansion: true on the class, size the disk at most the golden's capacity, or remove the annotation cdi.kubevirt.io/cloneType from the DataVolume (CDI then copies host-assisted)",
+	ReasonDataSource:               "",
+	ReasonProvisionerRefuses:       "recreate the claim on a class of the golden's CSI driver, in the golden's volume mode, asking at least the golden's size",
 }
 
 // Fix is the remedy for a reason; "" for the good ones.

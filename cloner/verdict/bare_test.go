@@ -9,6 +9,7 @@ import (
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/clonertest"
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/publish"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/cloner/verdict"
@@ -19,9 +20,11 @@ import (
 // was asked: a CSI clone of the golden's volume made whole at once (the
 // external-provisioner asks for the full size: no resize follows), timed
 // from its first CreateVolume to its volume, pooled by its namespace, its
-// events on the claim itself, and never predicted by CDI's model.
+// events on the claim itself, and predicted by the external-provisioner's
+// rules (data-source), not CDI's, whatever CDI is set to.
 func TestBareClaimIsJudgedFromTheTap(t *testing.T) {
 	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
 	g, gpv := w.Golden(clonertest.TestSID, clonertest.TestVer)
 	w.BareClaim("tenant-a", "copy", g, 20*clonertest.Gi, clonertest.TapClone(gpv.Spec.CSI.VolumeHandle, 20*clonertest.Gi, 20*clonertest.Gi))
 	inv := fleet.BuildInventory(w.Objects(t), clonertest.TestConfig().GoldenNamespaces())
@@ -38,8 +41,8 @@ func TestBareClaimIsJudgedFromTheTap(t *testing.T) {
 	if len(r.BadReasons()) != 0 || r.Pool != "tenant-a" || r.Golden != g.Namespace+"/"+g.Name || r.SchematicID != clonertest.TestSID {
 		t.Errorf("record %+v", r)
 	}
-	if r.Predicted != "" {
-		t.Errorf("predicted %s/%s: CDI's model does not make a bare claim", r.Predicted, r.PredictedReason)
+	if r.Predicted != predict.PathCSIClone || r.PredictedReason != predict.ReasonDataSource {
+		t.Errorf("predicted %s/%s, want %s/%s: the external-provisioner's rules", r.Predicted, r.PredictedReason, predict.PathCSIClone, predict.ReasonDataSource)
 	}
 	if !a.Timed || a.Duration != time.Minute {
 		t.Errorf("duration %v timed %v, want 1m from the first CreateVolume to the volume", a.Duration, a.Timed)
@@ -81,5 +84,32 @@ func TestBareClaimMadeUnwatchedIsUnknownWithoutCDIsWords(t *testing.T) {
 	recs, _ := w.JudgeAll(t, clonertest.TestConfig(), clonertest.T0.Add(time.Hour))
 	if r := recs["unwatched"]; r.Verdict != record.VerdictUnknown || strings.Contains(r.Message, "cloneType") || !strings.Contains(r.Message, "bare claim") {
 		t.Errorf("unwatched: %s %q, want unknown in a bare claim's words", r.Verdict, r.Message)
+	}
+}
+
+// TestBareClaimTheProvisionerRefusesIsPredictedBlocked: a bare claim
+// smaller than its golden is predicted blocked by the external-provisioner
+// (provisioner-refuses); while it is pending the finding says so in the
+// provisioner's name, and once it is stuck the prediction is checked right.
+func TestBareClaimTheProvisionerRefusesIsPredictedBlocked(t *testing.T) {
+	var w clonertest.World
+	w.Class(clonertest.TestClass, nil, clonertest.T0)
+	g, _ := w.Golden(clonertest.TestSID, clonertest.TestVer)
+	w.BareClaim("tenant-a", "small", g, clonertest.Gi, nil)
+	cfg := clonertest.TestConfig()
+	judge := func(now time.Time) *record.Record {
+		inv := fleet.BuildInventory(w.Objects(t), cfg.GoldenNamespaces())
+		return verdict.EvaluateWith(inv, cfg, now, verdict.BuildPredictor(clonertest.CsiCloneForced(), inv)).Assessments[0].Record
+	}
+	r := judge(clonertest.T0.Add(time.Minute))
+	if r.Verdict != record.VerdictPending || r.Predicted != predict.PathBlocked || r.PredictedReason != predict.ReasonProvisionerRefuses {
+		t.Fatalf("pending: %s, predicted %s/%s, want pending predicted %s/%s", r.Verdict, r.Predicted, r.PredictedReason, predict.PathBlocked, predict.ReasonProvisionerRefuses)
+	}
+	if msg := r.MessageFor(record.ReasonBadPathPredicted); !strings.Contains(msg, "the external-provisioner will take path blocked") {
+		t.Errorf("bad-path-predicted: %q, want it in the external-provisioner's name", msg)
+	}
+	r = judge(clonertest.T0.Add(cfg.StuckAfter))
+	if checked, right := verdict.CheckPrediction(r); r.Verdict != record.VerdictStuck || !checked || !right {
+		t.Errorf("stuck: %s, prediction checked %v right %v", r.Verdict, checked, right)
 	}
 }

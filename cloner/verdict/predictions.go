@@ -151,9 +151,7 @@ func pinnedTo(pv *corev1.PersistentVolume) []string {
 // annotations of its DataVolume (CDI copies them onto the claim; the
 // claim's cloneType is CDI's own choice, so it is read from the DataVolume).
 func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
-	// A bare claim is the external-provisioner's, not CDI's planner's:
-	// this model does not predict it.
-	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC && !f.Disk.FromSnapshot || f.Disk.BareClaim {
+	if p == nil || f.golden == nil || f.Disk.Kind != fleet.DiskClone || !f.Disk.FromPVC && !f.Disk.FromSnapshot {
 		return nil
 	}
 	g, ok := p.snapshots[f.golden.Ref()]
@@ -167,6 +165,13 @@ func (p *Predictor) forDisk(f DiskFacts) *predict.Prediction {
 	}
 	t := TargetOfClass(f.class)
 	t.Bytes, t.VolumeMode, t.AccessModes, t.ContentType = f.Disk.RequestedBytes, f.Disk.VolumeMode, f.Disk.AccessModes, f.Disk.ContentType
+	if f.Disk.BareClaim {
+		// The external-provisioner's, from the claim's own class, mode and
+		// request (fleet.newClaimDisk), not CDI's planner's.
+		t.DataSource = true
+		pr := p.State.Predict(g, t)
+		return &pr
+	}
 	t.PerDisk, t.UnqualifiedSource = f.Disk.PerDisk, f.Disk.UnqualifiedSource
 	if f.Disk.FromPVCSpec {
 		t.Kind = cdirules.KindPVC
@@ -245,7 +250,16 @@ func predictionWrong(r *record.Record) string {
 	if checked, right := CheckPrediction(r); !checked || right {
 		return ""
 	}
-	return fmt.Sprintf("the clone path was predicted %s (%s) from CDI's rules, but the verdict is %s", r.Predicted, r.PredictedReason, r.Verdict)
+	return fmt.Sprintf("the clone path was predicted %s (%s) from %s rules, but the verdict is %s", r.Predicted, r.PredictedReason, whoseRules(r.PredictedReason), r.Verdict)
+}
+
+// whoseRules names whose rules made a prediction: the external-provisioner's
+// for a bare claim's data source, CDI's otherwise.
+func whoseRules(reason string) string {
+	if reason == predict.ReasonDataSource || reason == predict.ReasonProvisionerRefuses {
+		return "the external-provisioner's"
+	}
+	return "CDI's"
 }
 
 // GuardedPaths are the paths the admission guard warns about or refuses:
@@ -272,7 +286,11 @@ func badPathPredicted(r *record.Record, f DiskFacts, found []record.Finding) str
 			return "" // that finding already says it, with its fix
 		}
 	}
-	msg := fmt.Sprintf("CDI will take path %s (reason %s) for golden %s, not a CSI clone", p.Path, p.Reason, r.Golden)
+	taker := "CDI"
+	if f.Disk.BareClaim {
+		taker = "the external-provisioner"
+	}
+	msg := fmt.Sprintf("%s will take path %s (reason %s) for golden %s, not a CSI clone", taker, p.Path, p.Reason, r.Golden)
 	if p.Message != "" {
 		msg += ": " + p.Message
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cozystack/csi-clone-sidecar/cloner/fleet"
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 )
@@ -24,8 +25,9 @@ import (
 // smaller than the golden (external-provisioner v6.4.0, controller.go
 // getPVCSource), which stays Pending with nothing said but the
 // provisioner's event: stuck after --stuck-after, in the provisioner's
-// words, with a Warning on the claim. Both are counted under the golden and
-// reported in their pool (the namespace).
+// words, with a Warning on the claim. Each is predicted by the
+// external-provisioner's rules (data-source; provisioner-refuses), counted
+// under the golden and reported in its pool (the namespace).
 func TestVerdictsForBareClaims(t *testing.T) {
 	c := verdictCluster(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -38,13 +40,16 @@ func TestVerdictsForBareClaims(t *testing.T) {
 	rec := waitVerdict(t, ctx, c, cluster.NamespaceGolden, "jammy-copy", record.VerdictCSIClone, 4*time.Minute)
 	assertReasons(t, "jammy-copy", rec, nil)
 	if rec.Source != record.SourceCSITap || rec.ContentSource != "volume:"+goldenHandle || rec.Golden != cluster.NamespaceGolden+"/"+claimGolden ||
-		rec.Pool != cluster.NamespaceGolden {
-		t.Errorf("jammy-copy: source %q, content source %q, golden %q, pool %q; want the tap's, volume:%s, %s/%s, %s (%+v)",
-			rec.Source, rec.ContentSource, rec.Golden, rec.Pool, goldenHandle, cluster.NamespaceGolden, claimGolden, cluster.NamespaceGolden, rec)
+		rec.Pool != cluster.NamespaceGolden || rec.Predicted != predict.PathCSIClone || rec.PredictedReason != predict.ReasonDataSource {
+		t.Errorf("jammy-copy: source %q, content source %q, golden %q, pool %q, predicted %s/%s; want the tap's, volume:%s, %s/%s, %s, csi-clone/data-source (%+v)",
+			rec.Source, rec.ContentSource, rec.Golden, rec.Pool, rec.Predicted, rec.PredictedReason, goldenHandle, cluster.NamespaceGolden, claimGolden, cluster.NamespaceGolden, rec)
 	}
 	stuck := waitVerdict(t, ctx, c, cluster.NamespaceGolden, "jammy-small", record.VerdictStuck, 3*time.Minute)
 	if !strings.Contains(stuck.Message, "ProvisioningFailed") || !strings.Contains(stuck.Message, "greater than or equal in size") {
 		t.Errorf("jammy-small: stuck %q, want the external-provisioner's ProvisioningFailed (greater than or equal in size) quoted", stuck.Message)
+	}
+	if stuck.Predicted != predict.PathBlocked || stuck.PredictedReason != predict.ReasonProvisionerRefuses {
+		t.Errorf("jammy-small: predicted %s/%s, want %s/%s", stuck.Predicted, stuck.PredictedReason, predict.PathBlocked, predict.ReasonProvisionerRefuses)
 	}
 	waitClaimWarning(t, ctx, c, "jammy-small", record.EventReason(record.ReasonStuck))
 	waitMetrics(t, ctx, c, func(s scrape) error {

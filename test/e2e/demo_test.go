@@ -8,6 +8,7 @@ import (
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cozystack/csi-clone-sidecar/cloner/predict"
 	"github.com/cozystack/csi-clone-sidecar/cloner/record"
 	"github.com/cozystack/csi-clone-sidecar/test/cluster"
 	"github.com/cozystack/csi-clone-sidecar/test/demo/pools"
@@ -21,9 +22,10 @@ import (
 // decided verdict: each cloned disk's recorded prediction is the path its
 // verdict shows (and, for a disk larger than the golden, the prediction
 // scraped before), no disk is flagged prediction-wrong, the HTTP pool's
-// disks and the bare claim carry no prediction (the bare claim a CSI clone
-// of the golden's volume), and csi_clone_prediction_checks counts every
-// other cloned disk right and none wrong.
+// disks carry no prediction, the bare claim is a CSI clone of the golden's
+// volume predicted by the external-provisioner's rules (data-source), and
+// csi_clone_prediction_checks counts every cloned disk right and none
+// wrong.
 func TestDemoPoolsPredictedRight(t *testing.T) {
 	checkNoLeaks(t)
 	c := cluster.Start(t, cluster.Options{StorageClasses: pools.StorageClasses(), SidecarArgs: []string{"--resync-period=2s"}})
@@ -45,7 +47,7 @@ func TestDemoPoolsPredictedRight(t *testing.T) {
 	predicted := map[string]string{} // pool -> path/reason scraped before its first disk
 	cloned := 0
 	for _, p := range pools.All {
-		if !p.HTTP && !p.Bare { // a bare claim is predicted by no model yet
+		if !p.HTTP {
 			cloned += p.Disks
 		}
 		// The path metric predicts the Talos catalog's goldens only.
@@ -105,14 +107,15 @@ func checkDemoDisk(t *testing.T, p pools.Pool, disk string, rec *record.Record, 
 			t.Errorf("%s/%s: flagged %s (%s)", p.Namespace, disk, r, rec.Message)
 		}
 	}
-	if p.HTTP || p.Bare {
+	if p.HTTP {
 		if rec.Predicted != "" {
-			t.Errorf("%s/%s: an HTTP import or a bare claim carries prediction %s/%s", p.Namespace, disk, rec.Predicted, rec.PredictedReason)
-		}
-		if p.Bare && (rec.Verdict != record.VerdictCSIClone || rec.ContentSource != "volume:"+rec.GoldenVolume) {
-			t.Errorf("%s/%s: bare claim %s from %s, want a csi-clone of the golden's volume %s", p.Namespace, disk, rec.Verdict, rec.ContentSource, rec.GoldenVolume)
+			t.Errorf("%s/%s: an HTTP import carries prediction %s/%s", p.Namespace, disk, rec.Predicted, rec.PredictedReason)
 		}
 		return
+	}
+	if p.Bare && (rec.Verdict != record.VerdictCSIClone || rec.ContentSource != "volume:"+rec.GoldenVolume || rec.PredictedReason != predict.ReasonDataSource) {
+		t.Errorf("%s/%s: bare claim %s from %s predicted for %s, want a csi-clone of the golden's volume %s predicted for %s",
+			p.Namespace, disk, rec.Verdict, rec.ContentSource, rec.PredictedReason, rec.GoldenVolume, predict.ReasonDataSource)
 	}
 	path, _ := verdictPath(rec.Verdict)
 	if rec.Predicted != path {

@@ -29,7 +29,7 @@ const goldenSnapshot = "ubuntu-snapshot"
 // (snapshot-clone, snapshot-source), their pool (the namespace), metrics
 // and a report row for the golden with its consumers; so does a bare claim
 // of the golden namespace whose dataSourceRef is the snapshot, restored by
-// the external-provisioner without CDI (no prediction: no model makes one).
+// the external-provisioner without CDI (predicted by its rules: data-source).
 func TestVerdictsForSnapshotGoldens(t *testing.T) {
 	c := verdictCluster(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -75,9 +75,10 @@ func TestVerdictsForSnapshotGoldens(t *testing.T) {
 	}
 	bare := waitVerdict(t, ctx, c, cluster.NamespaceGolden, bareRestore, record.VerdictSnapshotClone, 4*time.Minute)
 	assertReasons(t, bareRestore, bare, nil)
-	if bare.Source != record.SourceCSITap || bare.ContentSource != "snapshot:"+handle || bare.Golden != snapshot || bare.Pool != cluster.NamespaceGolden || bare.Predicted != "" {
-		t.Errorf("%s: source %q, content source %q, golden %q, pool %q, predicted %q; want the tap's, snapshot:%s, %s, %s, none (%+v)",
-			bareRestore, bare.Source, bare.ContentSource, bare.Golden, bare.Pool, bare.Predicted, handle, snapshot, cluster.NamespaceGolden, bare)
+	if bare.Source != record.SourceCSITap || bare.ContentSource != "snapshot:"+handle || bare.Golden != snapshot || bare.Pool != cluster.NamespaceGolden ||
+		bare.Predicted != predict.PathSnapshotClone || bare.PredictedReason != predict.ReasonDataSource {
+		t.Errorf("%s: source %q, content source %q, golden %q, pool %q, predicted %s/%s; want the tap's, snapshot:%s, %s, %s, snapshot-clone/data-source (%+v)",
+			bareRestore, bare.Source, bare.ContentSource, bare.Golden, bare.Pool, bare.Predicted, bare.PredictedReason, handle, snapshot, cluster.NamespaceGolden, bare)
 	}
 	waitMetrics(t, ctx, c, checkSnapshotGoldenMetrics)
 	checkSnapshotGoldenReport(t, ctx, c)
@@ -113,8 +114,8 @@ func checkSnapshotGoldenMetrics(s scrape) error {
 	if got, _ := s.value("csi_clone_image_disks", with(img, "verdict", record.VerdictSnapshotClone)); got != 3 {
 		return fmt.Errorf("csi_clone_image_disks{golden=%s,verdict=snapshot-clone} = %v, want 3 (two DataVolumes, one bare claim)", goldenSnapshot, got)
 	}
-	if right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"}); right != 2 {
-		return fmt.Errorf("prediction checks right = %v, want 2", right)
+	if right, _ := s.value("csi_clone_prediction_checks", map[string]string{"result": "right"}); right != 3 {
+		return fmt.Errorf("prediction checks right = %v, want 3", right)
 	}
 	if _, ok := s.value("csi_clone_bad_disks", nil); ok {
 		return fmt.Errorf("bad-disk series for two good restores")
