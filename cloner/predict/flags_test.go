@@ -1,14 +1,15 @@
 package predict
 
 import (
-	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
-
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/cozystack/csi-clone-sidecar/cloner/cdirules"
 )
 
 // A golden whose PV's nodeAffinity pins it to nodes makes every disk cloned
@@ -178,5 +179,16 @@ func TestEveryPredictionReason(t *testing.T) {
 				t.Errorf("path %s, Bad=%v, but Fix = %q", p.Path, p.Bad(), Fix(reason))
 			}
 		})
+	}
+}
+
+// TestBareClaimOntoANodeLocalClassIsTheProvisionersAsk: a bare claim of a
+// replicated golden onto a node-local class is blocked as a DataVolume's
+// is, and the message names who asks the driver: the external-provisioner.
+func TestBareClaimOntoANodeLocalClassIsTheProvisionersAsk(t *testing.T) {
+	s := NewState(baseInputs("csi-clone"))
+	p := s.Predict(golden, Target{Class: "local", VolumeMode: "Block", Bytes: 20 * gi, DataSource: true})
+	if p.Path != PathBlocked || p.Reason != ReasonNodeLocalTarget || !strings.Contains(p.Message, "the external-provisioner asks the driver") {
+		t.Errorf("%s/%s %q, want blocked node-local-target asked by the external-provisioner", p.Path, p.Reason, p.Message)
 	}
 }

@@ -229,8 +229,12 @@ func (s *State) addFlags(p *Prediction, g Golden, t Target, sc *storagev1.Storag
 		// that does not hold the source: LINSTOR (and the test driver)
 		// cannot, the clone hangs or fails, and CDI retries for ever
 		// (cozystack#2908).
+		asker := "CDI"
+		if t.DataSource {
+			asker = "the external-provisioner"
+		}
 		p.Message = "class " + t.Class + " is node-local (" + how + ") and not the golden's class " + quote(g.Class) +
-			": CDI asks the driver for a cross-class " + p.Path + " into a node-local pool, which it cannot satisfy"
+			": " + asker + " asks the driver for a cross-class " + p.Path + " into a node-local pool, which it cannot satisfy"
 		p.Path, p.Reason = PathBlocked, ReasonNodeLocalTarget
 		p.Uncertain = append(p.Uncertain, "the driver decides whether a clone into a node-local pool from another pool works; LINSTOR's does not")
 		p.Flags = append(p.Flags, FlagCrossNode)
