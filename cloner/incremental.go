@@ -80,6 +80,8 @@ func (c *Controller) namedClaims(idx cache.Indexer, sources fleet.DataSources) [
 	out := sources.Claims()
 	named := append(idx.ListIndexFuncValues(fleet.IndexByGolden), c.pvcInf.GetIndexer().ListIndexFuncValues(fleet.IndexByClaimSource)...)
 	for _, k := range named {
+		// A bare claim's VolumeSnapshot ("snapshot:<ns>/<name>") names no
+		// claim: its "snapshot:<ns>" is no golden namespace.
 		if ns, name, ok := strings.Cut(k, "/"); ok && c.cfg.GoldenNamespaces().Has(ns) {
 			out = append(out, types.NamespacedName{Namespace: ns, Name: name})
 		}

@@ -29,14 +29,14 @@ func (c Cluster) ClaimCloneRefusal(src Source, claim Claim) string {
 
 // ClaimRestoreRefusal is getSnapshotSource on a bare claim of snap, in its
 // order: the content's driver, the request against the restore size, the
-// volume mode (provisionerRefusesRestore). "" when it asks the driver for
-// the restore.
+// volume mode (the two checks of provisionerRefusesRestore, around the
+// size). "" when it asks the driver for the restore.
 func (c Cluster) ClaimRestoreRefusal(snap Snapshot, claim Claim) string {
-	if sc := c.Classes[claim.Class]; sc != nil && sc.Provisioner != snap.Driver {
-		return StuckDriver
+	if r := c.restoreDriverRefused(snap, claim); r != "" {
+		return r
 	}
 	if snap.HasRestoreSize && claim.Bytes < snap.RestoreBytes {
 		return StuckTooSmall
 	}
-	return c.provisionerRefusesRestore(snap, claim)
+	return restoreModeRefused(snap, claim)
 }

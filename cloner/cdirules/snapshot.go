@@ -215,9 +215,23 @@ func (c Cluster) obeyedSnapshot(snap Snapshot, claim Claim, strategy string) Out
 // that records its source's volume mode restores only into that mode unless
 // annotated snapshot.storage.kubernetes.io/allow-volume-mode-change: true.
 func (c Cluster) provisionerRefusesRestore(snap Snapshot, claim Claim) string {
+	if r := c.restoreDriverRefused(snap, claim); r != "" {
+		return r
+	}
+	return restoreModeRefused(snap, claim)
+}
+
+// restoreDriverRefused: the content is not the claim's class's driver's.
+func (c Cluster) restoreDriverRefused(snap Snapshot, claim Claim) string {
 	if sc := c.Classes[claim.Class]; sc != nil && sc.Provisioner != snap.Driver {
 		return StuckDriver
 	}
+	return ""
+}
+
+// restoreModeRefused: the restore would change the source's volume mode and
+// the content does not allow it.
+func restoreModeRefused(snap Snapshot, claim Claim) string {
 	if snap.SourceVolumeMode != "" && resolveMode(claim.VolumeMode) != snap.SourceVolumeMode && !snap.AllowVolumeModeChange {
 		return StuckVolumeMode
 	}
